@@ -1,0 +1,69 @@
+"""Shared test helpers. Tests talk to loopback only and never reach a model hub."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor.context import Context, Options
+from dsenv.doctor.registry import CHECKS, all_checks
+from dsenv.doctor.runner import run_check
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+# Loopback only, and nothing may reach a hub or a package index from a test.
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
+
+
+@pytest.fixture
+def make_ctx(tmp_path):
+    """Build a doctor Context: ``make_ctx(env={...}, root=..., target="compute", **options)``.
+
+    The environment starts from a minimal PATH unless ``env`` says otherwise, so a test
+    decides exactly which commands exist.
+    """
+
+    def build(env=None, root=None, target="login", **options):
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home")} if env is None else env
+        return Context(options=Options(target=target, **options), env=env,
+                       root=Path(root) if root else tmp_path / "root")
+
+    return build
+
+
+@pytest.fixture
+def run_one():
+    """Run one registered check by id and return its Result."""
+    all_checks()
+
+    def run(check_id: str, ctx: Context):
+        return run_check(CHECKS[check_id], ctx)
+
+    return run
+
+
+@pytest.fixture
+def fake_bin(tmp_path):
+    """``fake_bin("nvidia-smi", script)`` writes an executable shell script; returns its dir."""
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+
+    def write(name: str, script: str) -> Path:
+        path = folder / name
+        path.write_text("#!/bin/sh\n" + script)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        return folder
+
+    return write
+
+
+def fixture_text(name: str) -> str:
+    """A recorded output from tests/fixtures, without its leading '# source:' lines."""
+    lines = (FIXTURES / name).read_text().splitlines(keepends=True)
+    return "".join(line for line in lines if not line.startswith("# source:"))
