@@ -1,0 +1,3 @@
+from dsenv.cli import main
+
+raise SystemExit(main())

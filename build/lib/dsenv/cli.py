@@ -1,0 +1,114 @@
+"""The ``dsenv`` command. Imports stay light: ``dsenv --help`` never loads torch."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dsenv import __version__
+from dsenv.doctor.registry import AREAS
+NOT_BUILT = {
+    "provision": "build a locked environment with DeepSpeed ops precompiled for a GPU arch (issue #4)",
+    "smoke": "run a bundled workload's tiny training run (issue #3)",
+    "run": "run a bundled workload's full training run (issue #3)",
+    "fetch": "download a workload's model and data into the offline cache (issue #3)",
+    "launch": "write and submit a Slurm job script for a workload (issue #5)",
+}
+
+
+class UsageError(Exception):
+    """Bad input on the command line: one line on stderr, exit code 2."""
+
+
+def _csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
+    return number
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be more than 0")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dsenv",
+        description="Reproducible DeepSpeed environments, health checks and smoke workloads "
+                    "for HPC clusters.",
+    )
+    parser.add_argument("--version", action="version", version=f"dsenv {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    doctor = sub.add_parser(
+        "doctor", help="check this node before submitting a job, or inside the job",
+        description="Check the node: system, python, GPUs, torch, toolkit, DeepSpeed ops, "
+                    "communication fabric, MPI and its launcher, offline caches, job config. "
+                    "Exit 0: nothing failed; 1: a check failed; 2: usage error.")
+    doctor.add_argument("--json", action="store_true", help="write the versioned JSON report")
+    doctor.add_argument("--only", type=_csv, metavar="AREA[,AREA]",
+                        help="run only these areas: " + ", ".join(AREAS))
+    doctor.add_argument("--skip", type=_csv, metavar="ID[,ID]", default=[],
+                        help="skip these check ids (see --list)")
+    doctor.add_argument("--strict", action="store_true", help="warnings fail too")
+    doctor.add_argument("--target", choices=("login", "compute", "auto"), default="auto",
+                        help="login node or compute node (auto: compute inside a Slurm "
+                             "allocation or with visible GPUs)")
+    doctor.add_argument("--launcher", choices=("srun", "mpirun", "deepspeed", "torchrun"),
+                        help="the launcher the job will use")
+    doctor.add_argument("--nodes", type=_positive_int, metavar="N", help="planned node count")
+    doctor.add_argument("--gpus-per-node", type=_positive_int, metavar="G",
+                        help="planned GPUs (ranks) per node")
+    doctor.add_argument("--deepspeed-config", type=Path, metavar="FILE",
+                        help="check this ds_config against the planned world")
+    doctor.add_argument("--for", dest="workload", metavar="WORKLOAD",
+                        help="also check what this bundled workload needs")
+    doctor.add_argument("--probe-timeout", type=_positive_float, default=10.0, metavar="S",
+                        help="seconds each external probe may take (default 10)")
+    doctor.add_argument("--list", action="store_true", help="list the checks and exit")
+    doctor.add_argument("--verbose", "-v", action="store_true",
+                        help="show every non-ok result and tracebacks")
+    doctor.add_argument("--root", type=Path, default=Path("/"), help=argparse.SUPPRESS)
+
+    for name, summary in NOT_BUILT.items():
+        stub = sub.add_parser(name, help=summary + " [not built yet]", add_help=True)
+        stub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.command in NOT_BUILT:
+        print(f"dsenv {args.command}: not built yet ({NOT_BUILT[args.command]})", file=sys.stderr)
+        return 2
+    try:
+        if args.command == "doctor":
+            from dsenv.doctor.command import run_doctor
+
+            return run_doctor(args)
+    except UsageError as exc:
+        print(f"dsenv {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dsenv {args.command}: interrupted", file=sys.stderr)
+        return 130
+    parser.error(f"unknown command {args.command}")
+    return 2

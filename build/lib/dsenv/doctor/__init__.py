@@ -1,0 +1,1 @@
+"""``dsenv doctor``: health checks for the login node and inside the job."""

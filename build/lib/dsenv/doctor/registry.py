@@ -1,0 +1,45 @@
+"""The check registry: ``@check("area.name", "Title")`` on a function ``(ctx) -> Finding``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .result import Finding
+
+# Report order; a check's area is the part of its id before the dot.
+AREAS = ("system", "python", "gpu", "torch", "toolkit", "deepspeed", "comm", "mpi", "cache", "job")
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    title: str
+    func: Callable[..., Finding]
+
+    @property
+    def area(self) -> str:
+        return self.id.split(".", 1)[0]
+
+
+CHECKS: dict[str, Check] = {}
+
+
+def check(check_id: str, title: str):
+    area = check_id.split(".", 1)[0]
+    if area not in AREAS:
+        raise ValueError(f"check {check_id!r}: unknown area {area!r}")
+
+    def register(func):
+        if check_id in CHECKS:
+            raise ValueError(f"check {check_id!r} registered twice")
+        CHECKS[check_id] = Check(check_id, title, func)
+        return func
+
+    return register
+
+
+def all_checks() -> list[Check]:
+    from . import checks  # noqa: F401  (importing the package registers every check)
+
+    return sorted(CHECKS.values(), key=lambda c: AREAS.index(c.area))

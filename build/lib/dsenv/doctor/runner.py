@@ -1,0 +1,56 @@
+"""Run the selected checks in parallel; a check that raises or stalls becomes a result."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Iterable
+
+from .context import Context
+from .registry import Check
+from .result import Finding, Result, Status
+
+# A check waits on probes that each have their own timeout; this bounds the rest.
+CHECK_DEADLINE_FACTOR = 3.0
+
+
+def run_check(check: Check, ctx: Context) -> Result:
+    start = time.monotonic()
+    try:
+        finding = check.func(ctx)
+        if not isinstance(finding, Finding):
+            raise TypeError(f"check returned {type(finding).__name__}, not a Finding")
+        return Result(check.id, check.area, check.title, finding.status, finding.summary,
+                      list(finding.evidence), finding.fix, time.monotonic() - start)
+    except Exception as exc:  # the doctor never crashes because one check did
+        return Result(check.id, check.area, check.title, Status.ERROR,
+                      f"the check raised {type(exc).__name__}: {exc}",
+                      fix="report this as a dsenv bug with `dsenv doctor --verbose` output",
+                      seconds=time.monotonic() - start, traceback=traceback.format_exc())
+
+
+def run_checks(checks: Iterable[Check], ctx: Context) -> list[Result]:
+    checks = list(checks)
+    results: list[Result | None] = [None] * len(checks)
+
+    def work(i: int, check: Check) -> None:
+        results[i] = run_check(check, ctx)
+
+    # Daemon threads: a check stuck in Python code cannot keep the process alive.
+    threads = [threading.Thread(target=work, args=(i, c), daemon=True, name=c.id)
+               for i, c in enumerate(checks)]
+    for t in threads:
+        t.start()
+    limit = ctx.options.probe_timeout * CHECK_DEADLINE_FACTOR
+    deadline = time.monotonic() + limit
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    for i, check in enumerate(checks):
+        if results[i] is None:
+            results[i] = Result(
+                check.id, check.area, check.title, Status.ERROR,
+                f"the check did not finish within {limit:.0f} s",
+                fix="rerun with --verbose and a larger --probe-timeout; report it as a dsenv bug",
+            )
+    return results  # type: ignore[return-value]

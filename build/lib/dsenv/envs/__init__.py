@@ -1,0 +1,1 @@
+"""Environment recipes, lockfiles and the data tables behind them (GPU archs, toolkits)."""

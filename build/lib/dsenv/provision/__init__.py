@@ -1,0 +1,1 @@
+"""``dsenv provision``: locked environments with DeepSpeed ops precompiled (issue #4)."""
