@@ -1,3 +1,0 @@
-from dsenv.cli import main
-
-raise SystemExit(main())

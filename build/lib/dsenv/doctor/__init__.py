@@ -1,1 +1,0 @@
-"""``dsenv doctor``: health checks for the login node and inside the job."""

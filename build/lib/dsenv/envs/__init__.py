@@ -1,1 +1,0 @@
-"""Environment recipes, lockfiles and the data tables behind them (GPU archs, toolkits)."""

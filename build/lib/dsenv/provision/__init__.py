@@ -1,1 +1,0 @@
-"""``dsenv provision``: locked environments with DeepSpeed ops precompiled (issue #4)."""

@@ -1,1 +1,0 @@
-"""Bundled workloads: bert-squad, t5-xsum, gpt2-wikitext, bert-mrpc."""
