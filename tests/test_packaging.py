@@ -1,6 +1,7 @@
 """A normal (non-editable) install carries every mapped folder and data file and runs."""
 
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,9 +14,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
+    # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
+    src = tmp_path_factory.mktemp("src") / "dsenv"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache"))
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(out), str(ROOT)], check=True, timeout=300)
+                    "-q", "-w", str(out), str(src)], check=True, timeout=300)
     return next(out.glob("dsenv-*.whl"))
 
 
