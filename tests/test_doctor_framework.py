@@ -217,3 +217,23 @@ def test_strict_turns_a_warning_into_exit_1(tmp_path):
     statuses = {r["id"]: r["status"] for r in json.loads(relaxed.stdout)["results"]}
     assert statuses["system.cpu"] == "warn" and "fail" not in statuses.values()
     assert relaxed.returncode == 0 and strict.returncode == 1
+
+
+@pytest.mark.parametrize("env, device, expected", [
+    ({}, None, "login"),
+    ({"SLURM_JOB_ID": "77"}, None, "compute"),
+    ({}, "dev/nvidia0", "compute"),
+    ({}, "dev/kfd", "compute"),
+    ({}, "dev/nvidiactl", "login"),  # the control node alone is no GPU
+])
+def test_auto_target(tmp_path, env, device, expected):
+    if device:
+        (tmp_path / device).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / device).write_text("")
+    ctx = Context(options=Options(target="auto"), env=env, root=tmp_path)
+    assert ctx.target == expected, ctx.target_reason
+
+
+def test_explicit_target_wins(tmp_path):
+    ctx = Context(options=Options(target="login"), env={"SLURM_JOB_ID": "1"}, root=tmp_path)
+    assert ctx.target == "login"
