@@ -51,6 +51,7 @@ def render_text(results: list[Result], ctx: Context, *, color: bool | None = Non
                 width: int = 100) -> str:
     from rich.console import Console
     from rich.markup import escape
+    from rich.padding import Padding
     from rich.table import Table
 
     buffer = io.StringIO()
@@ -64,7 +65,7 @@ def render_text(results: list[Result], ctx: Context, *, color: bool | None = Non
             continue
         table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 1))
         table.add_column(width=1)
-        table.add_column(min_width=30, max_width=34, no_wrap=True)
+        table.add_column(min_width=30, max_width=38, no_wrap=True)
         table.add_column(overflow="fold")
         for r in area_results:
             style = STYLES[r.status]
@@ -80,13 +81,15 @@ def render_text(results: list[Result], ctx: Context, *, color: bool | None = Non
         console.print("\n[bold]Findings[/]")
     for r in attention:
         style = STYLES[r.status]
-        console.print(f"\n[{style}]{SYMBOLS[r.status]} {r.id}[/] — {escape(r.summary)}")
+        console.print()
+        console.print(f"[{style}]{SYMBOLS[r.status]} {r.id}[/]  [bold]{escape(r.title)}[/]")
+        console.print(Padding(escape(r.summary), (0, 0, 0, 4)))
         for line in r.evidence:
-            console.print(f"    {escape(line)}", overflow="fold")
+            console.print(Padding(escape(line), (0, 0, 0, 4)))
         if r.fix:
-            console.print(f"    [bold]fix:[/] {escape(r.fix)}", overflow="fold")
+            console.print(Padding(f"[bold]fix:[/] {escape(r.fix)}", (0, 0, 0, 4)))
         if ctx.options.verbose and r.traceback:
-            console.print(escape(r.traceback.rstrip()), overflow="fold")
+            console.print(Padding(escape(r.traceback.rstrip()), (0, 0, 0, 4)))
     console.print(f"\n{summary_line(results)}")
     text = "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
     return Redactor(ctx.env).scrub(text)

@@ -96,8 +96,8 @@ def test_text_report_groups_areas_and_lists_findings_with_fixes(tmp_path):
     assert text.index("\nsystem") < text.index("\ngpu") < text.index("\nmpi") < text.index("\ncache")
     assert "✓ A thing" in text.replace("  ", " ") or "✓" in text
     findings = text[text.index("Findings"):]
-    assert "! gpu.b — meh" in findings and "fix: do y" in findings
-    assert "✗ mpi.c — broken" in findings and "seen: z" in findings
+    assert "! gpu.b  B thing\n    meh" in findings and "fix: do y" in findings
+    assert "✗ mpi.c  C thing\n    broken" in findings and "seen: z" in findings
     assert "cache.d" not in findings  # skipped results stay in the table only
     assert text.rstrip().endswith("1 ok, 1 warning, 1 failure, 1 skipped")
 

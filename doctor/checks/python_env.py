@@ -1,0 +1,73 @@
+"""python: interpreter and environment kind, symlinked prefixes, broken requirements."""
+
+from __future__ import annotations
+
+from ..context import Context
+from ..probes import pyenv
+from ..registry import check
+from ..result import fail, ok, warn
+
+
+@check("python.interpreter", "Interpreter and environment")
+def interpreter(ctx: Context):
+    interp = pyenv.interpreter(ctx)
+    summary = f"Python {interp.version} at {interp.executable}"
+    evidence = [f"prefix: {interp.prefix}"]
+    if interp.conda_prefix_env and interp.kind != "conda":
+        evidence.append(f"CONDA_PREFIX={interp.conda_prefix_env} (a conda env is active, "
+                        "but this interpreter is not its python)")
+    if interp.kind == "venv":
+        base = interp.base_prefix
+        evidence.append(f"pyvenv.cfg home = {interp.venv_config.get('home', '?')}")
+        if not interp.system_site_packages:
+            return ok(f"{summary} (venv)", *evidence)
+        shadowed = pyenv.shadowed_packages(interp)
+        summary += f" (venv with system site packages from {base})"
+        if shadowed:
+            names = " ".join(name for name, _, _ in shadowed)
+            return warn(
+                summary + ": the venv installs its own "
+                + ", ".join(f"{n} {mine} over the base's {theirs}" for n, mine, theirs in shadowed),
+                f"keep the base environment's builds: `{interp.executable} -m pip uninstall -y "
+                f"{names}` (then install with --no-deps where pip wanted to replace them)",
+                *evidence)
+        return ok(summary, *evidence)
+    if interp.kind == "conda":
+        return ok(f"{summary} (conda env)", *evidence)
+    return ok(f"{summary} (base interpreter, no venv or conda env)", *evidence)
+
+
+@check("python.prefix-symlink", "Environment prefix reached through a symlink")
+def prefix_symlink(ctx: Context):
+    interp = pyenv.interpreter(ctx)
+    found = pyenv.symlinked_component(interp.prefix)
+    if found is None:
+        return ok(f"{interp.prefix} is a real path")
+    link, target = found
+    real_prefix = target / interp.prefix.absolute().relative_to(link)
+    if interp.kind == "conda":
+        fix = (f"recreate the env under the real path (`conda create -p {real_prefix} ...`) "
+               f"or activate it through it in batch scripts: `conda activate {real_prefix}`")
+    elif interp.kind == "venv":
+        fix = f"recreate the venv through the real path: `python -m venv {real_prefix}`"
+    else:
+        fix = f"call the interpreter through the real path: {real_prefix}/bin/python"
+    return warn(
+        f"the {interp.kind} prefix {interp.prefix} goes through the symlink {link} -> {target}; "
+        "batch jobs where that link is missing or different cannot activate it",
+        fix, f"real prefix: {real_prefix}")
+
+
+@check("python.requirements", "Training packages' requirements (pip check)")
+def requirements(ctx: Context):
+    report = pyenv.requirement_report(ctx)
+    if not report.checked:
+        return ok("none of the training packages is installed here; nothing to check")
+    if report.problems:
+        interp = pyenv.interpreter(ctx)
+        return fail(
+            f"{len(report.problems)} broken requirement(s) among the training packages",
+            pyenv.pip_install_command(interp.executable, report.problems),
+            *(p.describe() for p in report.problems))
+    return ok(f"{len(report.checked)} training packages and direct requirements consistent",
+              ", ".join(report.checked))

@@ -1,0 +1,347 @@
+"""DeepSpeed and torch as installed, read from files: no ``import deepspeed``/``import torch``.
+
+DeepSpeed's setup.py records what it built in ``deepspeed/git_version_info_installed.py``
+(installed_ops, accelerator_name, torch_info: the torch/CUDA/HIP the ops were built
+against); torch records its build in ``torch/version.py``. Both are plain assignments, read
+with ``ast``. Which ops are *compatible* is DeepSpeed's own knowledge and needs its imports
+(~2-5 s): that runs once in a subprocess and is cached on disk under a fingerprint of
+everything it depends on.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from importlib.machinery import PathFinder
+from pathlib import Path
+
+from dsenv.data import load_table
+
+from ..context import Context, probe
+from . import pyenv
+
+UNKNOWN_VERSION = "0.0"  # what DeepSpeed writes into torch_info when it built no ops
+CACHE_FILE = "deepspeed-ops.json"
+JSON_MARK = "DSENV-JSON "
+GPU_PROBE_KEY = "dsenv.doctor.probes.gpus.visible_gpus"  # @probe's memo key
+
+
+def read_assignments(path: Path) -> dict[str, object]:
+    """Top-level ``name = <literal>`` assignments of a Python file, without running it."""
+    tree = ast.parse(Path(path).read_text(errors="replace"), str(path))
+    values: dict[str, object] = {}
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+            targets, value = [node.target], node.value
+        elif isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        else:
+            continue
+        try:
+            literal = ast.literal_eval(value)
+        except ValueError:
+            continue
+        for target in targets:
+            if isinstance(target, ast.Name):
+                values[target.id] = literal
+    return values
+
+
+def package_dir(name: str, path: list[str]) -> Path | None:
+    """Where a top-level package lives on ``path``, found without importing it."""
+    spec = PathFinder.find_spec(name, path)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def major_minor(version: str | None) -> str | None:
+    if not version:
+        return None
+    parts = version.split("+")[0].split(".")
+    return ".".join(parts[:2])
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    version: str  # "2.13.0+cpu"
+    cuda: str | None  # "12.1" for a CUDA build
+    hip: str | None  # "6.2.41133-dd7f95766" for a ROCm build
+    version_file: Path
+
+    @property
+    def kind(self) -> str:
+        return "rocm" if self.hip else "cuda" if self.cuda else "cpu"
+
+    @property
+    def gpu_build(self) -> bool:
+        return self.kind != "cpu"
+
+    def describe(self) -> str:
+        extra = f"HIP {self.hip}" if self.hip else f"CUDA {self.cuda}" if self.cuda else "CPU-only"
+        return f"torch {self.version} ({extra} build)"
+
+
+def read_torch(path: list[str]) -> TorchBuild | None:
+    folder = package_dir("torch", path)
+    if folder is None or not (folder / "version.py").is_file():
+        return None
+    values = read_assignments(folder / "version.py")
+    return TorchBuild(str(values.get("__version__", "?")), values.get("cuda") or None,
+                      values.get("hip") or None, folder / "version.py")
+
+
+@dataclass(frozen=True)
+class DeepSpeedInstall:
+    version: str
+    folder: Path
+    installed_ops: dict[str, bool] = field(default_factory=dict)
+    accelerator_name: str = ""  # the accelerator the ops were built for
+    torch_info: dict[str, object] = field(default_factory=dict)
+    info_file: Path | None = None  # git_version_info_installed.py, None for a source checkout
+
+    @property
+    def precompiled(self) -> list[str]:
+        return sorted(name for name, built in self.installed_ops.items() if built)
+
+    def built_against(self) -> str:
+        info = self.torch_info
+        parts = [f"torch {info.get('version', '?')}"]
+        for key, label in (("cuda_version", "CUDA"), ("hip_version", "HIP")):
+            value = str(info.get(key, UNKNOWN_VERSION))
+            if value != UNKNOWN_VERSION:
+                parts.append(f"{label} {value}")
+        return ", ".join(parts)
+
+
+def read_deepspeed(path: list[str]) -> DeepSpeedInstall | None:
+    folder = package_dir("deepspeed", path)
+    if folder is None:
+        return None
+    dist = pyenv.find_distribution("deepspeed", path)
+    info_file = folder / "git_version_info_installed.py"
+    values = read_assignments(info_file) if info_file.is_file() else {}
+    version = dist.version if dist is not None else str(values.get("version", "?"))
+    return DeepSpeedInstall(version, folder, dict(values.get("installed_ops", {}) or {}),
+                            str(values.get("accelerator_name", "")),
+                            dict(values.get("torch_info", {}) or {}),
+                            info_file if info_file.is_file() else None)
+
+
+def build_mismatches(ds: DeepSpeedInstall, torch: TorchBuild) -> list[str]:
+    """Why DeepSpeed's precompiled ops will refuse to load with this torch.
+
+    The same comparisons as DeepSpeed's OpBuilder.validate_torch_version and
+    validate_torch_op_version (major.minor; "0.0" means not recorded)."""
+    if not ds.precompiled:
+        return []
+    info = ds.torch_info
+    found = []
+    built_torch = str(info.get("version", UNKNOWN_VERSION))
+    if built_torch != UNKNOWN_VERSION and built_torch != major_minor(torch.version):
+        found.append(f"ops built against torch {built_torch}, installed torch is "
+                     f"{major_minor(torch.version)} ({torch.version})")
+    built_cuda = str(info.get("cuda_version", UNKNOWN_VERSION))
+    if torch.cuda and built_cuda != UNKNOWN_VERSION and built_cuda != major_minor(torch.cuda):
+        found.append(f"ops built against CUDA {built_cuda}, torch uses CUDA {major_minor(torch.cuda)}")
+    built_hip = str(info.get("hip_version", UNKNOWN_VERSION))
+    if torch.hip and built_hip != UNKNOWN_VERSION and built_hip != major_minor(torch.hip):
+        found.append(f"ops built against HIP {built_hip}, torch uses HIP {major_minor(torch.hip)}")
+    return found
+
+
+@probe
+def installs(ctx: Context) -> tuple[DeepSpeedInstall | None, TorchBuild | None]:
+    path = pyenv.search_path(ctx)
+    return read_deepspeed(path), read_torch(path)
+
+
+def supported_accelerators(ds: DeepSpeedInstall) -> list[str] | None:
+    """DeepSpeed's SUPPORTED_ACCELERATOR_LIST, read from its real_accelerator.py."""
+    source = ds.folder / "accelerator" / "real_accelerator.py"
+    if not source.is_file():
+        return None
+    value = read_assignments(source).get("SUPPORTED_ACCELERATOR_LIST")
+    return list(value) if isinstance(value, (list, tuple)) else None
+
+
+# -- the accelerator DeepSpeed will pick -------------------------------------------------
+
+
+def visible_gpus(ctx: Context) -> list | None:
+    """The GPU area's inventory (None when that probe is not available or failed)."""
+    try:
+        from . import gpus
+    except ImportError:
+        return None
+    finder = getattr(gpus, "visible_gpus", None)
+    try:
+        if finder is None:  # the gpu area is not built yet: only a seeded answer counts
+            found = ctx.memo(GPU_PROBE_KEY, lambda: None)
+            return None if found is None else list(found)
+        return list(finder(ctx))
+    except Exception:  # the gpu area reports its own failure
+        return None
+
+
+@dataclass(frozen=True)
+class AcceleratorChoice:
+    name: str
+    how: str  # "DS_ACCELERATOR" | "auto detect"
+
+
+def expected_accelerator(ctx: Context, torch: TorchBuild | None, gpus: list | None
+                         ) -> AcceleratorChoice:
+    """What deepspeed.accelerator.get_accelerator() will choose, for the cases that matter
+    on clusters: an explicit DS_ACCELERATOR, else cuda (ROCm torch included) when torch is
+    a GPU build and GPUs are visible, else cpu with DeepSpeed's warning."""
+    chosen = ctx.env.get("DS_ACCELERATOR")
+    if chosen is not None:
+        return AcceleratorChoice(chosen, "DS_ACCELERATOR")
+    if torch is not None and torch.gpu_build and gpus:
+        return AcceleratorChoice("cuda", "auto detect")
+    return AcceleratorChoice("cpu", "auto detect")
+
+
+# -- JIT build cache ----------------------------------------------------------------------
+
+
+def first_run_ops(accelerator: str) -> list[tuple[str, int | None]]:
+    rows = load_table("dsenv.envs", "training_stack.toml")["deepspeed"]["first_run_ops"]
+    return [(r["op"], r.get("seconds")) for r in rows if r["accelerator"] == accelerator]
+
+
+def jit_build_root(ctx: Context, torch: TorchBuild | None) -> Path:
+    """torch.utils.cpp_extension's build folder for JIT ops (TORCH_EXTENSIONS_DIR as is,
+    else <cache>/torch_extensions/py<XY>_<cpu|cuNNN|rocmNNN>)."""
+    explicit = ctx.env.get("TORCH_EXTENSIONS_DIR")
+    if explicit:
+        return Path(explicit)
+    cache = ctx.env.get("XDG_CACHE_HOME") or os.path.join(ctx.env.get("HOME", "~"), ".cache")
+    if torch is not None and torch.hip:
+        accel = "rocm" + torch.hip.replace(".", "")
+    elif torch is not None and torch.cuda:
+        accel = "cu" + torch.cuda.replace(".", "")
+    else:
+        accel = "cpu"
+    py = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+    return Path(os.path.expanduser(cache)) / "torch_extensions" / f"{py}_{accel}"
+
+
+def jit_cached(root: Path, op: str) -> bool:
+    return (root / op / f"{op}.so").is_file()
+
+
+# -- op compatibility: one subprocess, cached on disk -------------------------------------
+
+COMPAT_SCRIPT = """
+import json
+try:
+    from deepspeed.ops.op_builder.all_ops import ALL_OPS, accelerator_name
+    try:
+        from deepspeed.ops.op_builder.builder import probe_is_compatible
+    except ImportError:
+        def probe_is_compatible(builder, verbose=False):
+            return builder.is_compatible(verbose)
+    ops = {}
+    for name, builder in ALL_OPS.items():
+        try:
+            ops[name] = bool(probe_is_compatible(builder, False))
+        except Exception:
+            ops[name] = False
+    result = {"accelerator": accelerator_name, "compatible": ops}
+except Exception as exc:
+    result = {"error": f"{type(exc).__name__}: {exc}"}
+print(__MARK__ + json.dumps(result))
+""".replace("__MARK__", repr(JSON_MARK))
+
+
+def cache_dir(env) -> Path:
+    if env.get("DSENV_CACHE_DIR"):
+        return Path(env["DSENV_CACHE_DIR"])
+    if env.get("XDG_CACHE_HOME"):
+        return Path(env["XDG_CACHE_HOME"]) / "dsenv"
+    return Path(env.get("HOME", os.path.expanduser("~"))) / ".cache" / "dsenv"
+
+
+def _mtime(path: Path | str | None) -> float | None:
+    try:
+        return os.stat(path).st_mtime if path else None
+    except OSError:
+        return None
+
+
+def fingerprint(ctx: Context, ds: DeepSpeedInstall, torch: TorchBuild | None,
+                python: str) -> str:
+    """Everything DeepSpeed's is_compatible() answers depend on, hashed."""
+    parts = {
+        "python": python,
+        "deepspeed": ds.version,
+        "deepspeed_info_mtime": _mtime(ds.info_file or ds.folder / "__init__.py"),
+        "torch": torch.version if torch else None,
+        "torch_version_mtime": _mtime(torch.version_file) if torch else None,
+        "env": {k: ctx.env.get(k) for k in ("DS_ACCELERATOR", "CUDA_HOME", "CUDA_PATH",
+                                            "ROCM_PATH", "ROCM_HOME")},
+        "which": {name: ctx.which(name) for name in ("nvcc", "hipcc", "c++", "ninja")},
+        "ld_so_cache_mtime": _mtime(ctx.path("/etc/ld.so.cache")),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Compatibility:
+    compatible: dict[str, bool]
+    accelerator: str | None
+    from_cache: bool
+    error: str | None = None
+
+
+def parse_compat_output(stdout: str) -> dict | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(JSON_MARK):
+            try:
+                return json.loads(line[len(JSON_MARK):])
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def probe_compatibility(ctx: Context, ds: DeepSpeedInstall, torch: TorchBuild | None
+                        ) -> Compatibility:
+    python = sys.executable if pyenv.is_real_prefix(ctx) else str(ctx.python_prefix / "bin/python")
+    if not os.path.exists(python):
+        return Compatibility({}, None, False, f"no interpreter at {python} to ask DeepSpeed")
+    key = fingerprint(ctx, ds, torch, python)
+    path = cache_dir(ctx.env) / CACHE_FILE
+    try:
+        cached = json.loads(path.read_text())
+        if cached.get("fingerprint") == key:
+            result = cached["result"]
+            return Compatibility(result["compatible"], result.get("accelerator"), True)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    run = ctx.run([python, "-c", COMPAT_SCRIPT])
+    result = parse_compat_output(run.stdout) if run.ok else None
+    if result is None or "error" in result:
+        reason = result["error"] if result else run.describe()
+        return Compatibility({}, None, False, reason)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_suffix(f".{os.getpid()}.tmp")
+        temp.write_text(json.dumps({"fingerprint": key, "result": result}))
+        temp.replace(path)
+    except OSError:
+        pass  # an unwritable cache only costs the next run the same seconds
+    return Compatibility(result["compatible"], result.get("accelerator"), False)
+
+
+@probe
+def op_compatibility(ctx: Context) -> Compatibility:
+    ds, torch = installs(ctx)
+    if ds is None:
+        return Compatibility({}, None, False, "DeepSpeed is not installed")
+    return probe_compatibility(ctx, ds, torch)

@@ -1,0 +1,216 @@
+"""torch without importing it: its build from torch/version.py, and one subprocess probe.
+
+The doctor never imports torch. What the build says (version, CUDA or HIP) is read from
+``torch/version.py``, found with :func:`importlib.util.find_spec`. What only a live torch
+knows (arch list, device capabilities, whether a tensor op runs) comes from ONE subprocess
+that imports torch, run only when GPUs are visible.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..context import Context, probe
+from . import gpus as gpu_probe
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    version: str | None  # None: torch is not installed
+    cuda: str | None = None
+    hip: str | None = None
+    location: str | None = None
+
+    @property
+    def installed(self) -> bool:
+        return self.version is not None
+
+    @property
+    def kind(self) -> str:
+        """'cuda', 'hip', 'cpu' or 'none'."""
+        if not self.installed:
+            return "none"
+        return "cuda" if self.cuda else "hip" if self.hip else "cpu"
+
+    def describe(self) -> str:
+        extra = {"cuda": f"CUDA {self.cuda}", "hip": f"ROCm/HIP {self.hip}", "cpu": "CPU only",
+                 "none": ""}[self.kind]
+        return f"torch {self.version} ({extra})" if self.installed else "torch not installed"
+
+
+_ASSIGNMENT = re.compile(r"^(__version__|cuda|hip)\s*(?::[^=]+)?=\s*(.+?)\s*$", re.MULTILINE)
+
+
+def parse_version_py(text: str) -> dict[str, str | None]:
+    """{'__version__': '2.4.1+cu124', 'cuda': '12.4', 'hip': None} from torch/version.py."""
+    values: dict[str, str | None] = {}
+    for name, literal in _ASSIGNMENT.findall(text):
+        try:
+            value = ast.literal_eval(literal)
+        except (ValueError, SyntaxError):
+            continue
+        values.setdefault(name, value if isinstance(value, str) else None)
+    return values
+
+
+def version_file() -> Path | None:
+    """torch/version.py of the torch this interpreter would import (found, not imported)."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(folder) / "version.py"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@probe
+def torch_build(ctx: Context) -> TorchBuild:
+    path = version_file()
+    if path is None:
+        return TorchBuild(None)
+    values = parse_version_py(path.read_text(errors="replace"))
+    return TorchBuild(values.get("__version__") or "unknown", values.get("cuda"),
+                      values.get("hip"), str(path.parent))
+
+
+# -- the one subprocess that imports torch -------------------------------------------------
+PROBE_SCRIPT = """\
+import json, torch
+c = torch.cuda
+out = {"torch": torch.__version__, "cuda": torch.version.cuda,
+       "hip": getattr(torch.version, "hip", None), "devices": [], "arch_list": []}
+try:
+    out["available"] = c.is_available()
+    out["device_count"] = c.device_count()
+    out["arch_list"] = c.get_arch_list()
+    if not out["available"]:
+        c.init()
+except Exception as e:
+    out["init_error"] = type(e).__name__ + ": " + str(e)
+for i in range(out.get("device_count") or 0):
+    d = {"index": i}
+    try:
+        p = c.get_device_properties(i)
+        d.update(name=p.name, capability="%d.%d" % (p.major, p.minor),
+                 gcn_arch=getattr(p, "gcnArchName", None))
+        x = torch.arange(4.0, device="cuda:%d" % i)
+        d["tensor_sum"] = float((x * 2).sum().item())
+    except Exception as e:
+        d["error"] = type(e).__name__ + ": " + str(e)
+    out["devices"].append(d)
+print("DSENV_TORCH_PROBE " + json.dumps(out))
+"""
+MARKER = "DSENV_TORCH_PROBE "
+EXPECTED_SUM = 12.0  # 2 * (0 + 1 + 2 + 3)
+
+
+@dataclass(frozen=True)
+class DeviceRun:
+    index: int
+    name: str | None = None
+    capability: str | None = None
+    gcn_arch: str | None = None
+    tensor_sum: float | None = None
+    error: str | None = None
+
+    @property
+    def arch(self) -> str | None:
+        """'8.0' on CUDA; 'gfx90a' on ROCm (gcnArchName 'gfx90a:sramecc+:xnack-')."""
+        if self.gcn_arch:
+            return self.gcn_arch.split(":")[0]
+        return self.capability
+
+    @property
+    def usable(self) -> bool:
+        return self.error is None and self.tensor_sum == EXPECTED_SUM
+
+
+@dataclass(frozen=True)
+class TorchRuntime:
+    ran: bool  # False: the probe did not run, hung or crashed; see `problem`
+    problem: str = ""
+    available: bool = False
+    device_count: int = 0
+    arch_list: tuple[str, ...] = ()
+    devices: tuple[DeviceRun, ...] = ()
+    init_error: str | None = None
+    hung: bool = False
+    evidence: tuple[str, ...] = field(default_factory=tuple)
+
+
+def parse_probe_output(stdout: str) -> TorchRuntime:
+    """The probe's JSON line (after its marker; torch may print other lines) -> TorchRuntime."""
+    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(MARKER)), None)
+    if line is None:
+        raise ValueError("the torch probe printed no result line")
+    data = json.loads(line[len(MARKER):])
+    devices = tuple(DeviceRun(**{k: d.get(k) for k in DeviceRun.__dataclass_fields__})
+                    for d in data.get("devices", []))
+    return TorchRuntime(True, available=bool(data.get("available")),
+                        device_count=int(data.get("device_count") or 0),
+                        arch_list=tuple(data.get("arch_list") or ()), devices=devices,
+                        init_error=data.get("init_error"))
+
+
+def probe_timeout(ctx: Context) -> float:
+    """Importing torch and initialising every GPU takes longer than one tool call."""
+    return ctx.options.probe_timeout * 2
+
+
+@probe
+def torch_runtime(ctx: Context) -> TorchRuntime:
+    build = torch_build(ctx)
+    if build.kind not in ("cuda", "hip"):
+        return TorchRuntime(False, f"not run: {build.describe()}")
+    if not gpu_probe.visible_gpus(ctx):
+        return TorchRuntime(False, "not run: no GPU visible")
+    result = ctx.run([sys.executable, "-c", PROBE_SCRIPT], timeout=probe_timeout(ctx))
+    if result.timed_out:
+        return TorchRuntime(False, result.describe(), hung=True)
+    try:
+        return parse_probe_output(result.stdout)
+    except ValueError:  # json.JSONDecodeError is a ValueError
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        return TorchRuntime(False, result.describe(), evidence=tuple(tail))
+
+
+# -- does a compiled arch list cover a device? -----------------------------------------------
+_CUDA_ENTRY = re.compile(r"(sm|compute)_(\d+)([af]?)$")
+
+
+def _capability(arch: str) -> tuple[int, int]:
+    major, _, minor = arch.partition(".")
+    return int(major), int(minor or 0)
+
+
+def covering_entry(arch_list, device_arch: str) -> str | None:
+    """The arch-list entry that lets a device run torch's kernels, or None.
+
+    CUDA: ``sm_XY`` cubins run on devices of major X with minor >= Y (``sm_XYa`` only on
+    exactly X.Y); ``compute_XY`` PTX is JIT-compiled for any capability >= X.Y. ROCm:
+    code objects are per gfx target, so the names must match exactly.
+    """
+    if device_arch.startswith("gfx"):
+        return next((e for e in arch_list if e.split(":")[0] == device_arch), None)
+    major, minor = _capability(device_arch)
+    for entry in arch_list:
+        match = _CUDA_ENTRY.match(entry)
+        if not match:
+            continue
+        kind, digits, suffix = match.groups()
+        e_major, e_minor = int(digits[:-1]), int(digits[-1])
+        if kind == "compute" and (major, minor) >= (e_major, e_minor):
+            return entry
+        if kind == "sm" and major == e_major and (
+                minor == e_minor if suffix == "a" else minor >= e_minor):
+            return entry
+    return None

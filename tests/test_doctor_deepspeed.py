@@ -1,0 +1,175 @@
+"""deepspeed area: the real pure-Python install here, a recorded build against another torch,
+no compiler, the JIT cache, DeepSpeed's own op compatibility (one real subprocess, cached)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from dsenv.doctor.probes import deepspeed_info as dsi
+from dsenv.doctor.probes.gpus import Gpu
+from dsenv.doctor.result import Status
+
+from .conftest import FIXTURES
+
+PYDIR = f"python{sys.version_info.major}.{sys.version_info.minor}"
+REAL_TORCH = Path(importlib.util.find_spec("torch").submodule_search_locations[0])
+GPUS_KEY = dsi.GPU_PROBE_KEY
+V100 = Gpu("nvidia", 0, "Tesla V100-SXM2-16GB", "7.0", 16160)
+
+
+def seed_compat(ctx, accelerator="cpu"):
+    """Skip the 2-5 s subprocess: DeepSpeed's answer as this machine gives it."""
+    ops = ("deepspeed_not_implemented", "async_io", "deepspeed_ccl_comm", "deepspeed_shm_comm",
+           "cpu_adagrad", "cpu_adam", "cpu_lion", "fused_adam", "pin_memory")
+    ctx.memo("dsenv.doctor.probes.deepspeed_info.op_compatibility",
+             lambda: dsi.Compatibility(dict.fromkeys(ops, True), accelerator, True))
+    return ctx
+
+
+def seed_gpus(ctx, gpus):
+    ctx.memo(GPUS_KEY, lambda: list(gpus))
+    return ctx
+
+
+def fake_site(tmp_path, info_file=FIXTURES / "deepspeed" / "git_version_info_installed.py"):
+    """A prefix whose site-packages holds this machine's real torch/version.py and a
+    deepspeed package with a recorded git_version_info_installed.py."""
+    site = tmp_path / "env" / "lib" / PYDIR / "site-packages"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("")
+    shutil.copy(REAL_TORCH / "version.py", site / "torch" / "version.py")
+    (site / "deepspeed").mkdir()
+    (site / "deepspeed" / "__init__.py").write_text("")
+    shutil.copy(info_file, site / "deepspeed" / "git_version_info_installed.py")
+    meta = site / "deepspeed-0.19.8.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: deepspeed\nVersion: 0.19.8\n")
+    return tmp_path / "env"
+
+
+def with_prefix(ctx, prefix):
+    ctx.python_prefix = prefix
+    return ctx
+
+
+def test_read_assignments_of_real_install():
+    ds, torch = dsi.read_deepspeed(sys.path), dsi.read_torch(sys.path)
+    assert ds.version.startswith("0.") and ds.info_file is not None
+    assert ds.precompiled == []  # the sdist built a pure-Python wheel here
+    assert "cpu_adam" in ds.installed_ops
+    assert torch.kind == "cpu" and torch.version.startswith("2.")
+
+
+def test_install_real_is_ok(make_ctx, run_one):
+    result = run_one("deepspeed.install", make_ctx())
+    assert result.status == Status.OK
+    assert "no ops precompiled" in result.summary and "CPU-only" in result.summary
+
+
+def test_install_ops_built_against_other_torch_fails(tmp_path, make_ctx, run_one):
+    ctx = with_prefix(make_ctx(), fake_site(tmp_path))
+    result = run_one("deepspeed.install", ctx)
+    assert result.status == Status.FAIL
+    assert "torch 2.3, CUDA 12.1" in result.summary
+    assert any("ops built against torch 2.3, installed torch is 2.13" in e for e in result.evidence)
+    assert "--no-build-isolation" in result.fix and "DS_BUILD_" in result.fix
+    ops = run_one("deepspeed.ops", ctx)
+    assert ops.status == Status.SKIP and "deepspeed.install" in ops.summary
+
+
+def test_not_installed_warns_on_login_fails_on_compute(tmp_path, make_ctx, run_one):
+    (tmp_path / "empty" / "lib" / PYDIR / "site-packages").mkdir(parents=True)
+    login = with_prefix(make_ctx(), tmp_path / "empty")
+    compute = with_prefix(make_ctx(target="compute"), tmp_path / "empty")
+    assert run_one("deepspeed.install", login).status == Status.WARN
+    assert run_one("deepspeed.install", compute).status == Status.FAIL
+    assert run_one("deepspeed.ops", login).status == Status.SKIP
+
+
+def test_ops_compatibility_subprocess_then_cache(tmp_path, make_ctx, run_one):
+    env = {"PATH": shutil.os.environ["PATH"], "HOME": str(tmp_path / "home"),
+           "DSENV_CACHE_DIR": str(tmp_path / "dsenv-cache")}
+    first = make_ctx(env=env, probe_timeout=60)
+    compat = dsi.op_compatibility(first)
+    assert compat.error is None and not compat.from_cache
+    assert compat.accelerator == "cpu" and compat.compatible["cpu_adam"] is True
+    assert (tmp_path / "dsenv-cache" / dsi.CACHE_FILE).is_file()
+
+    result = run_one("deepspeed.ops", first)
+    # pure-Python deepspeed, nothing precompiled, gcc + ninja here, empty JIT cache: warn
+    assert result.status == Status.WARN, result
+    assert "deepspeed_shm_comm (~90 s)" in result.summary and "fused_adam" in result.summary
+    assert "TORCH_EXTENSIONS_DIR" in result.fix
+
+    second = make_ctx(env=env, probe_timeout=60)
+    start = time.monotonic()
+    again = dsi.op_compatibility(second)
+    assert again.from_cache and again.compatible == compat.compatible
+    assert time.monotonic() - start < 0.5
+    assert "torch" not in sys.modules  # nothing imported torch in this process
+
+    changed = make_ctx(env={**env, "DS_ACCELERATOR": "cpu"}, probe_timeout=60)
+    assert dsi.fingerprint(changed, *dsi.installs(changed), sys.executable) != \
+        dsi.fingerprint(second, *dsi.installs(second), sys.executable)
+
+
+def test_ops_no_compiler_fails(tmp_path, make_ctx, run_one):
+    empty = tmp_path / "nothing-here"
+    empty.mkdir()
+    ctx = seed_compat(make_ctx(env={"PATH": str(empty), "HOME": str(tmp_path / "home")}))
+    result = run_one("deepspeed.ops", ctx)
+    assert result.status == Status.FAIL
+    assert "the first fused op will fail to JIT-compile" in result.summary
+    assert "C++ compiler" in result.summary and "ninja" in result.summary
+    assert result.fix.startswith("precompile the ops: `dsenv provision --arch cpu`")
+
+
+def test_ops_already_in_jit_cache_ok(tmp_path, make_ctx, run_one):
+    cache = tmp_path / "shared" / "torch_extensions"
+    for op in ("deepspeed_shm_comm", "fused_adam"):
+        (cache / op).mkdir(parents=True)
+        (cache / op / f"{op}.so").write_bytes(b"\x7fELF")
+    env = {"PATH": shutil.os.environ["PATH"], "HOME": str(tmp_path / "home"),
+           "TORCH_EXTENSIONS_DIR": str(cache)}
+    result = run_one("deepspeed.ops", seed_compat(make_ctx(env=env)))
+    assert result.status == Status.OK and str(cache) in result.summary
+
+
+def test_default_jit_root_matches_torch_layout(tmp_path, make_ctx):
+    ctx = make_ctx(env={"HOME": str(tmp_path)})
+    _, torch = dsi.installs(ctx)
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    assert dsi.jit_build_root(ctx, torch) == tmp_path / ".cache" / "torch_extensions" / f"{py}_cpu"
+
+
+def test_accelerator_cpu_node_info(make_ctx, run_one):
+    result = run_one("deepspeed.accelerator", seed_gpus(make_ctx(), []))
+    assert result.status == Status.INFO
+    assert "Setting accelerator to CPU" in result.summary and "DS_ACCELERATOR=cpu" in result.summary
+
+
+def test_accelerator_explicit_cpu_ok(make_ctx, run_one):
+    env = {"PATH": "/usr/bin", "DS_ACCELERATOR": "cpu"}
+    assert run_one("deepspeed.accelerator", seed_gpus(make_ctx(env=env), [])).status == Status.OK
+
+
+def test_accelerator_unknown_name_fails(make_ctx, run_one):
+    result = run_one("deepspeed.accelerator", make_ctx(env={"DS_ACCELERATOR": "gpu"}))
+    assert result.status == Status.FAIL and "cuda" in result.evidence[0]  # DeepSpeed's own list
+
+
+def test_accelerator_gpus_with_cpu_torch_fails_on_compute(make_ctx, run_one):
+    result = run_one("deepspeed.accelerator",
+                     seed_gpus(make_ctx(target="compute"), [V100, V100]))
+    assert result.status == Status.FAIL
+    assert "2 GPU(s) visible but torch 2.13" in result.summary
+
+
+def test_accelerator_cuda_forced_with_cpu_torch_fails(make_ctx, run_one):
+    ctx = seed_gpus(make_ctx(env={"DS_ACCELERATOR": "cuda"}), [V100])
+    result = run_one("deepspeed.accelerator", ctx)
+    assert result.status == Status.FAIL and "CPU-only" in result.summary

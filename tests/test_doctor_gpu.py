@@ -1,0 +1,224 @@
+"""gpu area: nvidia-smi / AMD tool parsers on recorded outputs, visibility, tool health."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from dsenv.doctor.probes import gpus as probe
+from dsenv.doctor.probes.gpus import Gpu
+from dsenv.doctor.registry import CHECKS, all_checks
+from dsenv.doctor.result import Status
+from dsenv.doctor.runner import run_checks
+
+from tests.conftest import FIXTURES, fixture_text
+
+
+def a100(index, uuid):
+    return Gpu("nvidia", index, "NVIDIA A100-SXM4-80GB", "8.0", 81920, "535.54.03", uuid)
+
+
+FOUR = [a100(i, f"GPU-{i}aaaaaaa-62ce-2c30-9150-555ef08935e{i}") for i in range(4)]
+
+
+@pytest.fixture
+def tool_env(fake_bin, tmp_path):
+    """``tool_env(name, fixture=..., rc=0)`` fakes a vendor tool printing a recorded output."""
+    folder = {}
+
+    def make(name, fixture=None, rc=0, script=None):
+        if script is None:
+            out = tmp_path / f"{name}.out"
+            out.write_text(fixture_text(fixture) if fixture else "")
+            script = f"cat '{out}'\nexit {rc}\n"
+        folder["bin"] = fake_bin(name, script)
+        return {"PATH": f"{folder['bin']}:/usr/bin:/bin"}
+
+    return make
+
+
+# -- parsers on recorded outputs -------------------------------------------------------------
+def test_nvidia_csv_with_compute_cap_columns_in_any_order():
+    gpus = probe.parse_nvidia_csv(fixture_text("gpu/nvidia_smi_titanv_ada.csv"))
+    assert [(g.index, g.name, g.arch, g.driver) for g in gpus] == [
+        (0, "NVIDIA TITAN V", "7.0", "570.86.15"),
+        (1, "NVIDIA RTX 5880 Ada Generation", "8.9", "570.86.15")]
+    assert gpus[0].memory_mib is None and gpus[0].uuid is None
+
+
+def test_nvidia_csv_without_compute_cap_takes_the_arch_from_the_name():
+    (gpu,) = probe.parse_nvidia_csv(fixture_text("gpu/nvidia_smi_a100_470.csv"))
+    assert gpu.arch == "8.0"
+    assert gpu.uuid == "GPU-a75cda02-62ce-2c30-9150-555ef08935e2"
+    assert gpu.bus_id == "00000000:94:00.0" and gpu.driver == "470.103.01"
+
+
+def test_nvidia_csv_units_are_stripped():
+    text = "index, name, memory.total [MiB], compute_cap\n0, NVIDIA H100 80GB HBM3, 81559 MiB, 9.0\n"
+    (gpu,) = probe.parse_nvidia_csv(text)
+    assert (gpu.memory_mib, gpu.arch) == (81559, "9.0")
+
+
+def test_rocminfo_gpu_agent_gives_the_gfx_arch():
+    (gpu,) = probe.parse_rocminfo(fixture_text("gpu/rocminfo_mi250x.txt"))
+    assert (gpu.vendor, gpu.name, gpu.arch, gpu.uuid) == (
+        "amd", "AMD Instinct MI250X/MI250", "gfx90a", "GPU-124d13ccd7b050e5")
+
+
+def test_rocminfo_cpu_agents_are_not_gpus():
+    assert probe.parse_rocminfo(fixture_text("gpu/rocminfo_cpu_agent.txt")) == []
+
+
+def test_amd_smi_static_text():
+    (gpu,) = probe.parse_amd_smi_static(fixture_text("gpu/amd_smi_static_mi350x.txt"))
+    assert (gpu.index, gpu.name, gpu.arch, gpu.bus_id) == (
+        0, "AMD Instinct MI350X", "gfx950", "0000:05:00.0")
+
+
+def test_rocm_smi_bogus_gfx_version_is_not_trusted():
+    (gpu,) = probe.parse_rocm_smi_product(fixture_text("gpu/rocm_smi_productname_mi250x.json"))
+    assert gpu.name.startswith("AMD INSTINCT MI200") and gpu.arch == ""  # not "gfx9010"
+
+
+def test_fixtures_name_their_source():
+    for path in (FIXTURES / "gpu").iterdir():
+        assert path.read_text().startswith("# source: "), path.name
+
+
+# -- visibility ---------------------------------------------------------------------------
+@pytest.mark.parametrize("value,indices,unknown", [
+    ("2,0", [2, 0], []),
+    ("GPU-1aaaaaaa-62ce-2c30-9150-555ef08935e1", [1], []),
+    ("GPU-3aaa", [3], []),  # unique UUID prefixes are accepted, like CUDA does
+    ("0,7,1", [0], ["7", "1"]),  # the runtime stops at the first unknown entry
+    ("NoDevFiles", [], ["NoDevFiles"]),
+    ("", [], []),
+    ("MIG-4f1a6d1c-9cbb-5b2e-a8b0-2c8f3c7d9e10", [0, 1, 2, 3], []),  # not judged
+])
+def test_cuda_visible_devices(value, indices, unknown):
+    view = probe.apply_visibility(FOUR, {"CUDA_VISIBLE_DEVICES": value})
+    assert [g.index for g in view.gpus] == indices
+    assert list(view.unknown) == unknown
+
+
+def test_rocr_then_hip_visible_devices():
+    mi = [Gpu("amd", i, "AMD Instinct MI250X/MI250", "gfx90a", uuid=f"GPU-{i}bcd") for i in range(4)]
+    view = probe.apply_visibility(mi, {"ROCR_VISIBLE_DEVICES": "1,2,3", "HIP_VISIBLE_DEVICES": "2"})
+    assert [g.index for g in view.gpus] == [3]  # HIP indexes what ROCR left
+
+
+# -- checks through fake tools ------------------------------------------------------------------
+def test_nvidia_smi_and_devices_pass_on_a_recorded_node(make_ctx, run_one, tool_env):
+    ctx = make_ctx(env=tool_env("nvidia-smi", "gpu/nvidia_smi_titanv_ada.csv"), target="compute")
+    assert run_one("gpu.nvidia-smi", ctx).status is Status.OK
+    result = run_one("gpu.devices", ctx)
+    assert result.status is Status.OK
+    assert "NVIDIA TITAN V (compute capability 7.0" in result.summary
+    assert [g.index for g in probe.visible_gpus(ctx)] == [0, 1]
+
+
+def test_old_driver_retries_without_compute_cap(make_ctx, run_one, tool_env, tmp_path):
+    csv = tmp_path / "a100.csv"
+    csv.write_text(fixture_text("gpu/nvidia_smi_a100_470.csv"))
+    err = fixture_text("gpu/nvidia_smi_compute_cap_invalid.txt")
+    script = (f'case "$*" in *compute_cap*) printf \'{err.strip()}\\n\'; exit 2;; esac\n'
+              f"cat '{csv}'\n")
+    ctx = make_ctx(env=tool_env("nvidia-smi", script=script), target="compute")
+    (gpu,) = probe.visible_gpus(ctx)
+    assert gpu.arch == "8.0"
+    assert run_one("gpu.nvidia-smi", ctx).status is Status.OK
+
+
+def test_hung_nvidia_smi_fails_within_the_probe_timeout(make_ctx, tool_env):
+    ctx = make_ctx(env=tool_env("nvidia-smi", script="sleep 60\n"), target="compute",
+                   probe_timeout=1.5)
+    all_checks()
+    start = time.monotonic()
+    results = {r.id: r for r in run_checks([c for c in CHECKS.values() if c.area == "gpu"], ctx)}
+    elapsed = time.monotonic() - start
+    assert elapsed < 1.5 + 1.0, f"the gpu area took {elapsed:.1f} s"
+    hung = results["gpu.nvidia-smi"]
+    assert hung.status is Status.FAIL
+    assert "did not answer within 1.5 s" in hung.summary and "hung" in hung.summary
+    assert hung.fix and "exclude" in hung.fix
+    assert results["gpu.devices"].status is Status.FAIL  # compute target, no GPU known
+
+
+def test_nvidia_smi_error_fails_on_compute_warns_on_login(make_ctx, run_one, tool_env):
+    # The message nvidia-smi prints when the kernel module is not loaded.
+    env = tool_env("nvidia-smi", script="echo \"NVIDIA-SMI has failed because it couldn't "
+                   "communicate with the NVIDIA driver.\"\nexit 9\n")
+    assert run_one("gpu.nvidia-smi", make_ctx(env=env, target="compute")).status is Status.FAIL
+    login = run_one("gpu.nvidia-smi", make_ctx(env=env, target="login"))
+    assert login.status is Status.WARN and "exited 9" in login.evidence[0]
+
+
+def test_no_gpu_here_skips_tools_and_is_info_on_login(make_ctx, run_one):
+    ctx = make_ctx(env={"PATH": "/usr/bin:/bin"})
+    assert run_one("gpu.nvidia-smi", ctx).status is Status.SKIP
+    assert run_one("gpu.rocm", ctx).status is Status.SKIP
+    assert run_one("gpu.devices", ctx).status is Status.INFO
+    assert run_one("gpu.visible-devices", ctx).status is Status.SKIP
+
+
+def test_no_gpu_on_compute_fails(make_ctx, run_one):
+    result = run_one("gpu.devices", make_ctx(env={"PATH": "/usr/bin:/bin"}, target="compute"))
+    assert result.status is Status.FAIL and "--gpus-per-node" in result.fix
+
+
+def test_fewer_gpus_than_planned_fails(make_ctx, run_one, tool_env):
+    ctx = make_ctx(env=tool_env("nvidia-smi", "gpu/nvidia_smi_titanv_ada.csv"),
+                   target="compute", gpus_per_node=4)
+    result = run_one("gpu.devices", ctx)
+    assert result.status is Status.FAIL and "--gpus-per-node 4" in result.summary
+
+
+def test_rocminfo_node(make_ctx, run_one, tool_env):
+    ctx = make_ctx(env=tool_env("rocminfo", "gpu/rocminfo_mi250x.txt"), target="compute")
+    assert run_one("gpu.rocm", ctx).status is Status.OK
+    devices = run_one("gpu.devices", ctx)
+    assert devices.status is Status.OK and "gfx90a" in devices.summary
+
+
+def test_unknown_arch_warns(make_ctx, run_one, tool_env):
+    ctx = make_ctx(env=tool_env("rocm-smi", "gpu/rocm_smi_productname_mi250x.json"),
+                   target="compute")
+    assert run_one("gpu.devices", ctx).status is Status.WARN
+
+
+def test_visible_devices_checks(make_ctx, run_one, tool_env):
+    env = tool_env("nvidia-smi", "gpu/nvidia_smi_titanv_ada.csv")
+    assert run_one("gpu.visible-devices", make_ctx(env=env)).status is Status.OK
+    picked = run_one("gpu.visible-devices", make_ctx(env={**env, "CUDA_VISIBLE_DEVICES": "1"}))
+    assert picked.status is Status.OK and "1 of 2" in picked.summary
+    bad = run_one("gpu.visible-devices",
+                  make_ctx(env={**env, "CUDA_VISIBLE_DEVICES": "0,3"}, target="compute"))
+    assert bad.status is Status.FAIL and "3" in bad.summary
+    empty = run_one("gpu.visible-devices",
+                    make_ctx(env={**env, "CUDA_VISIBLE_DEVICES": ""}, target="compute"))
+    assert empty.status is Status.FAIL and "hides every GPU" in empty.summary
+    hidden = run_one("gpu.devices", make_ctx(env={**env, "CUDA_VISIBLE_DEVICES": ""},
+                                             target="compute"))
+    assert hidden.status is Status.FAIL and "2 present but hidden" in hidden.summary
+
+
+def test_rocr_visible_devices_naming_a_missing_gpu_fails(make_ctx, run_one, tool_env):
+    env = {**tool_env("rocminfo", "gpu/rocminfo_mi250x.txt"), "ROCR_VISIBLE_DEVICES": "0,1"}
+    result = run_one("gpu.visible-devices", make_ctx(env=env, target="compute"))
+    assert result.status is Status.FAIL and "1" in result.summary
+
+
+def test_seeded_visible_gpus_are_what_other_areas_see(make_ctx):
+    ctx = make_ctx(env={"PATH": "/usr/bin:/bin"})
+    ctx.memo("dsenv.doctor.probes.gpus.visible_gpus", lambda: FOUR[:2])
+    assert probe.visible_gpus(ctx) == FOUR[:2]
+
+
+def test_rocminfo_failing_is_reported(make_ctx, run_one, tool_env):
+    # rocminfo's own message when the amdgpu/kfd driver is not loaded.
+    env = tool_env("rocminfo", script="echo 'ROCk module is NOT loaded, possibly no GPU "
+                   "devices'\nexit 1\n")
+    result = run_one("gpu.rocm", make_ctx(env=env, target="compute"))
+    assert result.status is Status.FAIL and "rocminfo failed" in result.summary
+    assert "ROCk module is NOT loaded" in result.evidence[0]
+    assert run_one("gpu.rocm", make_ctx(env=env)).status is Status.WARN

@@ -1,0 +1,146 @@
+"""job area: real ds_config files (seed 000's fp16/ZeRO-2, eth-cscs t5, HF "auto")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from dsenv.doctor.probes import dsconfig
+from dsenv.doctor.probes.deepspeed_info import GPU_PROBE_KEY
+from dsenv.doctor.probes.gpus import Gpu
+from dsenv.doctor.result import Status
+
+from .conftest import FIXTURES
+
+CONFIGS = FIXTURES / "dsconfig"
+FP16 = CONFIGS / "bert_squad_fp16.json"
+ZERO2 = CONFIGS / "bert_squad_zero2.json"
+AUTO = CONFIGS / "hf_zero2_auto.json"
+V100 = Gpu("nvidia", 0, "Tesla V100-SXM2-32GB", "7.0", 32768)
+A100 = Gpu("nvidia", 0, "NVIDIA A100-SXM4-80GB", "8.0", 81920)
+MI100 = Gpu("amd", 0, "AMD Instinct MI100", "gfx908", 32752)
+
+
+def with_gpus(ctx, gpus):
+    ctx.memo(GPU_PROBE_KEY, lambda: list(gpus))
+    return ctx
+
+
+def variant(tmp_path, source, **changes):
+    data = json.loads(source.read_text())
+    data.update(changes)
+    path = tmp_path / f"variant-{source.name}"
+    path.write_text(json.dumps(data, indent=4))
+    return path
+
+
+def test_ds_config_parses(make_ctx, run_one):
+    result = run_one("job.ds-config", make_ctx(deepspeed_config=ZERO2))
+    assert result.status == Status.OK and "6 top-level keys" in result.summary
+
+
+def test_ds_config_syntax_error_names_line_and_column(tmp_path, make_ctx, run_one):
+    broken = tmp_path / "ds_config.json"
+    broken.write_text(FP16.read_text().replace('"gradient_accumulation_steps": 1,',
+                                               '"gradient_accumulation_steps": 1'))
+    result = run_one("job.ds-config", make_ctx(deepspeed_config=broken))
+    assert result.status == Status.FAIL
+    assert f"{broken}:4:5: line 4 column 5: Expecting ',' delimiter" == result.summary
+    assert "line 4 column 5" in result.fix
+
+
+def test_ds_config_duplicate_key_fails(tmp_path, make_ctx, run_one):
+    doubled = tmp_path / "ds_config.json"
+    doubled.write_text(FP16.read_text().replace('"steps_per_print": 10,',
+                                                '"steps_per_print": 10, "fp16": {},'))
+    result = run_one("job.ds-config", make_ctx(deepspeed_config=doubled))
+    assert result.status == Status.FAIL and "duplicate key 'fp16'" in result.summary
+
+
+def test_no_config_skips_with_reason(make_ctx, run_one):
+    assert "--deepspeed-config" in run_one("job.batch-size", make_ctx()).summary
+    result = run_one("job.precision", make_ctx(workload="bert-squad"))
+    assert result.status == Status.SKIP and "bert-squad has no default" in result.summary
+
+
+def test_batch_size_fits_planned_world(make_ctx, run_one):
+    # seed 000: train_batch_size 512 on 2 nodes x 4 MI100 = 8 ranks -> micro batch 64
+    result = run_one("job.batch-size", make_ctx(deepspeed_config=FP16, nodes=2, gpus_per_node=4))
+    assert result.status == Status.OK and result.summary == "512 = 64 x 1 x 8 ranks"
+
+
+def test_batch_size_does_not_split_fails(make_ctx, run_one):
+    result = run_one("job.batch-size", make_ctx(deepspeed_config=FP16, nodes=2, gpus_per_node=3))
+    assert result.status == Status.FAIL
+    assert "512 != 85 x 1 x 6 = 510" in result.summary
+    assert result.fix.startswith('set "train_batch_size": 510 or 516')
+
+
+def test_batch_size_from_slurm_allocation(make_ctx, run_one):
+    env = {"SLURM_JOB_ID": "42", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "4"}
+    result = run_one("job.batch-size", make_ctx(env=env, deepspeed_config=FP16))
+    assert result.status == Status.OK
+    assert "SLURM_NNODES 2 x SLURM_NTASKS_PER_NODE 4" in result.evidence[0]
+
+
+def test_batch_size_world_unknown_skips(make_ctx, run_one):
+    result = run_one("job.batch-size", with_gpus(make_ctx(deepspeed_config=FP16), []))
+    assert result.status == Status.SKIP and "--nodes N --gpus-per-node G" in result.summary
+
+
+def test_batch_size_hf_auto_ok(make_ctx, run_one):
+    result = run_one("job.batch-size", make_ctx(deepspeed_config=AUTO, nodes=2, gpus_per_node=4))
+    assert result.status == Status.OK and "Hugging Face Trainer" in result.summary
+
+
+@pytest.mark.parametrize("config, world, good, fix", [
+    # all three given and inconsistent: both ways out
+    ({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 32,
+      "gradient_accumulation_steps": 1}, 8, False,
+     'set "train_batch_size": 256, or keep 512 with "train_micro_batch_size_per_gpu": 64, '
+     '"gradient_accumulation_steps": 1'),
+    # train + micro: accumulation = 512 // 64 // 16 = 0
+    ({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 64}, 16, False,
+     'set "train_batch_size": 1024, or keep 512 with "train_micro_batch_size_per_gpu": 32, '
+     '"gradient_accumulation_steps": 1'),
+    ({"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 4}, 8, True, None),
+    ({"train_micro_batch_size_per_gpu": 16}, 3, True, None),
+    ({"gradient_accumulation_steps": 4}, 8, False, 'add "train_micro_batch_size_per_gpu": '
+     '<per-GPU batch>'),
+    ({"train_batch_size": 100, "train_micro_batch_size_per_gpu": "auto"}, 8, False,
+     'set "train_batch_size": "auto" (or a multiple of 8)'),
+])
+def test_judge_batch_follows_deepspeed(config, world, good, fix):
+    verdict = dsconfig.judge_batch(config, world)
+    assert verdict.good is good
+    assert verdict.fix == fix
+
+
+def test_precision_fp16_on_v100_ok(make_ctx, run_one):
+    ctx = with_gpus(make_ctx(deepspeed_config=ZERO2), [V100])
+    result = run_one("job.precision", ctx)
+    assert result.status == Status.OK and result.summary == "fp16 on 7.0"
+
+
+def test_precision_bf16_on_v100_fails_on_a100_ok(tmp_path, make_ctx, run_one):
+    bf16 = variant(tmp_path, ZERO2, fp16={"enabled": False}, bf16={"enabled": True})
+    result = run_one("job.precision", with_gpus(make_ctx(deepspeed_config=bf16), [V100, V100]))
+    assert result.status == Status.FAIL and "7.0" in result.summary
+    assert result.fix.startswith("switch to fp16")
+    assert run_one("job.precision",
+                   with_gpus(make_ctx(deepspeed_config=bf16), [A100])).status == Status.OK
+    # the old section name DeepSpeed still reads, on MI100 (gfx908: no bf16)
+    old = variant(tmp_path, FP16, fp16={"enabled": False}, bfloat16={"enabled": True})
+    result = run_one("job.precision", with_gpus(make_ctx(deepspeed_config=old), [MI100]))
+    assert result.status == Status.FAIL and "gfx908" in result.summary
+
+
+def test_precision_both_enabled_fails(tmp_path, make_ctx, run_one):
+    both = variant(tmp_path, FP16, bf16={"enabled": True})
+    result = run_one("job.precision", with_gpus(make_ctx(deepspeed_config=both), []))
+    assert result.status == Status.FAIL and "simultaneously" in result.summary
+
+
+def test_precision_no_gpu_skips(make_ctx, run_one):
+    result = run_one("job.precision", with_gpus(make_ctx(deepspeed_config=FP16), []))
+    assert result.status == Status.SKIP

@@ -1,0 +1,122 @@
+"""python area: interpreter kind, symlinked prefix, broken requirements (real + generated)."""
+
+from __future__ import annotations
+
+import sys
+
+from dsenv.doctor.probes import pyenv
+from dsenv.doctor.result import Status
+
+PYDIR = f"python{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def write_dist(site, name, version, requires=()):
+    """A minimal *.dist-info folder, as pip writes it."""
+    folder = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    folder.mkdir(parents=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+             *(f"Requires-Dist: {r}" for r in requires)]
+    (folder / "METADATA").write_text("\n".join(lines) + "\n")
+
+
+def make_prefix(root, kind=None, cfg=None):
+    site = root / "lib" / PYDIR / "site-packages"
+    site.mkdir(parents=True)
+    if kind == "conda":
+        (root / "conda-meta").mkdir()
+    if cfg is not None:
+        (root / "pyvenv.cfg").write_text(cfg)
+    return site
+
+
+def test_interpreter_real(make_ctx, run_one):
+    result = run_one("python.interpreter", make_ctx())
+    assert result.status == Status.OK
+    assert ".".join(map(str, sys.version_info[:3])) in result.summary
+    assert sys.executable in result.summary
+
+
+def test_interpreter_conda(tmp_path, make_ctx, run_one):
+    make_prefix(tmp_path / "env", kind="conda")
+    ctx = make_ctx()
+    ctx.python_prefix = tmp_path / "env"
+    result = run_one("python.interpreter", ctx)
+    assert result.status == Status.OK and "conda env" in result.summary
+
+
+def test_venv_with_system_site_packages_shadowing_torch(tmp_path, make_ctx, run_one):
+    # seed 001: `python -m venv deepspeed-env --system-site-packages` inside an NGC container;
+    # `pip install deepspeed` then may pull a second torch into the venv over the container's
+    base_site = make_prefix(tmp_path / "opt" / "conda")
+    write_dist(base_site, "torch", "1.13.0a0+d321be6")
+    venv_site = make_prefix(tmp_path / "venv", cfg=(
+        f"home = {tmp_path / 'opt' / 'conda' / 'bin'}\n"
+        "include-system-site-packages = true\nversion = 3.8.13\n"))
+    ctx = make_ctx()
+    ctx.python_prefix = tmp_path / "venv"
+    assert run_one("python.interpreter", ctx).status == Status.OK  # nothing shadowed yet
+
+    write_dist(venv_site, "torch", "2.13.0")
+    result = run_one("python.interpreter", make_ctx_with(make_ctx, tmp_path / "venv"))
+    assert result.status == Status.WARN
+    assert "torch 2.13.0 over the base's 1.13.0a0+d321be6" in result.summary
+    assert "pip uninstall -y torch" in result.fix
+
+
+def make_ctx_with(make_ctx, prefix):
+    ctx = make_ctx()
+    ctx.python_prefix = prefix
+    return ctx
+
+
+def test_prefix_real_path(make_ctx, run_one):
+    assert run_one("python.prefix-symlink", make_ctx()).status == Status.OK
+
+
+def test_prefix_through_symlink(tmp_path, make_ctx, run_one):
+    # seed 003: /home is a symlink to /s/ls4/users; a conda env under it fails in batch jobs
+    real_home = tmp_path / "s" / "ls4" / "users"
+    make_prefix(real_home / "kristina" / "anaconda3" / "envs" / "ds_env", kind="conda")
+    (tmp_path / "home").symlink_to(real_home)
+    ctx = make_ctx_with(make_ctx, tmp_path / "home" / "kristina" / "anaconda3" / "envs" / "ds_env")
+    result = run_one("python.prefix-symlink", ctx)
+    assert result.status == Status.WARN
+    real = real_home / "kristina" / "anaconda3" / "envs" / "ds_env"
+    assert f"conda activate {real}" in result.fix
+    assert str(tmp_path / "home") in result.summary
+
+
+def test_requirements_real_environment_consistent(make_ctx, run_one):
+    result = run_one("python.requirements", make_ctx())
+    assert result.status == Status.OK, result.evidence
+    assert "deepspeed 0." in result.evidence[0] and "torch 2." in result.evidence[0]
+
+
+def test_requirements_broken_on_generated_site(tmp_path, make_ctx, run_one):
+    site = make_prefix(tmp_path / "env")
+    write_dist(site, "transformers", "5.23.0", [
+        "huggingface-hub<2.0,>=1.3.0", "tokenizers<=0.23.0,>=0.22.0", "numpy>=1.17",
+        "tqdm>=4.27; extra == 'dev'",  # an extra nobody requested: ignored
+        "pywin32; sys_platform == 'win32'",  # a marker false here: ignored
+    ])
+    write_dist(site, "huggingface-hub", "0.36.0", ["filelock"])
+    write_dist(site, "numpy", "2.4.6")
+    write_dist(site, "deepspeed", "0.19.8", ["numpy", "torch"])
+    write_dist(site, "torch", "2.13.0", ["filelock", "sympy>=1.13.3"])
+    write_dist(site, "filelock", "3.20.0")
+    write_dist(site, "sympy", "1.12")
+
+    report = pyenv.check_requirements([str(site)])
+    described = [p.describe() for p in report.problems]
+    assert ("transformers 5.23.0 has requirement huggingface-hub<2.0,>=1.3.0, but you have "
+            "huggingface-hub 0.36.0") in described
+    assert any("tokenizers" in d and "not installed" in d for d in described)
+    assert any("sympy>=1.13.3" in d for d in described)
+    assert not any("tqdm" in d or "pywin32" in d for d in described)
+
+    result = run_one("python.requirements", make_ctx_with(make_ctx, tmp_path / "env"))
+    assert result.status == Status.FAIL
+    assert result.fix.startswith(f"{tmp_path / 'env' / 'bin' / 'python'} -m pip install ")
+    for spec in ("'huggingface-hub<2.0,>=1.3.0'", "'tokenizers<=0.23.0,>=0.22.0'",
+                 "'sympy>=1.13.3'"):
+        assert spec in result.fix

@@ -1,0 +1,195 @@
+"""torch area: the build read from torch/version.py, the one subprocess probe, arch coverage."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+from dsenv.doctor.probes import torch_info as tp
+from dsenv.doctor.probes.gpus import Gpu
+from dsenv.doctor.probes.torch_info import TorchBuild, TorchRuntime
+from dsenv.doctor.result import Status
+
+from tests.conftest import fixture_text
+
+VISIBLE = "dsenv.doctor.probes.gpus.visible_gpus"
+BUILD = "dsenv.doctor.probes.torch_info.torch_build"
+RUNTIME = "dsenv.doctor.probes.torch_info.torch_runtime"
+
+
+def a100(driver="550.54.14"):
+    return Gpu("nvidia", 0, "NVIDIA A100-SXM4-80GB", "8.0", 81920, driver)
+
+
+def v100(driver="580.65.06"):
+    return Gpu("nvidia", 0, "Tesla V100-SXM2-32GB", "7.0", 32768, driver)
+
+
+@pytest.fixture
+def seeded(make_ctx):
+    """A context whose GPUs, torch build and torch probe result are given by the test."""
+
+    def build(gpus=(), torch=None, runtime=None, target="compute"):
+        ctx = make_ctx(env={"PATH": "/usr/bin:/bin"}, target=target)
+        ctx.memo(VISIBLE, lambda: list(gpus))
+        if torch is not None:
+            ctx.memo(BUILD, lambda: torch)
+        if runtime is not None:
+            ctx.memo(RUNTIME, lambda: runtime)
+        return ctx
+
+    return build
+
+
+CU124 = TorchBuild("2.4.1+cu124", cuda="12.4", location="/site/torch")
+CU126 = TorchBuild("2.11.0+cu126", cuda="12.6", location="/site/torch")
+CU128 = TorchBuild("2.11.0+cu128", cuda="12.8", location="/site/torch")
+CPU = TorchBuild("2.13.0+cpu", location="/site/torch")
+
+
+def recorded(name):
+    return tp.parse_probe_output(fixture_text(f"gpu/{name}"))
+
+
+# -- torch/version.py, read not imported -----------------------------------------------------
+def test_version_py_of_a_cuda_wheel():
+    values = tp.parse_version_py(fixture_text("gpu/torch_version_cu121.py.txt"))
+    assert values == {"__version__": "2.2.1+cu121", "cuda": "12.1", "hip": None}
+
+
+def test_the_installed_torch_is_read_without_importing_it(make_ctx):
+    imported_before = "torch" in sys.modules  # another test may have imported it
+    build = tp.torch_build(make_ctx())
+    assert build.installed and build.version.startswith("2.") and build.kind == "cpu"
+    assert build.location and build.location.endswith("torch")
+    assert imported_before or "torch" not in sys.modules
+
+
+# -- the probe's output ----------------------------------------------------------------------
+def test_parse_recorded_cpu_probe():
+    runtime = recorded("torch_probe_cpu.txt")
+    assert runtime.ran and not runtime.available and runtime.device_count == 0
+    assert "not compiled with CUDA" in runtime.init_error
+
+
+def test_parse_probe_gpu_outputs():
+    ok_run = recorded("torch_probe_cu126_a100.txt")
+    assert ok_run.available and [d.usable for d in ok_run.devices] == [True, True]
+    bad = recorded("torch_probe_cu128_v100.txt")
+    assert bad.devices[0].arch == "7.0" and not bad.devices[0].usable
+    with pytest.raises(ValueError):
+        tp.parse_probe_output("Segmentation fault\n")
+
+
+def test_real_probe_script_on_this_machines_torch(make_ctx):
+    """The script itself runs against the installed (CPU) torch: one import, ~2-3 s."""
+    ctx = make_ctx()
+    result = ctx.run([sys.executable, "-c", tp.PROBE_SCRIPT], timeout=60)
+    runtime = tp.parse_probe_output(result.stdout)
+    assert result.ok and runtime.ran and runtime.device_count == 0 and not runtime.available
+
+
+def test_no_gpu_means_no_subprocess(make_ctx):
+    start = time.monotonic()
+    runtime = tp.torch_runtime(make_ctx(env={"PATH": "/usr/bin:/bin"}))
+    assert not runtime.ran and time.monotonic() - start < 0.5
+
+
+# -- the coverage rule ---------------------------------------------------------------------
+@pytest.mark.parametrize("arch_list,device,entry", [
+    (["sm_80"], "8.6", "sm_80"),  # same major, higher minor: the cubin runs
+    (["sm_86"], "8.0", None),  # lower minor: it does not
+    (["sm_80"], "9.0", None),  # other major: cubins never cross
+    (["sm_70", "compute_70"], "8.6", "compute_70"),  # PTX JIT-compiles for anything newer
+    (["compute_90"], "8.0", None),
+    (["sm_90a"], "9.0", "sm_90a"),
+    (["sm_90a"], "9.1", None),  # arch-specific cubins run on exactly that arch
+    (["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"], "7.0", None),
+    (["gfx908", "gfx90a", "gfx942"], "gfx90a", "gfx90a"),
+    (["gfx908", "gfx942"], "gfx90a", None),  # ROCm: names must match
+])
+def test_covering_entry(arch_list, device, entry):
+    assert tp.covering_entry(arch_list, device) == entry
+
+
+# -- checks ---------------------------------------------------------------------------------
+def test_build_cpu_torch_without_gpu_is_ok(make_ctx, run_one):
+    result = run_one("torch.build", make_ctx(env={"PATH": "/usr/bin:/bin"}))
+    assert result.status is Status.OK and "CPU" in result.summary
+
+
+def test_build_cpu_torch_on_a_gpu_node_names_the_wheel_index(seeded, run_one):
+    result = run_one("torch.build", seeded([Gpu("nvidia", 0, "NVIDIA A100-SXM4-80GB", "8.0",
+                                                 driver="535.54.03")], CPU))
+    assert result.status is Status.FAIL
+    # 535 runs CUDA 12.1 fully; cu124 would need 550.
+    assert result.fix.endswith("--index-url https://download.pytorch.org/whl/cu121")
+
+
+def test_wheel_index_skips_cuda_13_for_a_v100(seeded, run_one):
+    result = run_one("torch.build", seeded([v100()], CPU))
+    assert result.fix.endswith("/whl/cu128")
+
+
+def test_build_not_installed(seeded, run_one):
+    missing = TorchBuild(None)
+    assert run_one("torch.build", seeded([a100()], missing)).status is Status.FAIL
+    assert run_one("torch.build", seeded([], missing, target="login")).status is Status.WARN
+
+
+def test_build_cuda_torch_on_amd_gpus_fails(seeded, run_one):
+    mi = Gpu("amd", 0, "AMD Instinct MI250X/MI250", "gfx90a")
+    result = run_one("torch.build", seeded([mi], CU124))
+    assert result.status is Status.FAIL and "rocm" in result.fix
+
+
+def test_arch_list_covers(seeded, run_one):
+    ctx = seeded([a100()], CU126, recorded("torch_probe_cu126_a100.txt"))
+    assert run_one("torch.arch-list", ctx).status is Status.OK
+
+
+def test_arch_list_misses_the_v100(seeded, run_one):
+    ctx = seeded([v100()], CU128, recorded("torch_probe_cu128_v100.txt"))
+    result = run_one("torch.arch-list", ctx)
+    assert result.status is Status.FAIL and "7.0" in result.summary
+    assert "whl/cu12" in result.fix and "sm_75" in result.evidence[0]
+
+
+def test_arch_list_skips_without_gpu_or_gpu_torch(seeded, run_one):
+    assert run_one("torch.arch-list", seeded([], CU124)).status is Status.SKIP
+    assert run_one("torch.arch-list", seeded([a100()], CPU)).status is Status.SKIP
+
+
+@pytest.mark.parametrize("driver,status", [
+    ("470.103.01", Status.FAIL),  # below CUDA 12's minor-version-compatibility floor
+    ("535.54.03", Status.WARN),  # CUDA 12.4 runs only through minor-version compatibility
+    ("550.54.14", Status.OK),
+])
+def test_driver_against_torch_cuda(seeded, run_one, driver, status):
+    result = run_one("torch.driver", seeded([a100(driver)], CU124))
+    assert result.status is status
+    if status is not Status.OK:
+        assert "--index-url" in result.fix
+
+
+def test_usable(seeded, run_one):
+    good = run_one("torch.usable", seeded([a100(), a100()], CU126,
+                                          recorded("torch_probe_cu126_a100.txt")))
+    assert good.status is Status.OK and "2 GPU(s)" in good.summary
+    bad = run_one("torch.usable", seeded([v100()], CU128, recorded("torch_probe_cu128_v100.txt")))
+    assert bad.status is Status.FAIL and "no kernel image" in bad.evidence[0]
+
+
+def test_usable_reports_hangs_and_unavailable_cuda(seeded, run_one):
+    hung = TorchRuntime(False, "`python -c ...` did not answer within 20.0 s (killed)", hung=True)
+    result = run_one("torch.usable", seeded([a100()], CU124, hung))
+    assert result.status is Status.FAIL and "did not finish" in result.summary
+    off = TorchRuntime(True, available=False, init_error="RuntimeError: CUDA driver "
+                       "initialization failed, you might not have a CUDA gpu.")
+    result = run_one("torch.usable", seeded([a100()], CU124, off))
+    assert result.status is Status.FAIL and "initialization failed" in result.evidence[0]
+
+
+def test_usable_skips_without_gpu(make_ctx, run_one):
+    assert run_one("torch.usable", make_ctx(env={"PATH": "/usr/bin:/bin"})).status is Status.SKIP
