@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dsenv import __version__
 from dsenv.doctor.registry import AREAS
+
 NOT_BUILT = {
     "provision": "build a locked environment with DeepSpeed ops precompiled for a GPU arch (issue #4)",
     "smoke": "run a bundled workload's tiny training run (issue #3)",

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 from dsenv.doctor import registry
 from dsenv.doctor.context import Context, Options
 from dsenv.doctor.registry import Check

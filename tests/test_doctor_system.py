@@ -3,9 +3,9 @@
 import resource
 
 import pytest
-
 from dsenv.doctor.probes.host import parse_proc_cpuinfo, parse_size
 from dsenv.doctor.result import Status
+
 from tests.conftest import fixture_text
 
 
