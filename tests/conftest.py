@@ -7,7 +7,6 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from dsenv.doctor.context import Context, Options
 from dsenv.doctor.registry import CHECKS, all_checks
 from dsenv.doctor.runner import run_check

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from dsenv.doctor.probes import deepspeed_info as dsi
 from dsenv.doctor.probes.gpus import Gpu
+from dsenv.doctor.probes.torch_info import read_torch_build, torch_build
 from dsenv.doctor.result import Status
 
 from .conftest import FIXTURES
@@ -57,11 +58,21 @@ def with_prefix(ctx, prefix):
 
 
 def test_read_assignments_of_real_install():
-    ds, torch = dsi.read_deepspeed(sys.path), dsi.read_torch(sys.path)
+    ds, torch = dsi.read_deepspeed(sys.path), read_torch_build(sys.path)
     assert ds.version.startswith("0.") and ds.info_file is not None
     assert ds.precompiled == []  # the sdist built a pure-Python wheel here
     assert "cpu_adam" in ds.installed_ops
-    assert torch.kind == "cpu" and torch.version.startswith("2.")
+    assert torch.kind == "cpu" and torch.version.startswith("2.") and not torch.gpu_build
+    assert torch.version_file == REAL_TORCH / "version.py"
+
+
+def test_installs_reads_torch_from_the_fake_site(tmp_path, make_ctx):
+    ctx = with_prefix(make_ctx(), fake_site(tmp_path))
+    ds, torch = dsi.installs(ctx)
+    site = tmp_path / "env" / "lib" / PYDIR / "site-packages"
+    assert ds.version == "0.19.8" and ds.folder == site / "deepspeed"
+    assert torch.location == str(site / "torch") and torch.kind == "cpu"
+    assert torch == torch_build(ctx)  # the one reading every area shares
 
 
 def test_install_real_is_ok(make_ctx, run_one):

@@ -53,9 +53,39 @@ def recorded(name):
 
 
 # -- torch/version.py, read not imported -----------------------------------------------------
-def test_version_py_of_a_cuda_wheel():
-    values = tp.parse_version_py(fixture_text("gpu/torch_version_cu121.py.txt"))
-    assert values == {"__version__": "2.2.1+cu121", "cuda": "12.1", "hip": None}
+def fake_torch(site, version_py):
+    """A site dir holding a torch package with only ``version_py`` as its version.py."""
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("raise ImportError('never imported')\n")
+    (site / "torch" / "version.py").write_text(version_py)
+    return site
+
+
+def test_version_py_of_a_cuda_wheel(tmp_path):
+    site = fake_torch(tmp_path / "site", fixture_text("gpu/torch_version_cu121.py.txt"))
+    build = tp.read_torch_build([str(site)])
+    assert build == TorchBuild("2.2.1+cu121", cuda="12.1", hip=None, location=str(site / "torch"))
+    assert build.kind == "cuda" and build.gpu_build
+    assert build.version_file == site / "torch" / "version.py"
+
+
+def test_version_py_of_a_rocm_wheel_and_no_torch(tmp_path):
+    site = fake_torch(tmp_path / "site", "__version__ = '2.5.1+rocm6.2'\ncuda = None\n"
+                      "hip: 'Optional[str]' = '6.2.41133-dd7f95766'\n")
+    build = tp.read_torch_build([str(site)])
+    assert build.kind == "hip" and build.gpu_build and build.hip == "6.2.41133-dd7f95766"
+    missing = tp.read_torch_build([str(tmp_path / "empty")])
+    assert missing == TorchBuild(None) and missing.kind == "none" and not missing.gpu_build
+
+
+def test_torch_build_probe_reads_the_contexts_prefix(tmp_path, make_ctx):
+    prefix = tmp_path / "env"
+    pydir = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    fake_torch(prefix / "lib" / pydir / "site-packages",
+               fixture_text("gpu/torch_version_cu121.py.txt"))
+    ctx = make_ctx()
+    ctx.python_prefix = prefix
+    assert tp.torch_build(ctx).describe() == "torch 2.2.1+cu121 (CUDA 12.1 build)"
 
 
 def test_the_installed_torch_is_read_without_importing_it(make_ctx):

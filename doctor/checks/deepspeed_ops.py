@@ -6,6 +6,7 @@ import os
 
 from ..context import Context
 from ..probes import deepspeed_info as dsi
+from ..probes.torch_info import TorchBuild
 from ..registry import check
 from ..result import fail, info, ok, skip, warn
 
@@ -22,7 +23,7 @@ def install(ctx: Context):
             "DeepSpeed is not installed in this environment",
             "install the training stack: `dsenv provision` (or `pip install deepspeed`)")
     evidence = [f"installed at {ds.folder}"]
-    if torch is None:
+    if not torch.installed:
         return fail(f"DeepSpeed {ds.version} is installed but torch is not",
                     "install torch first, then DeepSpeed: `dsenv provision`", *evidence)
     evidence.append(torch.describe())
@@ -45,9 +46,9 @@ def _compiler(ctx: Context) -> str | None:
     return ctx.which("c++") or ctx.which("g++")
 
 
-def _gpu_compiler(ctx: Context, accelerator: str, torch) -> tuple[str, str | None] | None:
+def _gpu_compiler(ctx: Context, accelerator: str, torch: TorchBuild) -> tuple[str, str | None] | None:
     """(name, path or None) of the device compiler a GPU JIT build needs, if it needs one."""
-    if accelerator != "cuda" or torch is None or not torch.gpu_build:
+    if accelerator != "cuda" or not torch.gpu_build:
         return None
     if torch.hip:
         home = ctx.env.get("ROCM_PATH") or ctx.env.get("ROCM_HOME")
@@ -80,7 +81,7 @@ def ops(ctx: Context):
     ds, torch = dsi.installs(ctx)
     if ds is None:
         return skip("DeepSpeed is not installed")
-    if torch is not None and dsi.build_mismatches(ds, torch):
+    if torch.installed and dsi.build_mismatches(ds, torch):
         return skip("the precompiled ops cannot load until DeepSpeed is rebuilt: see "
                     "deepspeed.install")
     gpus = dsi.visible_gpus(ctx)
@@ -140,11 +141,11 @@ def accelerator(ctx: Context):
                     "supported: " + ", ".join(supported))
     gpus = dsi.visible_gpus(ctx)
     choice = dsi.expected_accelerator(ctx, torch, gpus)
-    build = torch.describe() if torch else "torch not installed"
+    build = torch.describe()
     evidence = [build, f"visible GPUs: {len(gpus)}" if gpus is not None
                 else "visible GPUs: unknown (GPU probe unavailable)"]
     if choice.name == "cuda":
-        if torch is None or not torch.gpu_build:
+        if not torch.gpu_build:
             return fail(f"DS_ACCELERATOR=cuda but {build}", "install a CUDA/ROCm build of "
                         "torch: `dsenv provision`", *evidence)
         vendors = {g.vendor for g in gpus or []}

@@ -2,27 +2,27 @@
 
 DeepSpeed's setup.py records what it built in ``deepspeed/git_version_info_installed.py``
 (installed_ops, accelerator_name, torch_info: the torch/CUDA/HIP the ops were built
-against); torch records its build in ``torch/version.py``. Both are plain assignments, read
-with ``ast``. Which ops are *compatible* is DeepSpeed's own knowledge and needs its imports
-(~2-5 s): that runs once in a subprocess and is cached on disk under a fingerprint of
-everything it depends on.
+against), plain assignments read with ``ast`` (:mod:`.pyfiles`); the installed torch is the
+torch area's :func:`.torch_info.torch_build`. Which ops are *compatible* is DeepSpeed's own
+knowledge and needs its imports (~2-5 s): that runs once in a subprocess and is cached on
+disk under a fingerprint of everything it depends on.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
 import sys
 from dataclasses import dataclass, field
-from importlib.machinery import PathFinder
 from pathlib import Path
 
 from dsenv.data import load_table
 
 from ..context import Context, probe
-from . import pyenv
+from . import pyenv, torch_info
+from .pyfiles import package_dir, read_assignments
+from .torch_info import TorchBuild
 
 UNKNOWN_VERSION = "0.0"  # what DeepSpeed writes into torch_info when it built no ops
 CACHE_FILE = "deepspeed-ops.json"
@@ -30,69 +30,11 @@ JSON_MARK = "DSENV-JSON "
 GPU_PROBE_KEY = "dsenv.doctor.probes.gpus.visible_gpus"  # @probe's memo key
 
 
-def read_assignments(path: Path) -> dict[str, object]:
-    """Top-level ``name = <literal>`` assignments of a Python file, without running it."""
-    tree = ast.parse(Path(path).read_text(errors="replace"), str(path))
-    values: dict[str, object] = {}
-    for node in tree.body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
-            targets, value = [node.target], node.value
-        elif isinstance(node, ast.Assign):
-            targets, value = node.targets, node.value
-        else:
-            continue
-        try:
-            literal = ast.literal_eval(value)
-        except ValueError:
-            continue
-        for target in targets:
-            if isinstance(target, ast.Name):
-                values[target.id] = literal
-    return values
-
-
-def package_dir(name: str, path: list[str]) -> Path | None:
-    """Where a top-level package lives on ``path``, found without importing it."""
-    spec = PathFinder.find_spec(name, path)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def major_minor(version: str | None) -> str | None:
     if not version:
         return None
     parts = version.split("+")[0].split(".")
     return ".".join(parts[:2])
-
-
-@dataclass(frozen=True)
-class TorchBuild:
-    version: str  # "2.13.0+cpu"
-    cuda: str | None  # "12.1" for a CUDA build
-    hip: str | None  # "6.2.41133-dd7f95766" for a ROCm build
-    version_file: Path
-
-    @property
-    def kind(self) -> str:
-        return "rocm" if self.hip else "cuda" if self.cuda else "cpu"
-
-    @property
-    def gpu_build(self) -> bool:
-        return self.kind != "cpu"
-
-    def describe(self) -> str:
-        extra = f"HIP {self.hip}" if self.hip else f"CUDA {self.cuda}" if self.cuda else "CPU-only"
-        return f"torch {self.version} ({extra} build)"
-
-
-def read_torch(path: list[str]) -> TorchBuild | None:
-    folder = package_dir("torch", path)
-    if folder is None or not (folder / "version.py").is_file():
-        return None
-    values = read_assignments(folder / "version.py")
-    return TorchBuild(str(values.get("__version__", "?")), values.get("cuda") or None,
-                      values.get("hip") or None, folder / "version.py")
 
 
 @dataclass(frozen=True)
@@ -155,9 +97,9 @@ def build_mismatches(ds: DeepSpeedInstall, torch: TorchBuild) -> list[str]:
 
 
 @probe
-def installs(ctx: Context) -> tuple[DeepSpeedInstall | None, TorchBuild | None]:
-    path = pyenv.search_path(ctx)
-    return read_deepspeed(path), read_torch(path)
+def installs(ctx: Context) -> tuple[DeepSpeedInstall | None, TorchBuild]:
+    """DeepSpeed read from the search path, and the torch build every area shares."""
+    return read_deepspeed(pyenv.search_path(ctx)), torch_info.torch_build(ctx)
 
 
 def supported_accelerators(ds: DeepSpeedInstall) -> list[str] | None:
@@ -194,7 +136,7 @@ class AcceleratorChoice:
     how: str  # "DS_ACCELERATOR" | "auto detect"
 
 
-def expected_accelerator(ctx: Context, torch: TorchBuild | None, gpus: list | None
+def expected_accelerator(ctx: Context, torch: TorchBuild, gpus: list | None
                          ) -> AcceleratorChoice:
     """What deepspeed.accelerator.get_accelerator() will choose, for the cases that matter
     on clusters: an explicit DS_ACCELERATOR, else cuda (ROCm torch included) when torch is
@@ -202,7 +144,7 @@ def expected_accelerator(ctx: Context, torch: TorchBuild | None, gpus: list | No
     chosen = ctx.env.get("DS_ACCELERATOR")
     if chosen is not None:
         return AcceleratorChoice(chosen, "DS_ACCELERATOR")
-    if torch is not None and torch.gpu_build and gpus:
+    if torch.gpu_build and gpus:
         return AcceleratorChoice("cuda", "auto detect")
     return AcceleratorChoice("cpu", "auto detect")
 
@@ -215,16 +157,16 @@ def first_run_ops(accelerator: str) -> list[tuple[str, int | None]]:
     return [(r["op"], r.get("seconds")) for r in rows if r["accelerator"] == accelerator]
 
 
-def jit_build_root(ctx: Context, torch: TorchBuild | None) -> Path:
+def jit_build_root(ctx: Context, torch: TorchBuild) -> Path:
     """torch.utils.cpp_extension's build folder for JIT ops (TORCH_EXTENSIONS_DIR as is,
     else <cache>/torch_extensions/py<XY>_<cpu|cuNNN|rocmNNN>)."""
     explicit = ctx.env.get("TORCH_EXTENSIONS_DIR")
     if explicit:
         return Path(explicit)
     cache = ctx.env.get("XDG_CACHE_HOME") or os.path.join(ctx.env.get("HOME", "~"), ".cache")
-    if torch is not None and torch.hip:
+    if torch.hip:
         accel = "rocm" + torch.hip.replace(".", "")
-    elif torch is not None and torch.cuda:
+    elif torch.cuda:
         accel = "cu" + torch.cuda.replace(".", "")
     else:
         accel = "cpu"
@@ -275,15 +217,15 @@ def _mtime(path: Path | str | None) -> float | None:
         return None
 
 
-def fingerprint(ctx: Context, ds: DeepSpeedInstall, torch: TorchBuild | None,
+def fingerprint(ctx: Context, ds: DeepSpeedInstall, torch: TorchBuild,
                 python: str) -> str:
     """Everything DeepSpeed's is_compatible() answers depend on, hashed."""
     parts = {
         "python": python,
         "deepspeed": ds.version,
         "deepspeed_info_mtime": _mtime(ds.info_file or ds.folder / "__init__.py"),
-        "torch": torch.version if torch else None,
-        "torch_version_mtime": _mtime(torch.version_file) if torch else None,
+        "torch": torch.version,
+        "torch_version_mtime": _mtime(torch.version_file),
         "env": {k: ctx.env.get(k) for k in ("DS_ACCELERATOR", "CUDA_HOME", "CUDA_PATH",
                                             "ROCM_PATH", "ROCM_HOME")},
         "which": {name: ctx.which(name) for name in ("nvcc", "hipcc", "c++", "ninja")},
@@ -310,7 +252,7 @@ def parse_compat_output(stdout: str) -> dict | None:
     return None
 
 
-def probe_compatibility(ctx: Context, ds: DeepSpeedInstall, torch: TorchBuild | None
+def probe_compatibility(ctx: Context, ds: DeepSpeedInstall, torch: TorchBuild
                         ) -> Compatibility:
     python = sys.executable if pyenv.is_real_prefix(ctx) else str(ctx.python_prefix / "bin/python")
     if not os.path.exists(python):

@@ -1,15 +1,15 @@
 """torch without importing it: its build from torch/version.py, and one subprocess probe.
 
 The doctor never imports torch. What the build says (version, CUDA or HIP) is read from
-``torch/version.py``, found with :func:`importlib.util.find_spec`. What only a live torch
-knows (arch list, device capabilities, whether a tensor op runs) comes from ONE subprocess
-that imports torch, run only when GPUs are visible.
+``torch/version.py``, found on the environment's search path with
+:class:`importlib.machinery.PathFinder` and parsed with ``ast`` (:mod:`.pyfiles`). Every
+area (torch, toolkit, comm, deepspeed) gets it from the one :func:`torch_build` probe.
+What only a live torch knows (arch list, device capabilities, whether a tensor op runs)
+comes from ONE subprocess that imports torch, run only when GPUs are visible.
 """
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import json
 import re
 import sys
@@ -18,14 +18,16 @@ from pathlib import Path
 
 from ..context import Context, probe
 from . import gpus as gpu_probe
+from . import pyenv
+from .pyfiles import package_dir, read_assignments
 
 
 @dataclass(frozen=True)
 class TorchBuild:
-    version: str | None  # None: torch is not installed
-    cuda: str | None = None
-    hip: str | None = None
-    location: str | None = None
+    version: str | None  # "2.13.0+cpu"; None: torch is not installed
+    cuda: str | None = None  # "12.1" for a CUDA build
+    hip: str | None = None  # "6.2.41133-dd7f95766" for a ROCm build
+    location: str | None = None  # the torch package folder
 
     @property
     def installed(self) -> bool:
@@ -36,50 +38,42 @@ class TorchBuild:
         """'cuda', 'hip', 'cpu' or 'none'."""
         if not self.installed:
             return "none"
-        return "cuda" if self.cuda else "hip" if self.hip else "cpu"
+        return "hip" if self.hip else "cuda" if self.cuda else "cpu"
+
+    @property
+    def gpu_build(self) -> bool:
+        return self.kind in ("cuda", "hip")
+
+    @property
+    def version_file(self) -> Path | None:
+        return Path(self.location) / "version.py" if self.location else None
 
     def describe(self) -> str:
-        extra = {"cuda": f"CUDA {self.cuda}", "hip": f"ROCm/HIP {self.hip}", "cpu": "CPU only",
+        extra = {"cuda": f"CUDA {self.cuda}", "hip": f"ROCm/HIP {self.hip}", "cpu": "CPU-only",
                  "none": ""}[self.kind]
-        return f"torch {self.version} ({extra})" if self.installed else "torch not installed"
+        return f"torch {self.version} ({extra} build)" if self.installed else "torch not installed"
 
 
-_ASSIGNMENT = re.compile(r"^(__version__|cuda|hip)\s*(?::[^=]+)?=\s*(.+?)\s*$", re.MULTILINE)
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
-def parse_version_py(text: str) -> dict[str, str | None]:
-    """{'__version__': '2.4.1+cu124', 'cuda': '12.4', 'hip': None} from torch/version.py."""
-    values: dict[str, str | None] = {}
-    for name, literal in _ASSIGNMENT.findall(text):
-        try:
-            value = ast.literal_eval(literal)
-        except (ValueError, SyntaxError):
-            continue
-        values.setdefault(name, value if isinstance(value, str) else None)
-    return values
-
-
-def version_file() -> Path | None:
-    """torch/version.py of the torch this interpreter would import (found, not imported)."""
+def read_torch_build(search_path: list[str]) -> TorchBuild:
+    """The torch that ``search_path`` would import, read from its version.py (not imported)."""
+    folder = package_dir("torch", search_path)
+    if folder is None or not (folder / "version.py").is_file():
+        return TorchBuild(None)
     try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        return None
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(folder) / "version.py"
-        if candidate.is_file():
-            return candidate
-    return None
+        values = read_assignments(folder / "version.py")
+    except (OSError, SyntaxError, ValueError):
+        values = {}
+    return TorchBuild(_text(values.get("__version__")) or "unknown", _text(values.get("cuda")),
+                      _text(values.get("hip")), str(folder))
 
 
 @probe
 def torch_build(ctx: Context) -> TorchBuild:
-    path = version_file()
-    if path is None:
-        return TorchBuild(None)
-    values = parse_version_py(path.read_text(errors="replace"))
-    return TorchBuild(values.get("__version__") or "unknown", values.get("cuda"),
-                      values.get("hip"), str(path.parent))
+    return read_torch_build(pyenv.search_path(ctx))
 
 
 # -- the one subprocess that imports torch -------------------------------------------------
