@@ -66,3 +66,4 @@ def fixture_text(name: str) -> str:
     """A recorded output from tests/fixtures, without its leading '# source:' lines."""
     lines = (FIXTURES / name).read_text().splitlines(keepends=True)
     return "".join(line for line in lines if not line.startswith("# source:"))
+

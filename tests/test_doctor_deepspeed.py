@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from dsenv.doctor.probes import deepspeed_info as dsi
-from dsenv.doctor.probes.gpus import Gpu
+from dsenv.doctor.probes.gpus import Gpu, visible_gpus
 from dsenv.doctor.probes.torch_info import read_torch_build, torch_build
 from dsenv.doctor.result import Status
 
@@ -18,7 +18,7 @@ from .conftest import FIXTURES
 
 PYDIR = f"python{sys.version_info.major}.{sys.version_info.minor}"
 REAL_TORCH = Path(importlib.util.find_spec("torch").submodule_search_locations[0])
-GPUS_KEY = dsi.GPU_PROBE_KEY
+GPUS_KEY = visible_gpus.memo_key
 V100 = Gpu("nvidia", 0, "Tesla V100-SXM2-16GB", "7.0", 16160)
 
 

@@ -210,7 +210,7 @@ def test_rocr_visible_devices_naming_a_missing_gpu_fails(make_ctx, run_one, tool
 
 def test_seeded_visible_gpus_are_what_other_areas_see(make_ctx):
     ctx = make_ctx(env={"PATH": "/usr/bin:/bin"})
-    ctx.memo("dsenv.doctor.probes.gpus.visible_gpus", lambda: FOUR[:2])
+    ctx.memo(gpu_probe_key(), lambda: FOUR[:2])
     assert probe.visible_gpus(ctx) == FOUR[:2]
 
 
@@ -222,3 +222,9 @@ def test_rocminfo_failing_is_reported(make_ctx, run_one, tool_env):
     assert result.status is Status.FAIL and "rocminfo failed" in result.summary
     assert "ROCk module is NOT loaded" in result.evidence[0]
     assert run_one("gpu.rocm", make_ctx(env=env)).status is Status.WARN
+
+
+def gpu_probe_key():
+    from dsenv.doctor.probes.gpus import visible_gpus
+
+    return visible_gpus.memo_key

@@ -6,8 +6,7 @@ import json
 
 import pytest
 from dsenv.doctor.probes import dsconfig
-from dsenv.doctor.probes.deepspeed_info import GPU_PROBE_KEY
-from dsenv.doctor.probes.gpus import Gpu
+from dsenv.doctor.probes.gpus import Gpu, visible_gpus
 from dsenv.doctor.result import Status
 
 from .conftest import FIXTURES
@@ -22,7 +21,7 @@ MI100 = Gpu("amd", 0, "AMD Instinct MI100", "gfx908", 32752)
 
 
 def with_gpus(ctx, gpus):
-    ctx.memo(GPU_PROBE_KEY, lambda: list(gpus))
+    ctx.memo(visible_gpus.memo_key, lambda: list(gpus))
     return ctx
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 from dsenv.doctor.probes import toolkit as tk
-from dsenv.doctor.probes.gpus import Gpu
+from dsenv.doctor.probes.gpus import Gpu, visible_gpus
 from dsenv.doctor.probes.torch_info import TorchBuild
 from dsenv.doctor.result import Status
 
 from tests.conftest import fixture_text
 
-VISIBLE = "dsenv.doctor.probes.gpus.visible_gpus"
+VISIBLE = visible_gpus.memo_key
 BUILD = "dsenv.doctor.probes.torch_info.torch_build"
 CU124 = TorchBuild("2.4.1+cu124", cuda="12.4", location="/site/torch")
 CPU = TorchBuild("2.13.0+cpu", location="/site/torch")

@@ -7,13 +7,13 @@ import time
 
 import pytest
 from dsenv.doctor.probes import torch_info as tp
-from dsenv.doctor.probes.gpus import Gpu
+from dsenv.doctor.probes.gpus import Gpu, visible_gpus
 from dsenv.doctor.probes.torch_info import TorchBuild, TorchRuntime
 from dsenv.doctor.result import Status
 
 from tests.conftest import fixture_text
 
-VISIBLE = "dsenv.doctor.probes.gpus.visible_gpus"
+VISIBLE = visible_gpus.memo_key
 BUILD = "dsenv.doctor.probes.torch_info.torch_build"
 RUNTIME = "dsenv.doctor.probes.torch_info.torch_runtime"
 

@@ -27,7 +27,6 @@ from .torch_info import TorchBuild
 UNKNOWN_VERSION = "0.0"  # what DeepSpeed writes into torch_info when it built no ops
 CACHE_FILE = "deepspeed-ops.json"
 JSON_MARK = "DSENV-JSON "
-GPU_PROBE_KEY = "dsenv.doctor.probes.gpus.visible_gpus"  # @probe's memo key
 
 
 def major_minor(version: str | None) -> str | None:
@@ -115,18 +114,12 @@ def supported_accelerators(ds: DeepSpeedInstall) -> list[str] | None:
 
 
 def visible_gpus(ctx: Context) -> list | None:
-    """The GPU area's inventory (None when that probe is not available or failed)."""
+    """The GPU area's inventory (None when that probe failed: the gpu area reports why)."""
+    from . import gpus
+
     try:
-        from . import gpus
-    except ImportError:
-        return None
-    finder = getattr(gpus, "visible_gpus", None)
-    try:
-        if finder is None:  # the gpu area is not built yet: only a seeded answer counts
-            found = ctx.memo(GPU_PROBE_KEY, lambda: None)
-            return None if found is None else list(found)
-        return list(finder(ctx))
-    except Exception:  # the gpu area reports its own failure
+        return list(gpus.visible_gpus(ctx))
+    except Exception:
         return None
 
 
