@@ -38,7 +38,17 @@ def test_cpu_without_avx2_warns_about_cpu_adam(make_ctx, run_one, tmp_path):
 
 def test_os_release_is_read_from_the_root(make_ctx, run_one, tmp_path):
     write(tmp_path / "root", "/etc/os-release", 'PRETTY_NAME="Rocky Linux 8.9 (Green Obsidian)"\n')
-    assert "Rocky Linux 8.9" in run_one("system.os", make_ctx()).summary
+    result = run_one("system.os", make_ctx())
+    assert result.status is Status.OK and "Rocky Linux 8.9" in result.summary
+
+
+def test_old_glibc_warns_that_torch_wheels_will_not_load(make_ctx, run_one, tmp_path, monkeypatch):
+    import platform
+
+    write(tmp_path / "root", "/etc/os-release", 'PRETTY_NAME="CentOS Linux 7 (Core)"\n')
+    monkeypatch.setattr(platform, "libc_ver", lambda: ("glibc", "2.17"))
+    result = run_one("system.os", make_ctx())
+    assert result.status is Status.WARN and "glibc 2.17" in result.summary
 
 
 @pytest.mark.parametrize("text, expected", [("64m", 64 << 20), ("8G", 8 << 30), ("65536k", 64 << 20),

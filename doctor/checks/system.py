@@ -7,6 +7,9 @@ import platform
 import resource
 import sys
 
+from packaging.version import Version
+
+from dsenv.data import load_table
 from dsenv.redact import show_variable
 
 from ..context import Context
@@ -25,7 +28,15 @@ LOW_MEMORY_BYTES = 16 * GIB
 def operating_system(ctx: Context):
     release = host.os_release(ctx)
     name = release.get("PRETTY_NAME") or platform.system()
-    return ok(f"{name}, kernel {platform.release()}, {platform.machine()}")
+    summary = f"{name}, kernel {platform.release()}, {platform.machine()}"
+    libc, libc_version = platform.libc_ver()
+    minimum = load_table("dsenv.envs", "training_stack.toml")["system"]["min_glibc"]
+    if libc == "glibc" and Version(libc_version) < Version(minimum):
+        return warn(f"{summary}; glibc {libc_version} is older than {minimum}: current PyTorch "
+                    "wheels (manylinux_2_28) will not install or load",
+                    "run in a container with a newer OS (`dsenv provision --kind container`) "
+                    "or use a conda environment, which brings its own libraries")
+    return ok(f"{summary}, {libc} {libc_version}".rstrip(", "))
 
 
 @check("system.python", "Python version")
