@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from dsenv import __version__
+from dsenv.argtypes import csv_list, positive_float, positive_int
 from dsenv.doctor.registry import AREAS
 
 NOT_BUILT = {
@@ -20,30 +21,6 @@ NOT_BUILT = {
 
 class UsageError(Exception):
     """Bad input on the command line: one line on stderr, exit code 2."""
-
-
-def _csv(value: str) -> list[str]:
-    return [part.strip() for part in value.split(",") if part.strip()]
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
-    return number
-
-
-def _positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be more than 0")
-    return number
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,9 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "communication fabric, MPI and its launcher, offline caches, job config. "
                     "Exit 0: nothing failed; 1: a check failed; 2: usage error.")
     doctor.add_argument("--json", action="store_true", help="write the versioned JSON report")
-    doctor.add_argument("--only", type=_csv, metavar="AREA[,AREA]",
+    doctor.add_argument("--only", type=csv_list, metavar="AREA[,AREA]",
                         help="run only these areas: " + ", ".join(AREAS))
-    doctor.add_argument("--skip", type=_csv, metavar="ID[,ID]", default=[],
+    doctor.add_argument("--skip", type=csv_list, metavar="ID[,ID]", default=[],
                         help="skip these check ids (see --list)")
     doctor.add_argument("--strict", action="store_true", help="warnings fail too")
     doctor.add_argument("--target", choices=("login", "compute", "auto"), default="auto",
@@ -71,14 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "allocation or with visible GPUs)")
     doctor.add_argument("--launcher", choices=("srun", "mpirun", "deepspeed", "torchrun"),
                         help="the launcher the job will use")
-    doctor.add_argument("--nodes", type=_positive_int, metavar="N", help="planned node count")
-    doctor.add_argument("--gpus-per-node", type=_positive_int, metavar="G",
+    doctor.add_argument("--nodes", type=positive_int, metavar="N", help="planned node count")
+    doctor.add_argument("--gpus-per-node", type=positive_int, metavar="G",
                         help="planned GPUs (ranks) per node")
     doctor.add_argument("--deepspeed-config", type=Path, metavar="FILE",
                         help="check this ds_config against the planned world")
     doctor.add_argument("--for", dest="workload", metavar="WORKLOAD",
                         help="also check what this bundled workload needs")
-    doctor.add_argument("--probe-timeout", type=_positive_float, default=10.0, metavar="S",
+    doctor.add_argument("--probe-timeout", type=positive_float, default=10.0, metavar="S",
                         help="seconds each external probe may take (default 10)")
     doctor.add_argument("--list", action="store_true", help="list the checks and exit")
     doctor.add_argument("--verbose", "-v", action="store_true",
