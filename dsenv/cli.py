@@ -9,10 +9,10 @@ from pathlib import Path
 from dsenv import __version__
 from dsenv.argtypes import csv_list, positive_float, positive_int
 from dsenv.doctor.registry import AREAS
+from dsenv.workloads.cli import add_launcher_arguments, add_workload_parsers, run_workload_command
 
 NOT_BUILT = {
     "provision": "build a locked environment with DeepSpeed ops precompiled for a GPU arch (issue #4)",
-    "smoke": "run a bundled workload's tiny training run (issue #3)",
     "run": "run a bundled workload's full training run (issue #3)",
     "fetch": "download a workload's model and data into the offline cache (issue #3)",
     "launch": "write and submit a Slurm job script for a workload (issue #5)",
@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show every non-ok result and tracebacks")
     doctor.add_argument("--root", type=Path, default=Path("/"), help=argparse.SUPPRESS)
 
+    add_launcher_arguments(parser)  # the deepspeed launcher puts --local_rank before COMMAND
+    add_workload_parsers(sub)
+
     for name, summary in NOT_BUILT.items():
         stub = sub.add_parser(name, help=summary + " [not built yet]", add_help=True)
         stub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -82,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             from dsenv.doctor.command import run_doctor
 
             return run_doctor(args)
+        if args.command == "smoke":
+            return run_workload_command(args)
     except UsageError as exc:
         print(f"dsenv {args.command}: {exc}", file=sys.stderr)
         return 2

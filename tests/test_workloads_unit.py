@@ -1,0 +1,403 @@
+"""Workload machinery without a DeepSpeed engine: ranks, configs, SQuAD files, verdicts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from dsenv.workloads import dsconfig, report, squad
+from dsenv.workloads.launch_env import WorkloadError, apply, discover, first_host
+
+
+# ----------------------------------------------------------------------------- ranks
+@pytest.mark.parametrize("env, launcher, rank, local_rank, world, local_size", [
+    ({}, "none", 0, 0, 1, 1),
+    ({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "CROSS_RANK": "1", "LOCAL_SIZE": "2",
+      "MASTER_ADDR": "n1", "MASTER_PORT": "29500"}, "deepspeed", 3, 1, 4, 2),
+    ({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+      "TORCHELASTIC_RUN_ID": "x", "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+      "MASTER_PORT": "1234"}, "torchrun", 1, 1, 2, 2),
+    ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+      "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+      "MASTER_ADDR": "n0"}, "mpirun", 5, 1, 8, 4),
+    ({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2",
+      "MASTER_ADDR": "n0"}, "mpirun", 2, 0, 4, 2),
+    ({"SLURM_PROCID": "6", "SLURM_STEP_NUM_TASKS": "8", "SLURM_STEP_ID": "0",
+      "SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+      "SLURM_STEP_NODELIST": "nid[0007-0008]", "SLURM_JOB_ID": "4242"}, "srun", 6, 2, 8, 4),
+    # mpirun inside an allocation: ranks inherit the daemon's SLURM_PROCID; MPI wins
+    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+      "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+      "SLURM_PROCID": "0", "SLURM_STEP_ID": "1", "SLURM_NTASKS": "1"}, "mpirun", 1, 1, 2, 2),
+    # a batch script running python without srun: one process, not rank 0 of 4
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "7"}, "none", 0, 0, 1, 1),
+])
+def test_discover_every_launcher(env, launcher, rank, local_rank, world, local_size):
+    info = discover(env)
+    assert (info.launcher, info.rank, info.local_rank, info.world_size, info.local_size) == \
+        (launcher, rank, local_rank, world, local_size)
+
+
+def test_master_address_defaults_only_when_missing():
+    assert discover({}).master_addr == "127.0.0.1"
+    one_node = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    assert discover(one_node).master_addr == "127.0.0.1"
+    assert discover(one_node).master_port == 29500
+    assert discover({**one_node, "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "4000"}) \
+        .master_addr == "10.0.0.5"
+    srun = {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "0",
+            "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "SLURM_STEP_NODELIST": "gpu[12-13]",
+            "SLURM_JOB_ID": "4242"}
+    info = discover(srun)
+    assert (info.master_addr, info.master_port) == ("gpu12", 20000 + 4242)
+    # two nodes under mpirun and no MASTER_ADDR: unknown (resolved over MPI or refused)
+    multi = {**one_node, "OMPI_COMM_WORLD_SIZE": "4"}
+    assert discover(multi).master_addr is None
+    with pytest.raises(WorkloadError, match="MASTER_ADDR"):
+        apply(discover(multi), {})
+
+
+def test_apply_exports_torch_variables_and_keeps_master():
+    env = {"MASTER_ADDR": "127.0.0.1", "OMPI_COMM_WORLD_RANK": "1",
+           "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    apply(discover(env), env)
+    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR",
+                                "MASTER_PORT")} == {
+        "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500"}
+
+
+def test_single_process_gets_a_free_port_not_29500():
+    assert discover({}).master_port != 0
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "not within world size"),
+    ({"RANK": "x", "WORLD_SIZE": "2"}, "not a whole number"),
+    ({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}, "LOCAL_RANK"),
+])
+def test_bad_rank_variables(env, message):
+    with pytest.raises(WorkloadError, match=message):
+        discover(env)
+
+
+def test_first_host_of_slurm_hostlists():
+    assert first_host("nid[0007-0010,0012],gpu1") == "nid0007"
+    assert first_host("node5") == "node5"
+    assert first_host("a1,b2") == "a1"
+
+
+# ----------------------------------------------------------------------------- configs
+def build(**kw):
+    args = {"world_size": 1, "on_gpu": False, "default_micro_batch": 16, "default_lr": 1e-3}
+    args.update(kw)
+    preset = args.pop("preset", "fp32")
+    return dsconfig.build_config(preset, **args)
+
+
+def test_presets_are_data_and_all_named():
+    assert set(dsconfig.preset_names()) == {"fp32", "fp16", "bf16", "zero1", "zero2", "zero3",
+                                            "zero3-offload"}
+
+
+def test_batch_is_derived_from_micro_batch_accumulation_and_world():
+    planned = build(world_size=4, grad_accum=2)
+    assert planned.config["train_batch_size"] == 16 * 2 * 4
+    assert planned.config["train_micro_batch_size_per_gpu"] == 16
+    assert planned.config["gradient_accumulation_steps"] == 2
+    assert planned.batch.describe() == "128 = micro-batch 16 x grad-accum 2 x world size 4"
+
+
+def test_user_config_merges_over_preset(tmp_path):
+    user = tmp_path / "ds.json"
+    user.write_text(json.dumps({"train_micro_batch_size_per_gpu": 8,
+                                "zero_optimization": {"stage": 2},
+                                "optimizer": {"params": {"lr": 5e-5, "betas": [0.9, 0.98]}},
+                                "gradient_clipping": 1.0}))
+    planned = build(user_config=user, world_size=2)
+    config = planned.config
+    assert config["train_batch_size"] == 16 and config["gradient_clipping"] == 1.0
+    assert config["zero_optimization"]["stage"] == 2
+    assert config["optimizer"]["type"] == "AdamW"  # from the preset
+    assert config["optimizer"]["params"]["lr"] == 5e-5 and planned.base_lr == 5e-5
+    assert config["optimizer"]["params"]["weight_decay"] == 0.01
+
+
+def test_user_train_batch_size_that_contradicts_the_world_is_rejected(tmp_path):
+    user = tmp_path / "ds.json"
+    user.write_text(json.dumps({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 32,
+                                "gradient_accumulation_steps": 1}))
+    with pytest.raises(WorkloadError) as err:
+        build(user_config=user, world_size=2)
+    assert str(err.value) == ("ds_config train_batch_size 256 contradicts this run: micro-batch "
+                              "32 x grad-accum 1 x world size 2 = 64; drop train_batch_size "
+                              "(dsenv derives it)")
+    assert build(user_config=user, world_size=8).config["train_batch_size"] == 256
+
+
+def test_user_train_batch_size_alone_is_split_over_the_world(tmp_path):
+    user = tmp_path / "ds.json"
+    user.write_text(json.dumps({"train_batch_size": 256}))  # seed 000's config
+    assert build(user_config=user, world_size=8).batch.micro_batch == 32
+    with pytest.raises(WorkloadError, match="cannot be split over grad-accum 1 x world size 3"):
+        build(user_config=user, world_size=3)
+    user.write_text(json.dumps({"train_batch_size": "auto"}))  # HF's "auto" = not given
+    assert build(user_config=user, world_size=3).config["train_batch_size"] == 48
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such file"),
+    ("{not json", r"not valid JSON \(line 1, column 2"),
+    ("[1, 2]", "expected a JSON object"),
+    ('{"train_micro_batch_size_per_gpu": 0}', "must be a whole number >= 1"),
+])
+def test_bad_user_configs(tmp_path, content, message):
+    user = tmp_path / "ds.json"
+    if content is not None:
+        user.write_text(content)
+    with pytest.raises(WorkloadError, match=message):
+        build(user_config=user)
+
+
+def test_unknown_preset_and_fp16_on_cpu():
+    with pytest.raises(WorkloadError, match="unknown preset 'zero4'; choose one of fp32"):
+        build(preset="zero4")
+    with pytest.raises(WorkloadError, match="fp16 needs a GPU"):
+        build(preset="fp16")
+    assert build(preset="fp16", on_gpu=True).config["fp16"]["enabled"] is True
+
+
+@pytest.mark.parametrize("scaling, expected", [("none", 1e-3), ("linear", 4e-3),
+                                               ("sqrt", 2e-3)])
+def test_lr_scaling(scaling, expected):
+    planned = build(world_size=4, lr_scaling=scaling)
+    assert planned.lr == pytest.approx(expected)
+    assert planned.config["optimizer"]["params"]["lr"] == pytest.approx(expected)
+    assert planned.base_lr == 1e-3
+
+
+def test_cpu_uses_torch_adam_but_offload_keeps_cpu_adam():
+    assert build().config["optimizer"]["params"]["torch_adam"] is True
+    assert dsconfig.required_ops(build().config, on_gpu=False) == ["deepspeed_shm_comm"]
+    offload = build(preset="zero3-offload").config
+    assert "torch_adam" not in offload["optimizer"]["params"]
+    assert dsconfig.required_ops(offload, on_gpu=False) == ["deepspeed_shm_comm", "cpu_adam"]
+    gpu = build(on_gpu=True).config
+    assert "torch_adam" not in gpu["optimizer"]["params"]
+    assert dsconfig.required_ops(gpu, on_gpu=True) == ["fused_adam"]
+
+
+def test_scheduler_added_with_the_effective_lr():
+    config = build(lr=2e-3, warmup_steps=10, total_steps=100).config
+    assert config["scheduler"]["params"]["warmup_max_lr"] == 2e-3
+    assert config["scheduler"]["params"]["total_num_steps"] == 100
+
+
+def test_required_ops_against_the_jit_cache(tmp_path, monkeypatch):
+    """A missing op is announced before the first run builds it, with the cache dir."""
+    from dsenv.workloads import engine
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    config = build(preset="zero3-offload").config
+    assert [op for op, _ in engine.ops_to_build(config, on_gpu=False)] == \
+        ["deepspeed_shm_comm", "cpu_adam"]
+    built = tmp_path / "ext" / "deepspeed_shm_comm"
+    (built / "deepspeed_shm_comm.so").write_bytes(b"")
+    missing = engine.ops_to_build(config, on_gpu=False)
+    assert [(op, path.name) for op, path in missing] == [("cpu_adam", "cpu_adam")]
+
+
+# ----------------------------------------------------------------------------- SQuAD files
+def test_synthetic_data_is_squad_v11_layout_and_round_trips(tmp_path):
+    doc = squad.synthetic_squad(20, seed=3)
+    assert doc["version"] == "1.1" and set(doc["data"][0]) == {"title", "paragraphs"}
+    para = doc["data"][0]["paragraphs"][0]
+    assert set(para) == {"context", "qas"}
+    assert set(para["qas"][0]) == {"answers", "question", "id"}
+    assert set(para["qas"][0]["answers"][0]) == {"answer_start", "text"}
+    path = tmp_path / "dev-v1.1.json"
+    squad.write_json_atomically(path, doc)
+    examples = squad.read_squad(path)
+    assert len(examples) == 20 * squad.FACTS_PER_PARAGRAPH
+    for ex in examples:
+        answer = ex.answers[0]
+        assert ex.context[answer.start:answer.start + len(answer.text)] == answer.text
+    assert squad.synthetic_squad(20, seed=3) == doc  # deterministic
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such file"),
+    ('{"data": [', "not valid JSON"),
+    ('{"version": "1.1"}', "top level: no 'data' list"),
+    ('{"data": [{"title": "x"}]}', r"data\[0\]: no 'paragraphs' list"),
+    ('{"data": [{"paragraphs": [{"context": "abc", "qas": [{"id": "1", "question": "q?", '
+     '"answers": [{"text": "abc"}]}]}]}]}',
+     r"data\[0\].paragraphs\[0\].qas\[0\].answers\[0\]: needs 'text' and integer"),
+    ('{"data": [{"paragraphs": [{"context": "abc", "qas": [{"id": "1", "question": "q?", '
+     '"answers": []}]}]}]}', "no answers"),
+    ('{"data": []}', "no questions in it"),
+])
+def test_malformed_squad_files(tmp_path, content, message):
+    path = tmp_path / "train-v1.1.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(WorkloadError, match=message) as err:
+        squad.read_squad(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from dsenv.workloads.bert_squad import train_tokenizer
+
+    examples = [ex for ex in _examples(40)]
+    return train_tokenizer([e.context for e in examples] + [e.question for e in examples], 400)
+
+
+def _examples(paragraphs):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "x.json"
+        squad.write_json_atomically(path, squad.synthetic_squad(paragraphs, seed=5))
+        return squad.read_squad(path)
+
+
+def test_tokenizer_is_a_transformers_fast_tokenizer(tokenizer):
+    assert tokenizer.is_fast and tokenizer.cls_token == "[CLS]"
+    assert tokenizer.tokenize("Where does Zoe live?") == ["where", "does", "zoe", "live", "?"]
+
+
+@pytest.mark.parametrize("max_length, stride", [(64, 16), (24, 4)])
+def test_offsets_to_positions_and_back_with_doc_stride(tokenizer, max_length, stride):
+    """Gold positions fed back as logits give back the gold answers: EM 100, also when
+    short windows (max length 24) split the context with overlap."""
+    import numpy as np
+
+    examples = _examples(40)
+    train = squad.train_features(examples, tokenizer, max_length, stride, max_query_length=12)
+    evals = squad.eval_features(examples, tokenizer, max_length, stride, max_query_length=12)
+    n = len(evals["input_ids"])
+    assert n == len(train["input_ids"])
+    if max_length == 24:
+        assert n > len(examples)  # windows, and some without the answer (-> [CLS])
+        assert 0 in train["start_positions"]
+    else:
+        assert n == len(examples)
+    start, end = np.full((n, max_length), -9.0), np.full((n, max_length), -9.0)
+    for i, (s, e) in enumerate(zip(train["start_positions"], train["end_positions"], strict=True)):
+        if s:
+            start[i, s], end[i, e] = 5.0, 5.0
+    answers = squad.best_answers(examples, evals, start, end)
+    scores = squad.squad_scores(examples, {k: v[0] for k, v in answers.items()})
+    assert scores == {"exact_match": 100.0, "f1": 100.0}
+    for ex in examples:
+        text, begin = answers[ex.id]
+        assert ex.context[begin:begin + len(text)] == text
+
+
+def test_highlight_marks_the_answer_in_its_paragraph():
+    text = squad.highlight("Oscar lives in rome.", 15, 4)
+    assert text.plain == "Oscar lives in rome."
+    assert [(span.start, span.end) for span in text.spans] == [(15, 19)]
+
+
+# ----------------------------------------------------------------------------- verdicts
+def test_sanity_needs_both_the_loss_drop_and_the_metric():
+    falling = [4.0] * 10 + [0.1] * 30
+    thresholds = {"min_loss_drop": 0.5, "min_exact_match": 60.0, "min_f1": 65.0}
+    ok = report.sanity_verdict(falling, {"exact_match": 97.0, "f1": 98.0}, thresholds)
+    assert ok.status == "PASS"
+    flat = report.sanity_verdict([4.0] * 40, {"exact_match": 97.0, "f1": 98.0}, thresholds)
+    assert flat.status == "FAIL" and "loss drop 0 < 0.5" in flat.detail
+    dumb = report.sanity_verdict(falling, {"exact_match": 4.5, "f1": 7.0}, thresholds)
+    assert dumb.status == "FAIL" and "exact_match 4.5 < 60" in dumb.detail
+
+
+def test_performance_against_references_per_device():
+    refs = {"w": [{"device": "NVIDIA H100*", "samples_per_s": 100, "tolerance": 0.2},
+                  {"device": "NVIDIA H100 80GB HBM3", "preset": "bf16", "samples_per_s": 200,
+                   "tolerance": 0.1}]}
+    # 4 devices: per-device = 1/4 of the global figure
+    assert report.performance_verdict(400, 4, "NVIDIA H100 80GB HBM3", "fp32", "w",
+                                      refs).status == "PASS"
+    slow = report.performance_verdict(280, 4, "NVIDIA H100 80GB HBM3", "fp32", "w", refs)
+    assert slow.status == "FAIL" and "70.0 per device" in slow.detail
+    # the more specific bf16 entry wins: 190/1 < 200 x 0.9 = 180? no: 190 >= 180
+    assert report.performance_verdict(190, 1, "NVIDIA H100 80GB HBM3", "bf16", "w",
+                                      refs).status == "PASS"
+    assert report.performance_verdict(170, 1, "NVIDIA H100 80GB HBM3", "bf16", "w",
+                                      refs).status == "FAIL"
+    unknown = report.performance_verdict(10, 1, "cpu:Some CPU", "fp32", "w", refs)
+    assert unknown.status == "REPORTED" and "reported only" in unknown.detail
+    assert report.overall([unknown, unknown]) == "PASS"
+
+
+def test_shipped_references_parse_and_cover_the_smoke():
+    refs = report.load_references()
+    assert report.find_reference(refs, "bert-squad-smoke", "cpu:AMD EPYC", 1, "fp32")
+    assert report.find_reference(refs, "bert-squad-full", "AMD Instinct MI100", 8, "fp32")
+
+
+# ----------------------------------------------------------------------------- saving
+def test_replace_dir_swaps_and_clears_leftovers(tmp_path):
+    from dsenv.workloads import engine
+
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    stale = tmp_path / ".model.tmp-999"
+    stale.mkdir()
+    (stale / "half.bin").write_text("half-written")
+    engine._clear_leftovers(target)
+    assert not stale.exists()
+    new = tmp_path / ".model.tmp-1"
+    new.mkdir()
+    (new / "config.json").write_text("{}")
+    engine.replace_dir(new, target)
+    assert sorted(p.name for p in target.iterdir()) == ["config.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_imports_no_torch():
+    code = ("import sys, argparse, dsenv.workloads.cli as c; p = argparse.ArgumentParser(); "
+            "c.add_workload_parsers(p.add_subparsers(dest='command')); "
+            "bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'deepspeed', 'transformers', 'tokenizers', 'datasets')]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_smoke_help_lists_presets_and_hides_test_flags():
+    out = subprocess.run([sys.executable, "-m", "dsenv.workloads.cli", "smoke", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    assert "zero3-offload" in out.stdout and "--lr-scaling" in out.stdout
+    assert "--shuffle-labels" not in out.stdout and "--steps" not in out.stdout
+
+
+def test_jit_builds_use_this_environments_ninja(tmp_path, monkeypatch):
+    """Debian's mpirun -x PATH puts /usr/bin (ninja 1.11) first; pip's ninja 1.13 built the
+    cache; the two disagree on the build log, so each switch rebuilt every op."""
+    from dsenv.workloads import engine
+
+    venv_bin, system_bin = tmp_path / "venv" / "bin", tmp_path / "usr" / "bin"
+    for folder in (venv_bin, system_bin):
+        folder.mkdir(parents=True)
+        (folder / "ninja").write_text("#!/bin/sh\n")
+        (folder / "ninja").chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(venv_bin / "python"))
+    env = {"PATH": f"{system_bin}:{venv_bin}"}
+    assert engine.prefer_env_ninja(env) == str(venv_bin)
+    assert env["PATH"] == f"{venv_bin}:{system_bin}:{venv_bin}"
+    assert engine.prefer_env_ninja(env) is None  # already first: left alone
+    (venv_bin / "ninja").unlink()
+    env = {"PATH": str(system_bin)}
+    assert engine.prefer_env_ninja(env) is None and env["PATH"] == str(system_bin)

@@ -1,0 +1,112 @@
+"""Command-line wiring of the workloads: ``dsenv smoke WORKLOAD`` (``dsenv run`` later).
+
+Light on purpose: nothing here imports torch, deepspeed or transformers.
+
+    add_workload_parsers(subparsers)   # adds "smoke" to dsenv's sub-commands
+    run_workload_command(args) -> int  # exit code: 0 PASS, 1 a verdict failed, 2 bad input
+
+Under a launcher, run it as a module: ``torchrun --nproc_per_node 2 -m dsenv.workloads.cli
+smoke bert-squad`` (or through the ``dsenv`` script once wired into dsenv/cli.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dsenv.argtypes import non_negative_float, positive_int
+
+SMOKE_WORKLOADS = {
+    "bert-squad": "tiny BERT on synthetic SQuAD v1.1 (seconds, no downloads)",
+}
+LR_SCALINGS = ("none", "linear", "sqrt")  # kept in step with dsconfig.LR_SCALINGS
+PRESETS_HELP = "fp32, fp16, bf16, zero1, zero2, zero3, zero3-offload (workloads/presets.toml)"
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="fp32", metavar="NAME",
+                        help=f"DeepSpeed preset: {PRESETS_HELP} (default fp32)")
+    parser.add_argument("--deepspeed-config", "--deepspeed_config", metavar="FILE",
+                        help="a ds_config JSON merged over the preset; train_batch_size is "
+                             "derived (micro-batch x grad-accum x world size), never trusted")
+    parser.add_argument("--micro-batch", type=positive_int, metavar="N",
+                        help="train_micro_batch_size_per_gpu (default: the workload's)")
+    parser.add_argument("--grad-accum", type=positive_int, metavar="N",
+                        help="gradient_accumulation_steps (default 1)")
+    parser.add_argument("--lr", type=non_negative_float, metavar="LR",
+                        help="learning rate at world size 1 (default: the workload's)")
+    parser.add_argument("--lr-scaling", choices=LR_SCALINGS, default="none",
+                        help="scale the learning rate with the world size (default none)")
+    parser.add_argument("--seed", type=int, default=1234, help="random seed (default 1234)")
+    parser.add_argument("--output-dir", default="dsenv-output/{workload}-{mode}", metavar="DIR",
+                        help="model, generated assets and report (default "
+                             "./dsenv-output/WORKLOAD-MODE)")
+    parser.add_argument("--report", metavar="FILE",
+                        help="write the JSON run report here (default OUTPUT_DIR/report.json)")
+    parser.add_argument("--references", metavar="FILE",
+                        help="performance reference table (TOML) instead of the shipped one")
+    parser.add_argument("--examples", type=int, default=3, metavar="N",
+                        help="QA examples to print with the answer highlighted (default 3)")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="keep DeepSpeed's own logging")
+
+
+def add_workload_parsers(subparsers) -> None:
+    """Add ``smoke`` to an argparse sub-parsers object (dsenv's top-level command)."""
+    smoke = subparsers.add_parser(
+        "smoke", help="prove the stack trains: a bundled workload's tiny run (seconds)",
+        description="A tiny training run of a bundled workload through the real DeepSpeed "
+                    "engine, under any launcher (none, deepspeed, torchrun, mpirun, srun). "
+                    "Ends with a sanity verdict (did it learn?) and a performance verdict "
+                    "(samples/s against references). Exit 0: PASS; 1: a verdict failed; "
+                    "2: bad input.")
+    smoke.add_argument("workload", choices=sorted(SMOKE_WORKLOADS),
+                       help="; ".join(f"{k}: {v}" for k, v in SMOKE_WORKLOADS.items()))
+    _add_common(smoke)
+    smoke.add_argument("--data-dir", metavar="DIR",
+                       help="read train-v1.1.json/dev-v1.1.json from DIR instead of "
+                            "generating synthetic ones")
+    smoke.add_argument("--steps", type=positive_int, help=argparse.SUPPRESS)
+    smoke.add_argument("--shuffle-labels", action="store_true", help=argparse.SUPPRESS)
+    smoke.set_defaults(workload_mode="smoke")
+
+
+def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
+    """Hidden ``--local_rank``/``--local-rank`` on the TOP-LEVEL parser: the deepspeed
+    launcher (and torch.distributed.launch) put it before the sub-command. Rank discovery
+    reads LOCAL_RANK from the environment, so the value itself is not used."""
+    parser.add_argument("--local_rank", "--local-rank", dest="launcher_local_rank", type=int,
+                        help=argparse.SUPPRESS)
+
+
+def run_workload_command(args) -> int:
+    """Run what ``args`` asks for; one line on stderr and exit 2 for bad input."""
+    from dsenv.workloads.launch_env import WorkloadError
+
+    mode = getattr(args, "workload_mode", args.command)
+    args.output_dir = args.output_dir.format(workload=args.workload, mode=mode)
+    try:
+        if args.workload == "bert-squad":
+            from dsenv.workloads import bert_squad
+
+            return bert_squad.run(args, mode=mode)
+        raise WorkloadError(f"unknown workload {args.workload!r}")
+    except WorkloadError as exc:
+        print(f"dsenv {mode} {args.workload}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dsenv {mode} {args.workload}: interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dsenv.workloads.cli smoke bert-squad ...`` (for launchers and tests)."""
+    parser = argparse.ArgumentParser(prog="dsenv")
+    add_launcher_arguments(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_workload_parsers(sub)
+    return run_workload_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

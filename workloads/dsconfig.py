@@ -1,0 +1,213 @@
+"""DeepSpeed configs: presets by name, a user's ds_config on top, derived batch sizes.
+
+Pure Python (no torch): the batch arithmetic is checked before any engine starts.
+
+    train_batch_size = micro-batch x gradient accumulation x world size
+
+is always derived here and never taken on trust from a file, so the same command works on
+1, 2 or 64 GPUs. A user ds_config whose train_batch_size contradicts the world size is
+rejected with the numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsenv.workloads.launch_env import WorkloadError
+
+from dsenv.data import load_table
+
+LR_SCALINGS = ("none", "linear", "sqrt")
+_ADAMS = ("adam", "adamw")
+
+
+def presets() -> dict:
+    return load_table("dsenv.workloads", "presets.toml")
+
+
+def preset_names() -> tuple[str, ...]:
+    return tuple(presets())
+
+
+def check_inputs(preset: str, user_config: str | Path | None) -> dict:
+    """Fail fast (before torch is even imported) on an unknown preset or a bad ds_config."""
+    if preset not in presets():
+        raise WorkloadError(f"unknown preset {preset!r}; choose one of {', '.join(presets())}")
+    return load_user_config(user_config) if user_config else {}
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    micro_batch: int
+    grad_accum: int
+    world_size: int
+
+    @property
+    def train_batch_size(self) -> int:
+        return self.micro_batch * self.grad_accum * self.world_size
+
+    def describe(self) -> str:
+        return (f"{self.train_batch_size} = micro-batch {self.micro_batch} x grad-accum "
+                f"{self.grad_accum} x world size {self.world_size}")
+
+
+@dataclass(frozen=True)
+class PlannedConfig:
+    preset: str
+    config: dict
+    batch: BatchPlan
+    base_lr: float
+    lr: float
+    lr_scaling: str
+    user_config: str | None
+
+    def summary(self) -> dict:
+        return {"preset": self.preset, "user_config": self.user_config,
+                "micro_batch": self.batch.micro_batch, "grad_accum": self.batch.grad_accum,
+                "world_size": self.batch.world_size,
+                "train_batch_size": self.batch.train_batch_size,
+                "base_lr": self.base_lr, "lr": self.lr, "lr_scaling": self.lr_scaling}
+
+
+def load_user_config(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise WorkloadError(f"ds_config {path}: no such file") from None
+    except OSError as exc:
+        raise WorkloadError(f"ds_config {path}: cannot read ({exc.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"ds_config {path}: not valid JSON (line {exc.lineno}, column "
+                            f"{exc.colno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise WorkloadError(f"ds_config {path}: expected a JSON object, got "
+                            f"{type(data).__name__}")
+    return data
+
+
+def merge(base: dict, override: dict) -> dict:
+    """Recursive dict merge; ``override`` wins. Neither input is modified."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _given(config: dict, key: str) -> int | None:
+    """A batch value from a user config; HF's "auto" counts as not given."""
+    value = config.get(key)
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WorkloadError(f"ds_config: {key} must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def plan_batch(world_size: int, default_micro_batch: int, user: dict,
+               micro_batch: int | None = None, grad_accum: int | None = None) -> BatchPlan:
+    """Micro-batch and accumulation from the command line, else the user config, else the
+    workload's default; the global batch is derived, and a contradicting one rejected."""
+    user_mb = _given(user, "train_micro_batch_size_per_gpu")
+    user_ga = _given(user, "gradient_accumulation_steps")
+    user_tbs = _given(user, "train_batch_size")
+    ga = grad_accum or user_ga or 1
+    mb = micro_batch or user_mb
+    if mb is None and user_tbs is not None:
+        if user_tbs % (ga * world_size):
+            raise WorkloadError(
+                f"ds_config train_batch_size {user_tbs} cannot be split over grad-accum {ga} x "
+                f"world size {world_size} = {ga * world_size}; drop train_batch_size (dsenv "
+                f"derives it) or set train_micro_batch_size_per_gpu")
+        mb = user_tbs // (ga * world_size)
+    plan = BatchPlan(mb or default_micro_batch, ga, world_size)
+    if user_tbs is not None and user_tbs != plan.train_batch_size:
+        raise WorkloadError(
+            f"ds_config train_batch_size {user_tbs} contradicts this run: micro-batch "
+            f"{plan.micro_batch} x grad-accum {plan.grad_accum} x world size {world_size} = "
+            f"{plan.train_batch_size}; drop train_batch_size (dsenv derives it)")
+    return plan
+
+
+def scale_lr(lr: float, world_size: int, scaling: str) -> float:
+    if scaling == "none":
+        return lr
+    if scaling == "linear":
+        return lr * world_size
+    if scaling == "sqrt":
+        return lr * math.sqrt(world_size)
+    raise WorkloadError(f"unknown --lr-scaling {scaling!r}; choose one of {', '.join(LR_SCALINGS)}")
+
+
+def _enabled(config: dict, key: str) -> bool:
+    section = config.get(key)
+    return isinstance(section, dict) and bool(section.get("enabled"))
+
+
+def offloads_optimizer(config: dict) -> bool:
+    zero = config.get("zero_optimization") or {}
+    return (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme")
+
+
+def build_config(preset: str, world_size: int, *, on_gpu: bool, default_micro_batch: int,
+                 default_lr: float, micro_batch: int | None = None,
+                 grad_accum: int | None = None, lr: float | None = None,
+                 lr_scaling: str = "none", user_config: str | Path | None = None,
+                 warmup_steps: int = 0, total_steps: int | None = None) -> PlannedConfig:
+    user = check_inputs(preset, user_config)
+    entry = presets()[preset]
+    if entry.get("needs") == "gpu" and not on_gpu:
+        raise WorkloadError(f"preset {preset} needs a GPU (no GPU here); use bf16 or fp32 on CPU")
+    config = merge(entry["config"], user)
+    if _enabled(config, "fp16") and not on_gpu:
+        raise WorkloadError("fp16 needs a GPU (DeepSpeed's CPU accelerator has no fp16); "
+                            "use bf16 or fp32 on CPU")
+
+    batch = plan_batch(world_size, default_micro_batch, user, micro_batch, grad_accum)
+    config["train_micro_batch_size_per_gpu"] = batch.micro_batch
+    config["gradient_accumulation_steps"] = batch.grad_accum
+    config["train_batch_size"] = batch.train_batch_size
+
+    optimizer = config.setdefault("optimizer", {"type": "AdamW", "params": {}})
+    params = optimizer.setdefault("params", {})
+    user_lr = ((user.get("optimizer") or {}).get("params") or {}).get("lr")
+    base_lr = lr if lr is not None else (user_lr if isinstance(user_lr, (int, float))
+                                         else default_lr)
+    if base_lr < 0:
+        raise WorkloadError(f"learning rate must be >= 0, got {base_lr}")
+    effective_lr = scale_lr(float(base_lr), world_size, lr_scaling)
+    params["lr"] = effective_lr
+    if (not on_gpu and str(optimizer.get("type", "")).lower() in _ADAMS
+            and not offloads_optimizer(config)):
+        params.setdefault("torch_adam", True)  # no fused_adam JIT build on CPU
+
+    if "scheduler" not in config and total_steps:
+        config["scheduler"] = {"type": "WarmupDecayLR", "params": {
+            "warmup_min_lr": 0.0, "warmup_max_lr": effective_lr,
+            "warmup_num_steps": max(1, warmup_steps), "warmup_type": "linear",
+            "total_num_steps": max(total_steps, warmup_steps + 1)}}
+    return PlannedConfig(preset, config, batch, float(base_lr), effective_lr, lr_scaling,
+                         str(user_config) if user_config else None)
+
+
+def required_ops(config: dict, on_gpu: bool) -> list[str]:
+    """The DeepSpeed C++ ops this config makes DeepSpeed load (JIT-built when missing)."""
+    ops = [] if on_gpu else ["deepspeed_shm_comm"]
+    optimizer = config.get("optimizer") or {}
+    if str(optimizer.get("type", "")).lower() in _ADAMS:
+        if (optimizer.get("params") or {}).get("torch_adam"):
+            pass
+        elif offloads_optimizer(config):
+            ops.append("cpu_adam")
+        else:
+            ops.append("fused_adam")
+    return ops

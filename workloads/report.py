@@ -1,0 +1,193 @@
+"""Verdicts, the JSON run report and the one-screen summary (no torch here).
+
+Two verdicts end every run, as ReFrame separates them:
+
+* sanity: did it learn? the loss dropped by a threshold AND the task metric is above one;
+* performance: samples/s per device after warm-up against references.toml for this device
+  type, with a tolerance; a device with no reference is "reported only" (never a failure).
+
+The run passes when sanity passes and performance does not fail.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from dsenv.workloads.launch_env import WorkloadError
+
+from dsenv.data import load_table
+
+PASS, FAIL, REPORTED = "PASS", "FAIL", "REPORTED"
+REPORT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Verdict:
+    name: str  # sanity | performance
+    status: str  # PASS | FAIL | REPORTED
+    detail: str
+    checks: tuple[dict, ...] = ()
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"checks": list(self.checks)}
+
+
+def _window_mean(values: list[float], window: int, head: bool) -> float:
+    part = values[:window] if head else values[-window:]
+    return sum(part) / len(part) if part else float("nan")
+
+
+def loss_drop(loss_curve: list[float], window: int = 10) -> tuple[float, float, float]:
+    """(first, last, drop): means of the first and last ``window`` steps, drop = 1-last/first."""
+    window = max(1, min(window, len(loss_curve) // 4 or 1))
+    first = _window_mean(loss_curve, window, head=True)
+    last = _window_mean(loss_curve, window, head=False)
+    drop = 1.0 - last / first if first and first == first and first > 0 else 0.0
+    return first, last, drop
+
+
+def sanity_verdict(loss_curve: list[float], metrics: dict[str, float],
+                   thresholds: dict[str, float]) -> Verdict:
+    """``thresholds``: ``min_loss_drop`` (fraction) and ``min_<metric>`` for task metrics."""
+    checks = []
+    first, last, drop = loss_drop(loss_curve)
+    need = thresholds.get("min_loss_drop", 0.0)
+    checks.append({"check": "loss drop", "value": round(drop, 4), "threshold": need,
+                   "ok": drop >= need, "detail": f"loss {first:.3f} -> {last:.3f}"})
+    for key, need in thresholds.items():
+        if key == "min_loss_drop" or not key.startswith("min_"):
+            continue
+        metric = key.removeprefix("min_")
+        value = metrics.get(metric)
+        ok = value is not None and value == value and value >= need
+        checks.append({"check": metric, "value": value, "threshold": need, "ok": ok})
+    failed = [c for c in checks if not c["ok"]]
+    parts = [f"{c['check']} {_fmt(c['value'])} {'>=' if c['ok'] else '<'} {_fmt(c['threshold'])}"
+             for c in checks]
+    return Verdict("sanity", FAIL if failed else PASS, "; ".join(parts), tuple(checks))
+
+
+def _fmt(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+# ----------------------------------------------------------------------------- references
+def load_references(path: str | Path | None = None) -> dict:
+    """The shipped references.toml, or a site's own table (``--references FILE``)."""
+    if path is None:
+        return load_table("dsenv.workloads", "references.toml")
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise WorkloadError(f"references {path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise WorkloadError(f"references {path}: not valid TOML ({exc})") from None
+
+
+def find_reference(references: dict, key: str, device_type: str, world_size: int,
+                   preset: str) -> dict | None:
+    """The most specific entry of ``references[key]`` matching the device (glob), and the
+    world size and preset where the entry names them."""
+    best, best_score = None, -1
+    for entry in references.get(key, []):
+        if not fnmatch.fnmatchcase(device_type.lower(), str(entry.get("device", "")).lower()):
+            continue
+        if "world_size" in entry and entry["world_size"] != world_size:
+            continue
+        if "preset" in entry and entry["preset"] != preset:
+            continue
+        score = ("world_size" in entry) + ("preset" in entry) + ("*" not in entry["device"])
+        if score > best_score:
+            best, best_score = entry, score
+    return best
+
+
+def performance_verdict(samples_per_s: float, world_size: int, device_type: str,
+                        preset: str, key: str, references: dict) -> Verdict:
+    per_device = samples_per_s / max(world_size, 1)
+    ref = find_reference(references, key, device_type, world_size, preset)
+    measured = f"{samples_per_s:.1f} samples/s ({per_device:.1f} per device)"
+    if ref is None:
+        return Verdict("performance", REPORTED, f"{measured}; no reference for {device_type!r}"
+                       f" (world size {world_size}, preset {preset}): reported only",
+                       ({"check": "samples/s per device", "value": per_device},))
+    reference = float(ref["samples_per_s"])
+    tolerance = float(ref.get("tolerance", 0.2))
+    floor = reference * (1.0 - tolerance)
+    ok = per_device >= floor
+    check = {"check": "samples/s per device", "value": per_device, "reference": reference,
+             "tolerance": tolerance, "threshold": floor, "ok": ok,
+             "reference_source": ref.get("source")}
+    return Verdict("performance", PASS if ok else FAIL,
+                   f"{measured} {'>=' if ok else '<'} {floor:.1f} (reference {reference:g} "
+                   f"- {tolerance:.0%} for {ref['device']})", (check,))
+
+
+def overall(verdicts: list[Verdict]) -> str:
+    return FAIL if any(v.status == FAIL for v in verdicts) else PASS
+
+
+# ----------------------------------------------------------------------------- report
+def write_report(path: str | Path, report: dict) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(report, out, indent=2, default=str)
+            out.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def print_summary(console, report: dict) -> None:
+    """One screen: what ran where, the numbers, and the two verdicts."""
+    from rich.panel import Panel
+    from rich.table import Table
+
+    run, batch, train = report["run"], report["batch"], report["training"]
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("workload", f"{report['workload']} ({report['mode']})")
+    table.add_row("launcher", f"{run['launcher']}, world size {run['world_size']}, "
+                  f"{run['backend']} on {run['device_type']}")
+    table.add_row("preset", f"{batch['preset']}"
+                  + (f" + {batch['user_config']}" if batch.get("user_config") else ""))
+    table.add_row("global batch", f"{batch['train_batch_size']} = micro-batch "
+                  f"{batch['micro_batch']} x grad-accum {batch['grad_accum']} x world size "
+                  f"{batch['world_size']}")
+    table.add_row("learning rate", f"{batch['lr']:g}" + (
+        f" ({batch['lr_scaling']} scaling of {batch['base_lr']:g})"
+        if batch["lr_scaling"] != "none" else ""))
+    table.add_row("training", f"{train['steps']} steps in {train['seconds']:.1f} s, "
+                  f"loss {train['loss_first']:.3f} -> {train['loss_last']:.3f}")
+    table.add_row("throughput", f"{train['samples_per_s']:.1f} samples/s after "
+                  f"{train['warmup_steps']} warm-up steps")
+    table.add_row("metrics", ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                                       for k, v in report["metrics"].items()))
+    for verdict in report["verdicts"]:
+        colour = {"PASS": "green", "FAIL": "red"}.get(verdict["status"], "yellow")
+        table.add_row(verdict["name"], f"[{colour}]{verdict['status']}[/] {verdict['detail']}")
+    if report.get("model_dir"):
+        table.add_row("model", str(report["model_dir"]))
+    table.add_row("report", str(report.get("report_path", "")))
+    table.add_row("wall time", f"{report['wall_s']:.1f} s")
+    status = report["status"]
+    console.print(Panel(table, title=f"dsenv {report['mode']} {report['workload']}: "
+                        f"[{'green' if status == PASS else 'red'}]{status}[/]",
+                        title_align="left", expand=False))

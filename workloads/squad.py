@@ -1,0 +1,399 @@
+"""SQuAD v1.1: the JSON reader, a synthetic generator in the same layout, features, metric.
+
+* :func:`read_squad` reads train-v1.1.json / dev-v1.1.json (the real files or the synthetic
+  ones: the same code path), with one clear error for a missing or malformed file.
+* :func:`synthetic_squad` writes a small, learnable data set in exactly SQuAD v1.1's layout.
+* :func:`train_features` / :func:`eval_features` turn examples into model inputs: answer
+  character offsets -> start/end token positions, long contexts split into windows of
+  ``max_length`` tokens overlapping by ``doc_stride`` (the BERT SQuAD recipe).
+* :func:`best_answers` turns start/end logits back into answer text.
+* :func:`squad_scores` is the official SQuAD v1.1 exact-match/F1 (evaluate-v1.1.py),
+  implemented here because the ``evaluate`` library fetches its metric scripts at run time.
+
+No torch here; numpy only inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import re
+import string
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsenv.workloads.launch_env import WorkloadError
+
+
+# ----------------------------------------------------------------------------- examples
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    start: int  # character offset in the context
+
+
+@dataclass(frozen=True)
+class Example:
+    id: str
+    title: str
+    context: str
+    question: str
+    answers: tuple[Answer, ...]
+
+
+def read_squad(path: str | Path) -> list[Example]:
+    """Examples of a SQuAD v1.1 JSON file; :class:`WorkloadError` naming what is wrong."""
+    path = Path(path)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise WorkloadError(f"SQuAD file {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"SQuAD file {path}: cannot read ({exc})") from None
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"SQuAD file {path}: not valid JSON (line {exc.lineno}, column "
+                            f"{exc.colno}: {exc.msg})") from None
+
+    def bad(where: str, what: str) -> WorkloadError:
+        return WorkloadError(f"SQuAD file {path}: {where}: {what} (expected SQuAD v1.1 layout: "
+                             "data[].paragraphs[].qas[].answers[])")
+
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
+        return_type = type(doc).__name__
+        raise bad("top level", f"no 'data' list (got {return_type}"
+                  + (f" with keys {sorted(doc)[:5]}" if isinstance(doc, dict) else "") + ")")
+    examples: list[Example] = []
+    for a, article in enumerate(doc["data"]):
+        where = f"data[{a}]"
+        if not isinstance(article, dict) or not isinstance(article.get("paragraphs"), list):
+            raise bad(where, "no 'paragraphs' list")
+        title = str(article.get("title", ""))
+        for p, para in enumerate(article["paragraphs"]):
+            where = f"data[{a}].paragraphs[{p}]"
+            if not isinstance(para, dict) or not isinstance(para.get("context"), str):
+                raise bad(where, "no 'context' string")
+            if not isinstance(para.get("qas"), list):
+                raise bad(where, "no 'qas' list")
+            context = para["context"]
+            for q, qa in enumerate(para["qas"]):
+                where = f"data[{a}].paragraphs[{p}].qas[{q}]"
+                if not isinstance(qa, dict):
+                    raise bad(where, "not an object")
+                for key, kind in (("id", str), ("question", str), ("answers", list)):
+                    if not isinstance(qa.get(key), kind):
+                        raise bad(where, f"no '{key}' {'list' if kind is list else 'string'}")
+                answers = []
+                for n, ans in enumerate(qa["answers"]):
+                    if (not isinstance(ans, dict) or not isinstance(ans.get("text"), str)
+                            or not isinstance(ans.get("answer_start"), int)):
+                        raise bad(f"{where}.answers[{n}]", "needs 'text' and integer "
+                                  "'answer_start'")
+                    if not 0 <= ans["answer_start"] <= len(context):
+                        raise bad(f"{where}.answers[{n}]", f"answer_start "
+                                  f"{ans['answer_start']} is outside the context")
+                    answers.append(Answer(ans["text"], ans["answer_start"]))
+                if not answers:
+                    raise bad(where, "no answers (SQuAD v2 unanswerable questions are not "
+                              "supported)")
+                examples.append(Example(qa["id"], title, context, qa["question"],
+                                        tuple(answers)))
+    if not examples:
+        raise WorkloadError(f"SQuAD file {path}: no questions in it")
+    return examples
+
+
+def write_json_atomically(path: str | Path, data: object) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out, ensure_ascii=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ----------------------------------------------------------------------------- synthetic
+# A task a healthy stack learns in seconds: every paragraph is about one person and states
+# FACTS_PER_PARAGRAPH facts, each about a different relation, plus one filler sentence, in
+# random order. Each relation has its own value vocabulary, and the relation's key word
+# stands right before its value ("lives in PARIS", "plays the VIOLIN"), so the model must
+# read the question's key word and point at the value that follows the matching word in
+# the context. Some values are two words, so end positions and F1 matter. A stack that
+# does not learn (lr 0, shuffled labels) stays near chance (~1/FACTS).
+NAMES = ("alice", "bruno", "chen", "dara", "emil", "fatima", "goran", "hana", "ivan", "jonas",
+         "kemal", "lena", "mateo", "nadia", "oscar", "priya", "quinn", "rosa", "sven", "tariq",
+         "ursula", "victor", "wanda", "xavier", "yusuf", "zoe")
+RELATIONS = {
+    "city": {
+        "fact": ["{name} lives in {value}.", "These days {name} lives in {value}."],
+        "question": ["Where does {name} live?", "In which city does {name} live?"],
+        "values": ["paris", "london", "berlin", "madrid", "rome", "vienna", "oslo", "tokyo",
+                   "lima", "cairo", "new york", "buenos aires", "hong kong"],
+    },
+    "colour": {
+        "fact": ["The favourite colour of {name} is {value}.", "{name} likes the colour {value}."],
+        "question": ["What is the favourite colour of {name}?", "Which colour does {name} like?"],
+        "values": ["red", "green", "blue", "yellow", "purple", "orange", "black", "white",
+                   "dark blue", "light green"],
+    },
+    "pet": {
+        "fact": ["{name} has a pet {value}.", "At home {name} keeps a pet {value}."],
+        "question": ["What pet does {name} have?", "Which pet does {name} keep?"],
+        "values": ["dog", "cat", "parrot", "rabbit", "hamster", "turtle", "goldfish", "horse",
+                   "guinea pig"],
+    },
+    "job": {
+        "fact": ["{name} works as a {value}.", "For a living {name} works as a {value}."],
+        "question": ["What does {name} work as?", "What is the job of {name}?"],
+        "values": ["teacher", "doctor", "baker", "pilot", "nurse", "farmer", "lawyer",
+                   "painter", "software engineer", "bus driver"],
+    },
+    "food": {
+        "fact": ["{name} likes to eat {value}.", "For dinner {name} likes to eat {value}."],
+        "question": ["What does {name} like to eat?", "Which food does {name} like to eat?"],
+        "values": ["pizza", "rice", "apples", "soup", "pasta", "cheese", "noodles", "bread",
+                   "fried fish", "green salad"],
+    },
+    "instrument": {
+        "fact": ["{name} plays the {value}.", "In a band {name} plays the {value}."],
+        "question": ["Which instrument does {name} play?", "What does {name} play in a band?"],
+        "values": ["piano", "guitar", "violin", "drums", "flute", "cello", "trumpet", "harp",
+                   "bass guitar"],
+    },
+    "sport": {
+        "fact": ["On weekends {name} plays {value}.", "{name} is good at {value}."],
+        "question": ["Which sport does {name} play on weekends?", "What is {name} good at?"],
+        "values": ["tennis", "football", "hockey", "golf", "cricket", "rugby", "baseball",
+                   "table tennis", "water polo"],
+    },
+    "age": {
+        "fact": ["{name} is {value} years old.", "This year {name} turned {value} years old."],
+        "question": ["How old is {name}?", "What age is {name}?"],
+        "values": [str(n) for n in range(18, 80)],
+    },
+}
+FILLERS = ("The weather was mild that year.", "Nobody remembers exactly when it started.",
+           "The town has a small market on Sundays.", "It rained for most of the spring.",
+           "A new bridge was built across the river.", "The library opens at nine.")
+FACTS_PER_PARAGRAPH = 4
+
+
+def synthetic_squad(paragraphs: int, seed: int, title_prefix: str = "synthetic") -> dict:
+    """A SQuAD v1.1 document of ``paragraphs`` paragraphs, one question per fact."""
+    rng = random.Random(seed)
+    articles = []
+    qid = 0
+    for p in range(paragraphs):
+        name = rng.choice(NAMES)
+        shown = name.capitalize()
+        relations = rng.sample(sorted(RELATIONS), FACTS_PER_PARAGRAPH)
+        facts = []
+        for relation in relations:
+            spec = RELATIONS[relation]
+            value = rng.choice(spec["values"])
+            template = rng.choice(spec["fact"])
+            facts.append((relation, value, template))
+        sentences: list[tuple[str | None, str, str]] = [(r, v, t) for r, v, t in facts]
+        sentences.insert(rng.randrange(len(sentences) + 1), (None, "", rng.choice(FILLERS)))
+        context = ""
+        qas = []
+        for relation, value, template in sentences:
+            if context:
+                context += " "
+            if relation is None:
+                context += template
+                continue
+            before, after = template.split("{value}")
+            before = before.replace("{name}", shown)
+            if not context:
+                before = before[0].upper() + before[1:]
+            start = len(context) + len(before)
+            context += before + value + after.replace("{name}", shown)
+            question = rng.choice(RELATIONS[relation]["question"]).format(name=shown)
+            qas.append({"answers": [{"answer_start": start, "text": value}],
+                        "question": question, "id": f"{seed:08x}{qid:016x}"})
+            qid += 1
+        rng.shuffle(qas)
+        articles.append({"title": f"{title_prefix}_{p}_{shown}",
+                         "paragraphs": [{"context": context, "qas": qas}]})
+    return {"data": articles, "version": "1.1"}
+
+
+# ----------------------------------------------------------------------------- features
+def _clip_questions(questions: Sequence[str], tokenizer, max_query_length: int) -> list[str]:
+    """Cut questions longer than ``max_query_length`` tokens (BERT's recipe uses 64)."""
+    enc = tokenizer(list(questions), add_special_tokens=False, return_offsets_mapping=True)
+    clipped = []
+    for question, offsets in zip(questions, enc["offset_mapping"], strict=True):
+        question = question.lstrip()
+        if len(offsets) > max_query_length:
+            question = question[: offsets[max_query_length - 1][1]]
+        clipped.append(question)
+    return clipped
+
+
+def _encode(examples: Sequence[Example], tokenizer, max_length: int, doc_stride: int,
+            max_query_length: int):
+    if doc_stride >= max_length - max_query_length - 3:
+        raise WorkloadError(f"doc stride {doc_stride} must be smaller than max length "
+                            f"{max_length} - max query length {max_query_length} - 3")
+    questions = _clip_questions([e.question for e in examples], tokenizer, max_query_length)
+    return tokenizer(questions, [e.context for e in examples], truncation="only_second",
+                     max_length=max_length, stride=doc_stride, return_overflowing_tokens=True,
+                     return_offsets_mapping=True, padding="max_length")
+
+
+def train_features(examples: Sequence[Example], tokenizer, max_length: int = 384,
+                   doc_stride: int = 128, max_query_length: int = 64) -> dict[str, list]:
+    """input_ids, token_type_ids, attention_mask, start_positions, end_positions.
+
+    Windows that do not contain the whole answer point at [CLS] (index 0), as in BERT.
+    """
+    enc = _encode(examples, tokenizer, max_length, doc_stride, max_query_length)
+    starts, ends = [], []
+    for i, offsets in enumerate(enc["offset_mapping"]):
+        example = examples[enc["overflow_to_sample_mapping"][i]]
+        answer = example.answers[0]
+        start_char, end_char = answer.start, answer.start + len(answer.text)
+        seq = enc.sequence_ids(i)
+        first = seq.index(1)
+        last = len(seq) - 1 - seq[::-1].index(1)
+        if offsets[first][0] > start_char or offsets[last][1] < end_char:
+            starts.append(0)
+            ends.append(0)
+            continue
+        s = first
+        while s <= last and offsets[s][0] <= start_char:
+            s += 1
+        e = last
+        while e >= first and offsets[e][1] >= end_char:
+            e -= 1
+        starts.append(s - 1)
+        ends.append(e + 1)
+    out = {key: enc[key] for key in ("input_ids", "token_type_ids", "attention_mask")}
+    out["start_positions"], out["end_positions"] = starts, ends
+    return out
+
+
+def eval_features(examples: Sequence[Example], tokenizer, max_length: int = 384,
+                  doc_stride: int = 128, max_query_length: int = 64) -> dict[str, list]:
+    """Model inputs plus ``example_index`` and context-only ``offset_mapping`` per window."""
+    enc = _encode(examples, tokenizer, max_length, doc_stride, max_query_length)
+    offsets = []
+    for i, window in enumerate(enc["offset_mapping"]):
+        seq = enc.sequence_ids(i)
+        offsets.append([o if seq[k] == 1 else None for k, o in enumerate(window)])
+    out = {key: enc[key] for key in ("input_ids", "token_type_ids", "attention_mask")}
+    out["example_index"] = list(enc["overflow_to_sample_mapping"])
+    out["offset_mapping"] = offsets
+    return out
+
+
+def best_answers(examples: Sequence[Example], features: dict, start_logits, end_logits,
+                 n_best: int = 20, max_answer_length: int = 30) -> dict[str, tuple[str, int]]:
+    """{example id: (answer text, start char)} from the windows' logits (best span wins)."""
+    import numpy as np
+
+    start_logits, end_logits = np.asarray(start_logits), np.asarray(end_logits)
+    best: dict[int, tuple[float, str, int]] = {}
+    for f, ex_index in enumerate(features["example_index"]):
+        offsets = features["offset_mapping"][f]
+        context = examples[ex_index].context
+        s_log, e_log = start_logits[f], end_logits[f]
+        for s in np.argsort(s_log)[::-1][:n_best]:
+            if offsets[s] is None:
+                continue
+            for e in np.argsort(e_log)[::-1][:n_best]:
+                if offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                    continue
+                score = float(s_log[s] + e_log[e])
+                if ex_index not in best or score > best[ex_index][0]:
+                    begin = offsets[s][0]
+                    best[ex_index] = (score, context[begin:offsets[e][1]], begin)
+    return {ex.id: (best[i][1], best[i][2]) if i in best else ("", -1)
+            for i, ex in enumerate(examples)}
+
+
+# ----------------------------------------------------------------------------- metric
+# The official SQuAD v1.1 evaluation (evaluate-v1.1.py), same normalisation and maxima.
+def normalize_answer(text: str) -> str:
+    """Lower case, drop punctuation, the articles a/an/the, and extra whitespace."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def exact_match_score(prediction: str, ground_truth: str) -> bool:
+    return normalize_answer(prediction) == normalize_answer(ground_truth)
+
+
+def f1_score(prediction: str, ground_truth: str) -> float:
+    pred_tokens = normalize_answer(prediction).split()
+    truth_tokens = normalize_answer(ground_truth).split()
+    common = collections.Counter(pred_tokens) & collections.Counter(truth_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0.0
+    precision = num_same / len(pred_tokens)
+    recall = num_same / len(truth_tokens)
+    return (2 * precision * recall) / (precision + recall)
+
+
+def metric_max_over_ground_truths(metric_fn, prediction: str, ground_truths: Iterable[str]):
+    return max(metric_fn(prediction, truth) for truth in ground_truths)
+
+
+def squad_scores(examples: Sequence[Example], predictions: dict[str, str]) -> dict[str, float]:
+    """{"exact_match": %, "f1": %} over ``examples``, as evaluate-v1.1.py prints them.
+
+    A question with no prediction counts as wrong (the official script says so too).
+    """
+    exact = f1 = 0.0
+    for ex in examples:
+        truths = [a.text for a in ex.answers]
+        if ex.id not in predictions:
+            continue
+        prediction = predictions[ex.id]
+        exact += metric_max_over_ground_truths(exact_match_score, prediction, truths)
+        f1 += metric_max_over_ground_truths(f1_score, prediction, truths)
+    total = max(len(examples), 1)
+    return {"exact_match": 100.0 * exact / total, "f1": 100.0 * f1 / total}
+
+
+# ----------------------------------------------------------------------------- display
+def highlight(context: str, start: int, length: int, style: str = "bold black on yellow"):
+    """The paragraph as rich Text with ``context[start:start+length]`` highlighted."""
+    from rich.text import Text
+
+    text = Text(context)
+    if start >= 0 and length > 0:
+        text.stylize(style, start, start + length)
+    return text
+
+
+def print_examples(console, examples: Sequence[Example], predictions: dict[str, tuple[str, int]],
+                   count: int = 3) -> None:
+    """QA examples with the predicted answer highlighted in its paragraph (seed 001)."""
+    from rich.panel import Panel
+
+    step = max(1, len(examples) // max(count, 1))
+    for ex in list(examples[::step])[:count]:
+        answer, start = predictions.get(ex.id, ("", -1))
+        truth = ex.answers[0].text
+        ok = exact_match_score(answer, truth)
+        body = highlight(ex.context, start, len(answer))
+        body.append(f"\n\nQ: {ex.question}\nA: ", style="bold")
+        body.append(answer or "(no answer)", style="green" if ok else "red")
+        if not ok:
+            body.append(f"   (expected: {truth})", style="dim")
+        console.print(Panel(body, title=ex.title, title_align="left", expand=False))
