@@ -260,6 +260,7 @@ def test_ds_config_written_for_one_rank_is_rejected_under_two(tmp_path, run_env)
     assert result.returncode != 0
     assert result.stderr.count("dsenv smoke bert-squad: ds_config train_batch_size 16 "
                                "contradicts this run: micro-batch 16 x grad-accum 1 x world "
-                               "size 2 = 32; drop train_batch_size (dsenv derives it)") == 2
-    # (torchrun prints its own traceback for failed children; ours print one line each)
+                               "size 2 = 32; drop train_batch_size (dsenv derives it)") >= 1
+    # torchrun may stop the second rank before it prints when the first exits first; each rank
+    # that prints says one line (torchrun adds its own traceback for failed children)
     assert "WorkloadError" not in result.stderr and "/workloads/" not in result.stderr

@@ -10,6 +10,8 @@ import pytest
 from dsenv.workloads import dsconfig, report, squad
 from dsenv.workloads.launch_env import WorkloadError, apply, discover, first_host
 
+from dsenv.jsonfiles import write_json_atomically
+
 
 # ----------------------------------------------------------------------------- ranks
 @pytest.mark.parametrize("env, launcher, rank, local_rank, world, local_size", [
@@ -220,7 +222,7 @@ def test_synthetic_data_is_squad_v11_layout_and_round_trips(tmp_path):
     assert set(para["qas"][0]) == {"answers", "question", "id"}
     assert set(para["qas"][0]["answers"][0]) == {"answer_start", "text"}
     path = tmp_path / "dev-v1.1.json"
-    squad.write_json_atomically(path, doc)
+    write_json_atomically(path, doc)
     examples = squad.read_squad(path)
     assert len(examples) == 20 * squad.FACTS_PER_PARAGRAPH
     for ex in examples:
@@ -264,7 +266,7 @@ def _examples(paragraphs):
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "x.json"
-        squad.write_json_atomically(path, squad.synthetic_squad(paragraphs, seed=5))
+        write_json_atomically(path, squad.synthetic_squad(paragraphs, seed=5))
         return squad.read_squad(path)
 
 

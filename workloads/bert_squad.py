@@ -16,6 +16,8 @@ from pathlib import Path
 
 from dsenv.workloads import dsconfig, engine, report, squad
 
+from dsenv.jsonfiles import write_json_atomically
+
 NAME = "bert-squad"
 
 
@@ -83,9 +85,9 @@ def make_smoke_assets(root: Path, s: Settings, seed: int, data_dir: Path | None)
 
     if data_dir is None:
         data_dir = root / "data"
-        squad.write_json_atomically(data_dir / "train-v1.1.json",
+        write_json_atomically(data_dir / "train-v1.1.json",
                                     squad.synthetic_squad(s.train_paragraphs, seed, "train"))
-        squad.write_json_atomically(data_dir / "dev-v1.1.json",
+        write_json_atomically(data_dir / "dev-v1.1.json",
                                     squad.synthetic_squad(s.dev_paragraphs, seed + 7919, "dev"))
     train = squad.read_squad(data_files(data_dir)[0])
     contexts = list(dict.fromkeys(ex.context for ex in train))

@@ -12,7 +12,6 @@ rejected with the numbers.
 from __future__ import annotations
 
 import copy
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 from dsenv.workloads.launch_env import WorkloadError
 
 from dsenv.data import load_table
+from dsenv.jsonfiles import JsonFileError, read_json
 
 LR_SCALINGS = ("none", "linear", "sqrt")
 _ADAMS = ("adam", "adamw")
@@ -76,16 +76,9 @@ class PlannedConfig:
 def load_user_config(path: str | Path) -> dict:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise WorkloadError(f"ds_config {path}: no such file") from None
-    except OSError as exc:
-        raise WorkloadError(f"ds_config {path}: cannot read ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"ds_config {path}: not valid JSON (line {exc.lineno}, column "
-                            f"{exc.colno}: {exc.msg})") from None
+        data = read_json(path, "ds_config")
+    except JsonFileError as exc:
+        raise WorkloadError(str(exc)) from None
     if not isinstance(data, dict):
         raise WorkloadError(f"ds_config {path}: expected a JSON object, got "
                             f"{type(data).__name__}")

@@ -12,10 +12,7 @@ The run passes when sanity passes and performance does not fail.
 from __future__ import annotations
 
 import fnmatch
-import json
-import os
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,6 +24,7 @@ else:  # pragma: no cover
 from dsenv.workloads.launch_env import WorkloadError
 
 from dsenv.data import load_table
+from dsenv.jsonfiles import write_json_atomically
 
 PASS, FAIL, REPORTED = "PASS", "FAIL", "REPORTED"
 REPORT_VERSION = 1
@@ -140,18 +138,7 @@ def overall(verdicts: list[Verdict]) -> str:
 
 # ----------------------------------------------------------------------------- report
 def write_report(path: str | Path, report: dict) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(report, out, indent=2, default=str)
-            out.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_json_atomically(path, report, indent=2, default=str)
 
 
 def print_summary(console, report: dict) -> None:

@@ -16,17 +16,16 @@ No torch here; numpy only inside the functions that need it.
 from __future__ import annotations
 
 import collections
-import json
-import os
 import random
 import re
 import string
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dsenv.workloads.launch_env import WorkloadError
+
+from dsenv.jsonfiles import JsonFileError, read_json
 
 
 # ----------------------------------------------------------------------------- examples
@@ -49,16 +48,9 @@ def read_squad(path: str | Path) -> list[Example]:
     """Examples of a SQuAD v1.1 JSON file; :class:`WorkloadError` naming what is wrong."""
     path = Path(path)
     try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise WorkloadError(f"SQuAD file {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkloadError(f"SQuAD file {path}: cannot read ({exc})") from None
-    try:
-        doc = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"SQuAD file {path}: not valid JSON (line {exc.lineno}, column "
-                            f"{exc.colno}: {exc.msg})") from None
+        doc = read_json(path, "SQuAD file")
+    except JsonFileError as exc:
+        raise WorkloadError(str(exc)) from None
 
     def bad(where: str, what: str) -> WorkloadError:
         return WorkloadError(f"SQuAD file {path}: {where}: {what} (expected SQuAD v1.1 layout: "
@@ -106,19 +98,6 @@ def read_squad(path: str | Path) -> list[Example]:
     if not examples:
         raise WorkloadError(f"SQuAD file {path}: no questions in it")
     return examples
-
-
-def write_json_atomically(path: str | Path, data: object) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, ensure_ascii=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ----------------------------------------------------------------------------- synthetic
