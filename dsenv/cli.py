@@ -13,7 +13,6 @@ from dsenv.workloads.cli import add_launcher_arguments, add_workload_parsers, ru
 
 NOT_BUILT = {
     "provision": "build a locked environment with DeepSpeed ops precompiled for a GPU arch (issue #4)",
-    "run": "run a bundled workload's full training run (issue #3)",
     "fetch": "download a workload's model and data into the offline cache (issue #3)",
     "launch": "write and submit a Slurm job script for a workload (issue #5)",
 }
@@ -85,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             from dsenv.doctor.command import run_doctor
 
             return run_doctor(args)
-        if args.command == "smoke":
+        if args.command in ("smoke", "run"):
             return run_workload_command(args)
     except UsageError as exc:
         print(f"dsenv {args.command}: {exc}", file=sys.stderr)

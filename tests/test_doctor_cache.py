@@ -11,7 +11,7 @@ import pytest
 from dsenv.doctor.checks import cache as cache_checks
 from dsenv.doctor.probes import hfcache
 from dsenv.doctor.result import Status
-from dsenv.workloads.assets import assets_for
+from dsenv.workloads.assets import CacheLayout, assets_for
 
 CLOSED = "http://127.0.0.1:9"  # discard port: nothing listens, the connect is refused
 
@@ -118,9 +118,18 @@ def test_offline_login_info(make_ctx, run_one):
     assert result.status == Status.INFO
 
 
-def fill_hub_cache(hub, workload):
+def fill_offline_cache(layout, workload):
+    """Place a workload's assets the way `dsenv fetch` does: model snapshots in the hub
+    cache, data sets written by datasets' save_to_disk."""
+    import datasets
+
     for asset in assets_for(workload):
-        repo = hub / asset.cache_folder
+        if asset.kind == "dataset":
+            splits = {name: datasets.Dataset.from_dict({"text": ["a", "b"]})
+                      for name in asset.splits}
+            datasets.DatasetDict(splits).save_to_disk(str(asset.saved_dir(layout)))
+            continue
+        repo = layout.hub / asset.cache_folder
         (repo / "refs").mkdir(parents=True)
         (repo / "refs" / asset.revision).write_text("0123abcd")
         snapshot = repo / "snapshots" / "0123abcd"
@@ -139,6 +148,6 @@ def test_assets_missing_fails_then_present_ok(tmp_path, make_ctx, run_one):
     assert result.status == Status.FAIL and "dsenv fetch bert-squad" in result.fix
     assert any("google-bert/bert-base-uncased" in e for e in result.evidence)
 
-    fill_hub_cache(tmp_path / "hub", "bert-squad")
+    fill_offline_cache(CacheLayout.from_env(env), "bert-squad")
     result = run_one("cache.assets", make_ctx(env=env, workload="bert-squad"))
     assert result.status == Status.OK, result

@@ -347,22 +347,32 @@ def test_shipped_references_parse_and_cover_the_smoke():
 
 
 # ----------------------------------------------------------------------------- saving
-def test_replace_dir_swaps_and_clears_leftovers(tmp_path):
-    from dsenv.workloads import engine
+def test_staged_dir_swaps_and_clears_leftovers(tmp_path):
+    from dsenv.staging import staged_dir
 
     target = tmp_path / "model"
     target.mkdir()
     (target / "old.txt").write_text("old")
-    stale = tmp_path / ".model.tmp-999"
+    stale = tmp_path / ".model.tmp-999"  # an interrupted earlier save
     stale.mkdir()
     (stale / "half.bin").write_text("half-written")
-    engine._clear_leftovers(target)
-    assert not stale.exists()
-    new = tmp_path / ".model.tmp-1"
-    new.mkdir()
-    (new / "config.json").write_text("{}")
-    engine.replace_dir(new, target)
+    with staged_dir(target) as tmp:
+        assert not stale.exists() and (target / "old.txt").exists()
+        (tmp / "config.json").write_text("{}")
     assert sorted(p.name for p in target.iterdir()) == ["config.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_staged_dir_failure_keeps_old_target_and_leaves_nothing(tmp_path):
+    from dsenv.staging import staged_dir
+
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError), staged_dir(target) as tmp:
+        (tmp / "half.bin").write_text("half")
+        raise RuntimeError("killed mid-save")
+    assert sorted(p.name for p in target.iterdir()) == ["old.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 

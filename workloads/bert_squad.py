@@ -17,6 +17,7 @@ from pathlib import Path
 from dsenv.workloads import dsconfig, engine, report, squad
 
 from dsenv.jsonfiles import write_json_atomically
+from dsenv.staging import staged_dir
 
 NAME = "bert-squad"
 
@@ -102,11 +103,9 @@ def make_smoke_assets(root: Path, s: Settings, seed: int, data_dir: Path | None)
                         hidden_dropout_prob=s.dropout, attention_probs_dropout_prob=s.dropout,
                         initializer_range=s.init_range)
     model = BertForQuestionAnswering(config)
-    target = root / "init-model"
-    tmp = root / f".init-model.tmp-{seed}"
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    engine.replace_dir(tmp, target)
+    with staged_dir(root / "init-model") as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
 
 
 # ----------------------------------------------------------------------------- data

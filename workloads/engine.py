@@ -31,6 +31,8 @@ from pathlib import Path
 
 from dsenv.workloads.launch_env import RankInfo, WorkloadError, apply, discover
 
+from dsenv.staging import staged_dir
+
 # Measured first-build times on a 2-core VM (FACTS.md and this project's runs), seconds.
 OP_BUILD_SECONDS = {"deepspeed_shm_comm": 60, "cpu_adam": 90, "fused_adam": 100}
 
@@ -378,23 +380,6 @@ def shutdown() -> None:
 
 
 # ----------------------------------------------------------------------------- saving
-def _clear_leftovers(target: Path) -> None:
-    """Remove what an interrupted earlier save left next to ``target``."""
-    for stale in target.parent.glob(f".{target.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    for stale in target.parent.glob(f".{target.name}.old-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-
-
-def replace_dir(tmp: Path, target: Path) -> None:
-    """Put the finished ``tmp`` folder at ``target``; an old ``target`` goes only after."""
-    old = target.with_name(f".{target.name}.old-{os.getpid()}")
-    if target.exists():
-        os.replace(target, old)
-    os.replace(tmp, target)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def save_model_atomically(engine, rt: Runtime, target: Path,
                           extra: Callable[[Path], object] | None = None) -> Path:
     """save_pretrained into a hidden temporary folder next to ``target``, then rename it
@@ -411,17 +396,10 @@ def save_model_atomically(engine, rt: Runtime, target: Path,
         if rt.is_main:
             state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
     if rt.is_main:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _clear_leftovers(target)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        try:
+        with staged_dir(target) as tmp:
             module.save_pretrained(tmp, state_dict=state)
             if extra is not None:
                 extra(tmp)
-            replace_dir(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     barrier(rt)
     return target
 

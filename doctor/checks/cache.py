@@ -103,19 +103,20 @@ def offline(ctx: Context):
                 "from_pretrained hangs on retries or crashes", OFFLINE_FIX, *evidence)
 
 
-@check("cache.assets", "Workload assets in the hub cache")
+@check("cache.assets", "Workload assets in the offline cache")
 def assets(ctx: Context):
     workload = ctx.options.workload
     if not workload:
         return skip("no --for WORKLOAD given")
-    from dsenv.workloads.assets import assets_for
+    from dsenv.workloads.assets import CacheLayout, assets_for
 
-    hub = hfcache.resolve_dirs(ctx.env).hub
+    layout = CacheLayout.from_env(ctx.env)
     wanted = assets_for(workload)
-    missing = [item for asset in wanted for item in asset.missing_in(hub)]
+    missing = [item for asset in wanted for item in asset.missing_in(layout)]
+    where = f"hub cache {layout.hub}, data sets {layout.saved}"
     if missing:
-        return fail(f"{len(missing)} of {workload}'s assets missing from {hub}",
+        return fail(f"{len(missing)} of {workload}'s assets missing ({where})",
                     f"on a login node: `dsenv fetch {workload}` (with the same HF_HOME/"
-                    "HF_HUB_CACHE as the job)", *missing)
-    return ok(f"all {len(wanted)} assets of {workload} cached in {hub}",
-              *(f"{a.kind} {a.repo}@{a.revision}" for a in wanted))
+                    "HF_HUB_CACHE/HF_DATASETS_CACHE as the job)", *missing)
+    return ok(f"all {len(wanted)} assets of {workload} in the offline cache ({where})",
+              *(asset.describe() for asset in wanted))

@@ -1,0 +1,52 @@
+"""Folders built beside their target and renamed into place.
+
+An interrupted build leaves only a hidden ``.NAME.tmp-PID`` beside the target, never a
+half-written target; the next build clears such leftovers before it starts.
+
+    with staged_dir(target) as tmp:   # tmp is empty; fill it
+        model.save_pretrained(tmp)
+    # target now holds what tmp held; an older target was replaced only after
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def clear_leftovers(target: Path) -> None:
+    """Remove what an interrupted earlier build left next to ``target``."""
+    target = Path(target)
+    for pattern in (f".{target.name}.tmp-*", f".{target.name}.old-*"):
+        for stale in target.parent.glob(pattern):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def replace_dir(tmp: Path, target: Path) -> None:
+    """Put the finished ``tmp`` folder at ``target``; an old ``target`` goes only after."""
+    target = Path(target)
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    if target.exists() or target.is_symlink():
+        os.replace(target, old)
+    os.replace(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_dir(target: Path) -> Iterator[Path]:
+    """A fresh hidden folder beside ``target``, renamed to ``target`` when the block ends
+    without an exception and removed when it raises."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    clear_leftovers(target)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp.mkdir()
+    try:
+        yield tmp
+        replace_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
