@@ -25,6 +25,7 @@ from pathlib import Path
 
 from dsenv.workloads.launch_env import WorkloadError
 
+from dsenv.data import load_table
 from dsenv.jsonfiles import JsonFileError, read_json
 
 
@@ -101,69 +102,14 @@ def read_squad(path: str | Path) -> list[Example]:
 
 
 # ----------------------------------------------------------------------------- synthetic
-# A task a healthy stack learns in seconds: every paragraph is about one person and states
-# FACTS_PER_PARAGRAPH facts, each about a different relation, plus one filler sentence, in
-# random order. Each relation has its own value vocabulary, and the relation's key word
-# stands right before its value ("lives in PARIS", "plays the VIOLIN"), so the model must
-# read the question's key word and point at the value that follows the matching word in
-# the context. Some values are two words, so end positions and F1 matter. A stack that
-# does not learn (lr 0, shuffled labels) stays near chance (~1/FACTS).
-NAMES = ("alice", "bruno", "chen", "dara", "emil", "fatima", "goran", "hana", "ivan", "jonas",
-         "kemal", "lena", "mateo", "nadia", "oscar", "priya", "quinn", "rosa", "sven", "tariq",
-         "ursula", "victor", "wanda", "xavier", "yusuf", "zoe")
-RELATIONS = {
-    "city": {
-        "fact": ["{name} lives in {value}.", "These days {name} lives in {value}."],
-        "question": ["Where does {name} live?", "In which city does {name} live?"],
-        "values": ["paris", "london", "berlin", "madrid", "rome", "vienna", "oslo", "tokyo",
-                   "lima", "cairo", "new york", "buenos aires", "hong kong"],
-    },
-    "colour": {
-        "fact": ["The favourite colour of {name} is {value}.", "{name} likes the colour {value}."],
-        "question": ["What is the favourite colour of {name}?", "Which colour does {name} like?"],
-        "values": ["red", "green", "blue", "yellow", "purple", "orange", "black", "white",
-                   "dark blue", "light green"],
-    },
-    "pet": {
-        "fact": ["{name} has a pet {value}.", "At home {name} keeps a pet {value}."],
-        "question": ["What pet does {name} have?", "Which pet does {name} keep?"],
-        "values": ["dog", "cat", "parrot", "rabbit", "hamster", "turtle", "goldfish", "horse",
-                   "guinea pig"],
-    },
-    "job": {
-        "fact": ["{name} works as a {value}.", "For a living {name} works as a {value}."],
-        "question": ["What does {name} work as?", "What is the job of {name}?"],
-        "values": ["teacher", "doctor", "baker", "pilot", "nurse", "farmer", "lawyer",
-                   "painter", "software engineer", "bus driver"],
-    },
-    "food": {
-        "fact": ["{name} likes to eat {value}.", "For dinner {name} likes to eat {value}."],
-        "question": ["What does {name} like to eat?", "Which food does {name} like to eat?"],
-        "values": ["pizza", "rice", "apples", "soup", "pasta", "cheese", "noodles", "bread",
-                   "fried fish", "green salad"],
-    },
-    "instrument": {
-        "fact": ["{name} plays the {value}.", "In a band {name} plays the {value}."],
-        "question": ["Which instrument does {name} play?", "What does {name} play in a band?"],
-        "values": ["piano", "guitar", "violin", "drums", "flute", "cello", "trumpet", "harp",
-                   "bass guitar"],
-    },
-    "sport": {
-        "fact": ["On weekends {name} plays {value}.", "{name} is good at {value}."],
-        "question": ["Which sport does {name} play on weekends?", "What is {name} good at?"],
-        "values": ["tennis", "football", "hockey", "golf", "cricket", "rugby", "baseball",
-                   "table tennis", "water polo"],
-    },
-    "age": {
-        "fact": ["{name} is {value} years old.", "This year {name} turned {value} years old."],
-        "question": ["How old is {name}?", "What age is {name}?"],
-        "values": [str(n) for n in range(18, 80)],
-    },
-}
-FILLERS = ("The weather was mild that year.", "Nobody remembers exactly when it started.",
-           "The town has a small market on Sundays.", "It rained for most of the spring.",
-           "A new bridge was built across the river.", "The library opens at nine.")
-FACTS_PER_PARAGRAPH = 4
+# The vocabulary and templates are data (synthetic_squad.toml); why the task is learnable
+# is explained there. A stack that does not learn (lr 0, shuffled labels) stays near
+# chance (~1/facts per paragraph).
+_SYNTHETIC = load_table("dsenv.workloads", "synthetic_squad.toml")
+NAMES: tuple[str, ...] = tuple(_SYNTHETIC["names"])
+RELATIONS: dict[str, dict[str, list[str]]] = _SYNTHETIC["relations"]
+FILLERS: tuple[str, ...] = tuple(_SYNTHETIC["fillers"])
+FACTS_PER_PARAGRAPH: int = _SYNTHETIC["facts_per_paragraph"]
 
 
 def synthetic_squad(paragraphs: int, seed: int, title_prefix: str = "synthetic") -> dict:
