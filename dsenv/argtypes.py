@@ -10,13 +10,24 @@ def csv_list(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
-def positive_int(value: str) -> int:
+def _whole(value: str) -> int:
     try:
-        number = int(value)
+        return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+
+
+def positive_int(value: str) -> int:
+    number = _whole(value)
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
+    return number
+
+
+def non_negative_int(value: str) -> int:
+    number = _whole(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
     return number
 
 

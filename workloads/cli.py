@@ -1,8 +1,8 @@
-"""Command-line wiring of the workloads: ``dsenv smoke WORKLOAD`` (``dsenv run`` later).
+"""Command-line wiring of the workloads: ``dsenv smoke WORKLOAD`` and ``dsenv run WORKLOAD``.
 
 Light on purpose: nothing here imports torch, deepspeed or transformers.
 
-    add_workload_parsers(subparsers)   # adds "smoke" to dsenv's sub-commands
+    add_workload_parsers(subparsers)   # adds "smoke" and "run" to dsenv's sub-commands
     run_workload_command(args) -> int  # exit code: 0 PASS, 1 a verdict failed, 2 bad input
 
 Under a launcher, run it as a module: ``torchrun --nproc_per_node 2 -m dsenv.workloads.cli
@@ -14,10 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dsenv.argtypes import non_negative_float, positive_int
+from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
 
 SMOKE_WORKLOADS = {
     "bert-squad": "tiny BERT on synthetic SQuAD v1.1 (seconds, no downloads)",
+}
+FULL_WORKLOADS = {
+    "bert-squad": "bert-base-uncased on SQuAD v1.1, 2 epochs (seeds 000, 001)",
 }
 LR_SCALINGS = ("none", "linear", "sqrt")  # kept in step with dsconfig.LR_SCALINGS
 PRESETS_HELP = "fp32, fp16, bf16, zero1, zero2, zero3, zero3-offload (workloads/presets.toml)"
@@ -52,7 +55,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def add_workload_parsers(subparsers) -> None:
-    """Add ``smoke`` to an argparse sub-parsers object (dsenv's top-level command)."""
+    """Add ``smoke`` and ``run`` to an argparse sub-parsers object (dsenv's top level)."""
     smoke = subparsers.add_parser(
         "smoke", help="prove the stack trains: a bundled workload's tiny run (seconds)",
         description="A tiny training run of a bundled workload through the real DeepSpeed "
@@ -69,6 +72,43 @@ def add_workload_parsers(subparsers) -> None:
     smoke.add_argument("--steps", type=positive_int, help=argparse.SUPPRESS)
     smoke.add_argument("--shuffle-labels", action="store_true", help=argparse.SUPPRESS)
     smoke.set_defaults(workload_mode="smoke")
+
+    run = subparsers.add_parser(
+        "run", help="a bundled workload's full run: real model and data from the offline "
+                    "cache, throughput and quality",
+        description="The full training run of a bundled workload through the DeepSpeed "
+                    "engine, offline: the model and data come from the cache `dsenv fetch` "
+                    "filled (a missing asset is an error naming it, never a download). With "
+                    "--model-dir, evaluate a saved model on chosen dev samples instead. "
+                    "Exit 0: PASS; 1: a verdict failed; 2: bad input.")
+    run.add_argument("workload", choices=sorted(FULL_WORKLOADS),
+                     help="; ".join(f"{k}: {v}" for k, v in FULL_WORKLOADS.items()))
+    _add_common(run)
+    run.add_argument("--data-dir", metavar="DIR",
+                     help="read train-v1.1.json/dev-v1.1.json from DIR instead of the "
+                          "fetched data set")
+    run.add_argument("--epochs", type=positive_int, metavar="N", help="epochs (default 2)")
+    run.add_argument("--max-steps", type=positive_int, metavar="N",
+                     help="stop after N optimizer steps (a shorter check of a full setup)")
+    run.add_argument("--max-length", type=positive_int, metavar="TOKENS",
+                     help="window length in tokens (default 384)")
+    run.add_argument("--doc-stride", type=positive_int, metavar="TOKENS",
+                     help="overlap of a long paragraph's windows (default 128)")
+    run.add_argument("--max-train-samples", type=positive_int, metavar="N",
+                     help="train on the first N questions only")
+    run.add_argument("--max-eval-samples", type=positive_int, metavar="N",
+                     help="evaluate on the first N dev questions only")
+    evaluate = run.add_argument_group(
+        "evaluate a saved model (seed 001's test script)",
+        "no training: the model a run saved answers dev questions K..K+N-1, each printed "
+        "with its answer highlighted, then exact match and F1 over them")
+    evaluate.add_argument("--model-dir", metavar="DIR",
+                          help="a model folder a run saved (OUTPUT_DIR/model)")
+    evaluate.add_argument("--start-sample", type=non_negative_int, default=0, metavar="K",
+                          help="first dev question (default 0)")
+    evaluate.add_argument("--num-test-samples", type=positive_int, default=10, metavar="N",
+                          help="how many dev questions (default 10)")
+    run.set_defaults(workload_mode="run")
 
 
 def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsenv.workloads.launch_env import WorkloadError
@@ -183,13 +183,22 @@ def build_config(preset: str, world_size: int, *, on_gpu: bool, default_micro_ba
             and not offloads_optimizer(config)):
         params.setdefault("torch_adam", True)  # no fused_adam JIT build on CPU
 
-    if "scheduler" not in config and total_steps:
-        config["scheduler"] = {"type": "WarmupDecayLR", "params": {
-            "warmup_min_lr": 0.0, "warmup_max_lr": effective_lr,
-            "warmup_num_steps": max(1, warmup_steps), "warmup_type": "linear",
-            "total_num_steps": max(total_steps, warmup_steps + 1)}}
-    return PlannedConfig(preset, config, batch, float(base_lr), effective_lr, lr_scaling,
-                         str(user_config) if user_config else None)
+    planned = PlannedConfig(preset, config, batch, float(base_lr), effective_lr, lr_scaling,
+                            str(user_config) if user_config else None)
+    return with_schedule(planned, warmup_steps, total_steps) if total_steps else planned
+
+
+def with_schedule(planned: PlannedConfig, warmup_steps: int, total_steps: int) -> PlannedConfig:
+    """Linear warm-up then linear decay over ``total_steps``, unless the user's ds_config
+    brought its own scheduler (for runs whose step count is known only after the data)."""
+    if "scheduler" in planned.config:
+        return planned
+    config = copy.deepcopy(planned.config)
+    config["scheduler"] = {"type": "WarmupDecayLR", "params": {
+        "warmup_min_lr": 0.0, "warmup_max_lr": planned.lr,
+        "warmup_num_steps": max(1, warmup_steps), "warmup_type": "linear",
+        "total_num_steps": max(total_steps, warmup_steps + 1)}}
+    return replace(planned, config=config)
 
 
 def required_ops(config: dict, on_gpu: bool) -> list[str]:

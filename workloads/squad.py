@@ -101,6 +101,35 @@ def read_squad(path: str | Path) -> list[Example]:
     return examples
 
 
+def examples_from_rows(rows: Iterable[dict], source: str) -> list[Example]:
+    """Examples of a SQuAD data set in the Hub's column layout (rajpurkar/squad: id, title,
+    context, question, answers {text: [...], answer_start: [...]}), as ``datasets`` gives
+    rows; :class:`WorkloadError` naming the row when one does not fit."""
+    examples = []
+    for n, row in enumerate(rows):
+        answers = row.get("answers") if isinstance(row, dict) else None
+        fields_ok = isinstance(answers, dict) and all(
+            isinstance(row.get(key), str) for key in ("id", "context", "question"))
+        texts = answers.get("text") if fields_ok else None
+        starts = answers.get("answer_start") if fields_ok else None
+        if (not fields_ok or not isinstance(texts, list) or not isinstance(starts, list)
+                or len(texts) != len(starts) or not texts):
+            raise WorkloadError(f"{source}: row {n} is not a SQuAD v1.1 question (needs id, "
+                                "context, question and answers {text: [...], answer_start: "
+                                "[...]} with at least one answer)")
+        context = row["context"]
+        for start in starts:
+            if not isinstance(start, int) or not 0 <= start <= len(context):
+                raise WorkloadError(f"{source}: row {n} ({row['id']}): answer_start {start!r} "
+                                    "is outside the context")
+        examples.append(Example(row["id"], str(row.get("title") or ""), context,
+                                row["question"], tuple(Answer(str(text), start) for text, start
+                                                       in zip(texts, starts, strict=True))))
+    if not examples:
+        raise WorkloadError(f"{source}: no questions in it")
+    return examples
+
+
 # ----------------------------------------------------------------------------- synthetic
 # The vocabulary and templates are data (synthetic_squad.toml); why the task is learnable
 # is explained there. A stack that does not learn (lr 0, shuffled labels) stays near
