@@ -58,8 +58,22 @@ def test_ds_config_duplicate_key_fails(tmp_path, make_ctx, run_one):
 
 def test_no_config_skips_with_reason(make_ctx, run_one):
     assert "--deepspeed-config" in run_one("job.batch-size", make_ctx()).summary
-    result = run_one("job.precision", make_ctx(workload="bert-squad"))
-    assert result.status == Status.SKIP and "bert-squad has no default" in result.summary
+    result = run_one("job.precision", make_ctx(workload="t5-xsum"))
+    assert result.status == Status.SKIP and "t5-xsum has no full run" in result.summary
+
+
+def test_workload_without_config_judges_its_default_preset(make_ctx, run_one):
+    from dsenv.workloads.bert_squad import FULL
+
+    ctx = make_ctx(workload="bert-squad", nodes=2, gpus_per_node=4)
+    result = run_one("job.ds-config", ctx)
+    assert result.status == Status.OK and "dsenv run bert-squad --preset fp32" in result.summary
+    result = run_one("job.batch-size", make_ctx(workload="bert-squad", nodes=2, gpus_per_node=4))
+    micro = FULL.micro_batch
+    assert result.status == Status.OK
+    assert result.summary == f"{micro * 8} = {micro} x 1 x 8 ranks"
+    result = run_one("job.precision", with_gpus(make_ctx(workload="bert-squad"), [V100]))
+    assert result.status == Status.OK and result.summary.startswith("fp32")
 
 
 def test_batch_size_fits_planned_world(make_ctx, run_one):

@@ -22,12 +22,14 @@ SMOKE_WORKLOADS = {
 FULL_WORKLOADS = {
     "bert-squad": "bert-base-uncased on SQuAD v1.1, 2 epochs (seeds 000, 001)",
 }
+FULL_RUN_MODULES = {"bert-squad": "dsenv.workloads.bert_squad"}  # each has FULL: Settings
+DEFAULT_PRESET = "fp32"
 LR_SCALINGS = ("none", "linear", "sqrt")  # kept in step with dsconfig.LR_SCALINGS
 PRESETS_HELP = "fp32, fp16, bf16, zero1, zero2, zero3, zero3-offload (workloads/presets.toml)"
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="fp32", metavar="NAME",
+    parser.add_argument("--preset", default=DEFAULT_PRESET, metavar="NAME",
                         help=f"DeepSpeed preset: {PRESETS_HELP} (default fp32)")
     parser.add_argument("--deepspeed-config", "--deepspeed_config", metavar="FILE",
                         help="a ds_config JSON merged over the preset; train_batch_size is "
@@ -109,6 +111,15 @@ def add_workload_parsers(subparsers) -> None:
     evaluate.add_argument("--num-test-samples", type=positive_int, default=10, metavar="N",
                           help="how many dev questions (default 10)")
     run.set_defaults(workload_mode="run")
+
+
+def full_run_settings(workload: str):
+    """The ``Settings`` of ``dsenv run WORKLOAD`` (micro-batch, lr, ...), None if it has no
+    full run yet. Light: a workload module imports no torch at module import."""
+    import importlib
+
+    module = FULL_RUN_MODULES.get(workload)
+    return importlib.import_module(module).FULL if module else None
 
 
 def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:

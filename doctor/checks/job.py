@@ -3,6 +3,8 @@ fits the GPUs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dsenv.envs import archs
 
 from ..context import Context
@@ -12,11 +14,11 @@ from ..result import Finding, fail, ok, skip
 
 
 def _config_or_skip(ctx: Context) -> dsconfig.LoadedConfig | Finding:
-    """The parsed config, or the skip that says why there is none to judge."""
+    """The parsed config, or the skip that says why there is none to judge. With --for
+    WORKLOAD and no file: the config `dsenv run WORKLOAD` would use (its default preset)."""
     if ctx.options.deepspeed_config is None:
         if ctx.options.workload:
-            return skip(f"workload {ctx.options.workload} has no default DeepSpeed config yet; "
-                        "pass --deepspeed-config FILE")
+            return _workload_default(ctx)
         return skip("no --deepspeed-config FILE given")
     config = dsconfig.loaded(ctx)
     if config.data is None:
@@ -27,7 +29,11 @@ def _config_or_skip(ctx: Context) -> dsconfig.LoadedConfig | Finding:
 @check("job.ds-config", "DeepSpeed config parses")
 def ds_config(ctx: Context):
     if ctx.options.deepspeed_config is None:
-        return _config_or_skip(ctx)
+        config = _config_or_skip(ctx)
+        if isinstance(config, Finding):
+            return config
+        return ok(f"no --deepspeed-config: judging {config.path}, whose train_batch_size "
+                  "dsenv derives from the world size", ", ".join(sorted(config.data)))
     config = dsconfig.loaded(ctx)
     if config.data is None:
         where = f"{config.path}:{config.line}:{config.column}" if config.line else str(config.path)
@@ -37,6 +43,22 @@ def ds_config(ctx: Context):
         return fail(f"{where}: {config.error}", fix)
     keys = ", ".join(sorted(config.data)[:12])
     return ok(f"{config.path}: valid JSON, {len(config.data)} top-level keys", keys)
+
+
+def _workload_default(ctx: Context) -> dsconfig.LoadedConfig | Finding:
+    from dsenv.workloads import dsconfig as workload_configs
+    from dsenv.workloads.cli import DEFAULT_PRESET, full_run_settings
+
+    workload = ctx.options.workload
+    settings = full_run_settings(workload)
+    if settings is None:
+        return skip(f"workload {workload} has no full run yet; pass --deepspeed-config FILE")
+    world, _ = planned_world(ctx)
+    planned = workload_configs.build_config(
+        DEFAULT_PRESET, world or 1, on_gpu=bool(deepspeed_info.visible_gpus(ctx)),
+        default_micro_batch=settings.micro_batch, default_lr=settings.lr)
+    return dsconfig.LoadedConfig(Path(f"<dsenv run {workload} --preset {DEFAULT_PRESET}>"),
+                                 planned.config)
 
 
 def planned_world(ctx: Context) -> tuple[int | None, str]:
