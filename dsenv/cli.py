@@ -10,10 +10,10 @@ from dsenv import __version__
 from dsenv.argtypes import csv_list, positive_float, positive_int
 from dsenv.doctor.registry import AREAS
 from dsenv.workloads.cli import add_launcher_arguments, add_workload_parsers, run_workload_command
+from dsenv.workloads.fetch import add_fetch_parser, run_fetch
 
 NOT_BUILT = {
     "provision": "build a locked environment with DeepSpeed ops precompiled for a GPU arch (issue #4)",
-    "fetch": "download a workload's model and data into the offline cache (issue #3)",
     "launch": "write and submit a Slurm job script for a workload (issue #5)",
 }
 
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_launcher_arguments(parser)  # the deepspeed launcher puts --local_rank before COMMAND
     add_workload_parsers(sub)
+    add_fetch_parser(sub)
 
     for name, summary in NOT_BUILT.items():
         stub = sub.add_parser(name, help=summary + " [not built yet]", add_help=True)
@@ -86,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_doctor(args)
         if args.command in ("smoke", "run"):
             return run_workload_command(args)
+        if args.command == "fetch":
+            return run_fetch(args)
     except UsageError as exc:
         print(f"dsenv {args.command}: {exc}", file=sys.stderr)
         return 2

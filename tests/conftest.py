@@ -11,6 +11,8 @@ from dsenv.doctor.context import Context, Options
 from dsenv.doctor.registry import CHECKS, all_checks
 from dsenv.doctor.runner import run_check
 
+from .workload_runs import LAUNCHER_PREFIXES, LAUNCHER_VARS, free_port
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 # Loopback only, and nothing may reach a hub or a package index from a test.
@@ -67,3 +69,30 @@ def fixture_text(name: str) -> str:
     lines = (FIXTURES / name).read_text().splitlines(keepends=True)
     return "".join(line for line in lines if not line.startswith("# source:"))
 
+
+# ----------------------------------------------------------------------------- workloads
+@pytest.fixture(scope="session")
+def extensions_dir() -> Path:
+    path = Path(os.environ.get("TORCH_EXTENSIONS_DIR")
+                or Path.home() / ".cache" / "dsenv-tests" / "torch_extensions")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def run_env(extensions_dir):
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), GLOO_SOCKET_IFNAME="lo",
+               TORCH_EXTENSIONS_DIR=str(extensions_dir), DS_ACCELERATOR="cpu",
+               HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+@pytest.fixture
+def no_references(tmp_path) -> str:
+    """An empty reference table: performance is 'reported only', so a busy CI machine
+    cannot turn a sanity test red (the verdict logic has its own tests)."""
+    path = tmp_path / "references.toml"
+    path.write_text("# empty\n")
+    return str(path)

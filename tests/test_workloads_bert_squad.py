@@ -12,65 +12,14 @@ launcher (deepspeed, torchrun, mpirun) x every one of those presets.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 
-from dsenv import proc
-
-MODULE = "dsenv.workloads.cli"
-SMOKE = [sys.executable, "-m", MODULE, "smoke", "bert-squad"]
-LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_SIZE",
-                 "CROSS_RANK", "CROSS_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "GROUP_RANK")
-LAUNCHER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "SLURM_", "MPI_LOCAL")
-
-
-@pytest.fixture(scope="session")
-def extensions_dir() -> Path:
-    path = Path(os.environ.get("TORCH_EXTENSIONS_DIR")
-                or Path.home() / ".cache" / "dsenv-tests" / "torch_extensions")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def run_env(extensions_dir):
-    env = {k: v for k, v in os.environ.items()
-           if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), GLOO_SOCKET_IFNAME="lo",
-               TORCH_EXTENSIONS_DIR=str(extensions_dir), DS_ACCELERATOR="cpu",
-               HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    return env
-
-
-@pytest.fixture
-def no_references(tmp_path) -> str:
-    """An empty reference table: performance is 'reported only', so a busy CI machine
-    cannot turn a sanity test red (the verdict logic has its own tests)."""
-    path = tmp_path / "references.toml"
-    path.write_text("# empty\n")
-    return str(path)
-
-
-def smoke(tmp_path, env, *extra, command=SMOKE, timeout=300, name="out"):
-    out = tmp_path / name
-    result = proc.run([*command, "--output-dir", str(out), "--examples", "1", *extra],
-                      timeout=timeout, env=env, cwd=str(tmp_path))
-    assert not result.timed_out, f"timed out after {timeout} s:\n{result.stdout[-3000:]}"
-    report_path = out / "report.json"
-    doc = json.loads(report_path.read_text()) if report_path.exists() else None
-    return result, doc
+from .workload_runs import MODULE, SMOKE, bad_input, explain, one_line, run_dsenv
 
 
 def rescore(out: Path, settings: dict) -> dict:
@@ -93,19 +42,14 @@ def rescore(out: Path, settings: dict) -> dict:
     return squad.squad_scores(dev, {k: v[0] for k, v in answers.items()})
 
 
-def _explain(result) -> str:
-    return f"rc {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n" \
-           f"{result.stderr[-4000:]}"
-
-
 # ----------------------------------------------------------------------------- 1 process
 @pytest.mark.slow
 @pytest.mark.parametrize("preset, seed", [("fp32", 1), ("zero2", 2), ("zero3", 3),
                                           ("zero3-offload", 4)])
 def test_single_process_presets_pass(tmp_path, run_env, no_references, preset, seed):
-    result, doc = smoke(tmp_path, run_env, "--preset", preset, "--seed", str(seed),
+    result, doc = run_dsenv(tmp_path, run_env, "--preset", preset, "--seed", str(seed),
                         "--references", no_references, timeout=240)
-    assert result.returncode == 0, _explain(result)
+    assert result.returncode == 0, explain(result)
     assert doc["status"] == "PASS" and doc["batch"]["preset"] == preset
     assert doc["run"]["launcher"] == "none" and doc["run"]["world_size"] == 1
     assert doc["batch"]["train_batch_size"] == 16 == doc["ds_config"]["train_batch_size"]
@@ -130,9 +74,9 @@ def test_model_is_saved_atomically_over_leftovers_and_loads_back(tmp_path, run_e
     refs = tmp_path / "refs.toml"  # a reference every CPU meets: the PASS path end to end
     refs.write_text('[[bert-squad-smoke]]\ndevice = "cpu:*"\nsamples_per_s = 1\n'
                     'tolerance = 0.5\nsource = "test"\n')
-    result, doc = smoke(tmp_path, run_env, "--references", str(refs), "--report",
+    result, doc = run_dsenv(tmp_path, run_env, "--references", str(refs), "--report",
                         str(tmp_path / "elsewhere" / "run.json"), timeout=240)
-    assert result.returncode == 0, _explain(result)
+    assert result.returncode == 0, explain(result)
     assert not (out / "report.json").exists()
     doc = json.loads((tmp_path / "elsewhere" / "run.json").read_text())
     assert doc["verdicts"][1]["status"] == "PASS" and "cpu:*" in doc["verdicts"][1]["detail"]
@@ -157,9 +101,9 @@ def test_model_is_saved_atomically_over_leftovers_and_loads_back(tmp_path, run_e
 def test_healthy_runs_pass_five_times_out_of_five(tmp_path, run_env, no_references):
     scores = []
     for seed in (11, 12, 13, 14, 15):
-        result, doc = smoke(tmp_path, run_env, "--seed", str(seed), "--references",
+        result, doc = run_dsenv(tmp_path, run_env, "--seed", str(seed), "--references",
                             no_references, "--examples", "0", name=f"seed{seed}", timeout=240)
-        assert result.returncode == 0, f"seed {seed}: " + _explain(result)
+        assert result.returncode == 0, f"seed {seed}: " + explain(result)
         scores.append((doc["metrics"]["exact_match"], doc["training"]["loss_drop"]))
     assert all(em >= 60 and drop >= 0.5 for em, drop in scores), scores
 
@@ -168,9 +112,9 @@ def test_healthy_runs_pass_five_times_out_of_five(tmp_path, run_env, no_referenc
 @pytest.mark.parametrize("broken", [["--lr", "0"], ["--shuffle-labels"]],
                          ids=["lr0", "shuffled-labels"])
 def test_broken_runs_fail_the_sanity_verdict(tmp_path, run_env, no_references, broken):
-    result, doc = smoke(tmp_path, run_env, *broken, "--references", no_references,
+    result, doc = run_dsenv(tmp_path, run_env, *broken, "--references", no_references,
                         timeout=240)
-    assert result.returncode == 1, _explain(result)
+    assert result.returncode == 1, explain(result)
     assert doc["status"] == "FAIL" and doc["verdicts"][0]["status"] == "FAIL"
     assert doc["metrics"]["exact_match"] < 30
     assert "dsenv smoke bert-squad: FAIL" in result.stdout
@@ -200,9 +144,9 @@ def _launched(name: str, env: dict) -> list[str]:
 def test_two_ranks(tmp_path, run_env, no_references, launcher, preset):
     run_env["OMP_NUM_THREADS"] = "1"  # two ranks on two cores
     # 300 steps: with a global batch of 32 the loss is < 0.1 by step 200 (measured)
-    result, doc = smoke(tmp_path, run_env, "--preset", preset, "--references", no_references,
+    result, doc = run_dsenv(tmp_path, run_env, "--preset", preset, "--references", no_references,
                         "--steps", "300", command=_launched(launcher, run_env), timeout=400)
-    assert result.returncode == 0, _explain(result)
+    assert result.returncode == 0, explain(result)
     assert doc["run"]["launcher"] == launcher
     assert doc["run"]["world_size"] == 2
     assert doc["batch"]["train_batch_size"] == 32 == doc["ds_config"]["train_batch_size"]
@@ -214,37 +158,23 @@ def test_two_ranks(tmp_path, run_env, no_references, launcher, preset):
 
 
 # ----------------------------------------------------------------------------- bad input
-def _bad(tmp_path, env, *args, command=SMOKE):
-    result = proc.run([*command, "--output-dir", str(tmp_path / "out"), *args],
-                      timeout=120, env=env, cwd=str(tmp_path))
-    assert not result.timed_out
-    return result
-
-
-def _one_line(result) -> str:
-    assert result.returncode == 2, _explain(result)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    return lines[0]
-
-
-def test_missing_data_file_is_one_line(tmp_path, run_env):
-    line = _one_line(_bad(tmp_path, run_env, "--data-dir", str(tmp_path / "nope")))
+def test_missing_data_file_isone_line(tmp_path, run_env):
+    line = one_line(bad_input(tmp_path, run_env, "--data-dir", str(tmp_path / "nope")))
     assert line == (f"dsenv smoke bert-squad: SQuAD file {tmp_path / 'nope'}/train-v1.1.json: "
                     "no such file")
 
 
-def test_malformed_squad_json_is_one_line(tmp_path, run_env):
+def test_malformed_squad_json_isone_line(tmp_path, run_env):
     data = tmp_path / "data"
     data.mkdir()
     (data / "train-v1.1.json").write_text('{"data": [{"paragraphs": [{"qas": []}]}]}')
     (data / "dev-v1.1.json").write_text("{}")
-    line = _one_line(_bad(tmp_path, run_env, "--data-dir", str(data)))
+    line = one_line(bad_input(tmp_path, run_env, "--data-dir", str(data)))
     assert "train-v1.1.json: data[0].paragraphs[0]: no 'context' string" in line
 
 
-def test_unknown_preset_is_one_line(tmp_path, run_env):
-    line = _one_line(_bad(tmp_path, run_env, "--preset", "zero4"))
+def test_unknown_preset_isone_line(tmp_path, run_env):
+    line = one_line(bad_input(tmp_path, run_env, "--preset", "zero4"))
     assert line.startswith("dsenv smoke bert-squad: unknown preset 'zero4'; choose one of fp32")
 
 
@@ -253,7 +183,7 @@ def test_ds_config_written_for_one_rank_is_rejected_under_two(tmp_path, run_env)
     config.write_text(json.dumps({"train_batch_size": 16,
                                   "train_micro_batch_size_per_gpu": 16}))
     run_env["OMP_NUM_THREADS"] = "1"
-    result = _bad(tmp_path, run_env, "--deepspeed-config", str(config),
+    result = bad_input(tmp_path, run_env, "--deepspeed-config", str(config),
                   command=_launched("torchrun", run_env))
     assert result.returncode != 0
     assert result.stderr.count("dsenv smoke bert-squad: ds_config train_batch_size 16 "

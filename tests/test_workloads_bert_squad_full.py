@@ -1,0 +1,88 @@
+"""`dsenv run bert-squad`: evaluating a saved model (seed 001's test script), and the full
+run's offline behaviour. The model evaluated is one a real smoke run trained and saved."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from .workload_runs import RUN, bad_input, explain, one_line, run_dsenv
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, extensions_dir):
+    """One healthy smoke run: its saved model and its synthetic dev file."""
+    import os
+
+    from .workload_runs import LAUNCHER_PREFIXES, LAUNCHER_VARS, free_port
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), GLOO_SOCKET_IFNAME="lo",
+               TORCH_EXTENSIONS_DIR=str(extensions_dir), DS_ACCELERATOR="cpu",
+               HF_HUB_OFFLINE="1")
+    tmp = tmp_path_factory.mktemp("trained")
+    no_references = tmp / "references.toml"  # a busy machine must not fail the fixture
+    no_references.write_text("# empty\n")
+    result, doc = run_dsenv(tmp, env, "--examples", "0", "--references", str(no_references),
+                            timeout=300)
+    assert result.returncode == 0, explain(result)
+    return tmp / "out"
+
+
+@pytest.mark.slow
+def test_evaluate_saved_model_on_chosen_dev_samples(tmp_path, run_env, trained):
+    from dsenv.workloads import squad
+
+    data = trained / "assets" / "data"
+    result = bad_input(tmp_path, run_env, "--model-dir", str(trained / "model"), "--data-dir",
+                       str(data), "--start-sample", "5", "--num-test-samples", "8",
+                       command=RUN)
+    assert result.returncode == 0, explain(result)
+    doc = json.loads((tmp_path / "out" / "evaluate.json").read_text())
+    dev = squad.read_squad(data / "dev-v1.1.json")
+    chosen = dev[5:13]
+    assert doc["mode"] == "evaluate" and doc["num_test_samples"] == 8
+    assert list(doc["predictions"]) == [ex.id for ex in chosen]
+    assert doc["metrics"] == pytest.approx(squad.squad_scores(chosen, doc["predictions"]))
+    assert doc["metrics"]["exact_match"] >= 60  # the trained model answers them
+    assert doc["windowing"] == {"max_length": 64, "doc_stride": 16, "max_query_length": 24}
+    text = " ".join(result.stdout.split())
+    assert all(ex.question in text for ex in chosen)  # each sample shown with its answer
+    assert "8 dev questions 5..12" in text
+
+
+@pytest.mark.slow
+def test_evaluate_rejects_what_is_not_a_model(tmp_path, run_env, trained):
+    data = str(trained / "assets" / "data")
+    line = one_line(bad_input(tmp_path, run_env, "--model-dir", str(trained / "assets"),
+                              "--data-dir", data, command=RUN))
+    assert line == (f"dsenv run bert-squad: --model-dir {trained / 'assets'}: not a saved "
+                    "model (no config.json); pass the `model` folder a run wrote "
+                    "(OUTPUT_DIR/model)")
+    weightless = tmp_path / "weightless"
+    weightless.mkdir()
+    (weightless / "config.json").write_text((trained / "model" / "config.json").read_text())
+    line = one_line(bad_input(tmp_path, run_env, "--model-dir", str(weightless), "--data-dir",
+                              data, command=RUN))
+    assert line.startswith(f"dsenv run bert-squad: --model-dir {weightless}: cannot load it")
+    line = one_line(bad_input(tmp_path, run_env, "--model-dir", str(trained / "model"),
+                              "--data-dir", data, "--start-sample", "400", command=RUN))
+    assert line == "dsenv run bert-squad: --start-sample 400: the dev set has 400 questions " \
+                   "(0..399)"
+
+
+def test_full_run_without_fetched_assets_names_fetch_at_once(tmp_path, run_env):
+    run_env.update(HF_HOME=str(tmp_path / "empty-cache"), HF_HUB_OFFLINE="0",
+                   HF_ENDPOINT="http://127.0.0.1:9")  # offline is forced by the run itself
+    run_env.pop("HF_HUB_CACHE", None)
+    run_env.pop("HF_DATASETS_CACHE", None)
+    started = time.monotonic()
+    line = one_line(bad_input(tmp_path, run_env, command=RUN))
+    assert time.monotonic() - started < 30
+    assert line.startswith("dsenv run bert-squad: model google-bert/bert-base-uncased@main "
+                           "(no snapshot in ")
+    assert "`dsenv fetch bert-squad`" in line and "--from DIR" in line
+    assert not (tmp_path / "empty-cache").exists()  # nothing half-made, no download tried

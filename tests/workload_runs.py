@@ -1,0 +1,56 @@
+"""Running dsenv workloads as subprocesses in tests: environment, timeouts, one-line errors.
+
+Every run is a subprocess with a timeout that kills its whole process group. Distributed
+runs talk over loopback only (MASTER_ADDR=127.0.0.1, GLOO_SOCKET_IFNAME=lo, a free port).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+
+from dsenv import proc
+
+MODULE = "dsenv.workloads.cli"
+SMOKE = [sys.executable, "-m", MODULE, "smoke", "bert-squad"]
+RUN = [sys.executable, "-m", MODULE, "run", "bert-squad"]
+LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_SIZE",
+                 "CROSS_RANK", "CROSS_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "GROUP_RANK")
+LAUNCHER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "SLURM_", "MPI_LOCAL")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_dsenv(tmp_path, env, *extra, command=SMOKE, timeout=300, name="out"):
+    """``command`` with --output-dir tmp_path/name; (result, parsed report.json or None)."""
+    out = tmp_path / name
+    result = proc.run([*command, "--output-dir", str(out), "--examples", "1", *extra],
+                      timeout=timeout, env=env, cwd=str(tmp_path))
+    assert not result.timed_out, f"timed out after {timeout} s:\n{result.stdout[-3000:]}"
+    report_path = out / "report.json"
+    doc = json.loads(report_path.read_text()) if report_path.exists() else None
+    return result, doc
+
+
+def explain(result) -> str:
+    return f"rc {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n" \
+           f"{result.stderr[-4000:]}"
+
+
+def bad_input(tmp_path, env, *args, command=SMOKE):
+    result = proc.run([*command, "--output-dir", str(tmp_path / "out"), *args],
+                      timeout=120, env=env, cwd=str(tmp_path))
+    assert not result.timed_out
+    return result
+
+
+def one_line(result) -> str:
+    assert result.returncode == 2, explain(result)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
