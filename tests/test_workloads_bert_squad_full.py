@@ -4,11 +4,14 @@ run's offline behaviour. The model evaluated is one a real smoke run trained and
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import pytest
 
-from .workload_runs import RUN, bad_input, explain, one_line, run_dsenv
+from dsenv import proc
+
+from .workload_runs import MODULE, RUN, bad_input, explain, one_line, run_dsenv
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +89,47 @@ def test_full_run_without_fetched_assets_names_fetch_at_once(tmp_path, run_env):
                            "(no snapshot in ")
     assert "`dsenv fetch bert-squad`" in line and "--from DIR" in line
     assert not (tmp_path / "empty-cache").exists()  # nothing half-made, no download tried
+
+
+# ----------------------------------------------------------------------------- full run
+@pytest.mark.slow
+def test_full_run_end_to_end_from_what_fetch_placed(tmp_path, run_env):
+    """A small fake "full" data set and model served by a Hub on 127.0.0.1, placed by a real
+    `dsenv fetch`, then `dsenv run bert-squad` reads them offline: the server sees no
+    request during the run although HF_ENDPOINT points at it and offline mode is unset."""
+
+    from .hubserver import HubServer, bert_squad_repos
+
+    home = tmp_path / "hf"
+    run_env.update(HF_HOME=str(home), HF_HUB_OFFLINE="0")
+    for name in ("HF_HUB_CACHE", "HF_DATASETS_CACHE", "HF_DATASETS_OFFLINE",
+                 "TRANSFORMERS_OFFLINE", "XDG_CACHE_HOME"):
+        run_env.pop(name, None)
+    with HubServer(bert_squad_repos(tmp_path / "served", train_rows=160,
+                                    validation_rows=24)) as hub:
+        run_env["HF_ENDPOINT"] = hub.url
+        fetched = proc.run([sys.executable, "-m", "dsenv", "fetch", "bert-squad"],
+                           timeout=120, env=run_env)
+        assert fetched.returncode == 0, explain(fetched)
+        hub.reset()
+        result, doc = run_dsenv(
+            tmp_path, run_env, "--max-length", "96", "--doc-stride", "32", "--epochs", "3",
+            "--micro-batch", "8", "--lr", "1e-3", "--examples", "2",
+            command=[sys.executable, "-m", MODULE, "run", "bert-squad"], timeout=300)
+        assert hub.requests == []  # offline: nothing asked of the Hub
+    assert doc is not None, explain(result)
+    assert result.returncode == (0 if doc["status"] == "PASS" else 1), explain(result)
+    assert doc["mode"] == "run" and doc["run"]["world_size"] == 1
+    assert "rajpurkar/squad in" in doc["data"]["train"]
+    assert (doc["data"]["train_examples"], doc["data"]["dev_examples"]) == (160, 24)
+    assert doc["model"].endswith("snapshots/" + hub.commit("model", "google-bert/bert-base-"
+                                                                    "uncased"))
+    settings = doc["settings"]
+    assert (settings["max_length"], settings["doc_stride"], settings["epochs"]) == (96, 32, 3)
+    assert doc["training"]["steps"] == 3 * (doc["data"]["train_features"] // 8)
+    assert doc["ds_config"]["scheduler"]["params"]["total_num_steps"] == doc["training"]["steps"]
+    assert doc["training"]["loss_last"] < doc["training"]["loss_first"]
+    assert set(doc["metrics"]) == {"exact_match", "f1"}
+    assert [v["name"] for v in doc["verdicts"]] == ["sanity", "performance"]
+    assert (tmp_path / "out" / "model" / "dsenv-features.json").is_file()
+    assert f"dsenv run bert-squad: {doc['status']}" in result.stdout
