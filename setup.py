@@ -30,6 +30,7 @@ for name in MAPPED_FOLDERS:
 setup(
     packages=sorted(package_dir),
     package_dir=package_dir,
-    package_data={pkg: ["*.toml", "*.json", "*.yml", "*.txt", "*.lock"] for pkg in package_dir},
+    package_data={pkg: ["*.toml", "*.json", "*.yml", "*.txt", "*.lock", "*.in"]
+                  for pkg in package_dir},
     include_package_data=True,
 )

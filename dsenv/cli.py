@@ -9,11 +9,12 @@ from pathlib import Path
 from dsenv import __version__
 from dsenv.argtypes import csv_list, positive_float, positive_int
 from dsenv.doctor.registry import AREAS
+from dsenv.provision.command import add_parsers as add_provision_parsers
+from dsenv.provision.command import run_lock, run_provision
 from dsenv.workloads.cli import add_launcher_arguments, add_workload_parsers, run_workload_command
 from dsenv.workloads.fetch import add_fetch_parser, run_fetch
 
 NOT_BUILT = {
-    "provision": "build a locked environment with DeepSpeed ops precompiled for a GPU arch (issue #4)",
     "launch": "write and submit a Slurm job script for a workload (issue #5)",
 }
 
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_launcher_arguments(parser)  # the deepspeed launcher puts --local_rank before COMMAND
     add_workload_parsers(sub)
     add_fetch_parser(sub)
+    add_provision_parsers(sub)
 
     for name, summary in NOT_BUILT.items():
         stub = sub.add_parser(name, help=summary + " [not built yet]", add_help=True)
@@ -89,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             return run_workload_command(args)
         if args.command == "fetch":
             return run_fetch(args)
+        if args.command == "provision":
+            return run_provision(args, ["dsenv", *(sys.argv[1:] if argv is None else argv)])
+        if args.command == "lock":
+            return run_lock(args)
     except UsageError as exc:
         print(f"dsenv {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -56,20 +56,27 @@ def run(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     input_text: str | None = None,
+    output: str | os.PathLike | None = None,
 ) -> CommandResult:
-    """Run ``argv`` with a hard ``timeout``; never raises for a missing or hung command."""
+    """Run ``argv`` with a hard ``timeout``; never raises for a missing or hung command.
+
+    ``output``: a file that stdout and stderr are appended to while the command runs (a
+    build log that can be followed, and that survives a kill); the result's ``stdout`` and
+    ``stderr`` are then empty.
+    """
     argv = tuple(str(a) for a in argv)
     env = dict(env if env is not None else os.environ)
     exe = argv[0] if os.sep in argv[0] else which(argv[0], env)
     if exe is None or not os.path.exists(exe):
         return CommandResult(argv, None, not_found=True)
     start = time.monotonic()
+    log = open(output, "ab") if output is not None else None  # closed once the child has it
     try:
         proc = subprocess.Popen(
             (exe, *argv[1:]),
             stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=log if log is not None else subprocess.PIPE,
+            stderr=subprocess.STDOUT if log is not None else subprocess.PIPE,
             text=True,
             errors="replace",
             env=env,
@@ -78,6 +85,9 @@ def run(
         )
     except OSError as exc:
         return CommandResult(argv, None, stderr=str(exc), not_found=True)
+    finally:
+        if log is not None:
+            log.close()  # the child holds its own descriptor
     try:
         out, err = proc.communicate(input=input_text, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -88,7 +98,8 @@ def run(
             out, err = "", ""
         return CommandResult(argv, None, out or "", err or "", timed_out=True,
                              seconds=time.monotonic() - start)
-    return CommandResult(argv, proc.returncode, out, err, seconds=time.monotonic() - start)
+    return CommandResult(argv, proc.returncode, out or "", err or "",
+                         seconds=time.monotonic() - start)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -29,7 +29,10 @@ def test_wheel_maps_top_level_folders_into_dsenv(wheel):
     for expected in ("dsenv/cli.py", "dsenv/doctor/runner.py", "dsenv/doctor/checks/system.py",
                      "dsenv/doctor/report_schema.json", "dsenv/envs/gpu_archs.toml",
                      "dsenv/envs/archs.py", "dsenv/workloads/assets.toml",
-                     "dsenv/provision/__init__.py"):
+                     "dsenv/provision/__init__.py", "dsenv/envs/stacks.toml",
+                     "dsenv/envs/sites/__init__.py", "dsenv/envs/sites/lumi.toml",
+                     "dsenv/envs/sites/generic.toml", "dsenv/provision/targets.py",
+                     "dsenv/envs/locks/cpu.txt", "dsenv/envs/requirements/cpu.in"):
         assert expected in names, expected
     assert not any(n.startswith(("tests/", "bench/", "doctor/", "envs/")) for n in names)
 

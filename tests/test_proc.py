@@ -32,3 +32,13 @@ def test_which_uses_the_given_path(tmp_path):
     assert proc.which("mytool", {"PATH": str(tmp_path)}) == str(exe)
     assert proc.which("mytool", {"PATH": "/nonexistent"}) is None
     assert proc.run(["mytool"], timeout=5, env={"PATH": str(tmp_path)}).stdout == "hi\n"
+
+
+def test_output_file_receives_stdout_and_stderr_as_the_command_runs(tmp_path):
+    log = tmp_path / "build.log"
+    log.write_text("earlier\n")
+    result = proc.run(["sh", "-c", "echo out; echo err >&2; exit 2"], timeout=5, output=log)
+    assert result.returncode == 2 and (result.stdout, result.stderr) == ("", "")
+    assert log.read_text() == "earlier\nout\nerr\n"  # appended, in order
+    hung = proc.run(["sh", "-c", "echo started; sleep 30"], timeout=0.5, output=log)
+    assert hung.timed_out and log.read_text().endswith("started\n")

@@ -1,11 +1,14 @@
-"""python: interpreter and environment kind, symlinked prefixes, broken requirements."""
+"""python: interpreter and environment kind, symlinked prefixes, broken requirements, drift
+from the lock a dsenv-provisioned environment was installed from."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..context import Context
-from ..probes import pyenv
+from ..probes import deepspeed_info, pyenv
 from ..registry import check
-from ..result import fail, ok, warn
+from ..result import fail, ok, skip, warn
 
 
 @check("python.interpreter", "Interpreter and environment")
@@ -71,3 +74,49 @@ def requirements(ctx: Context):
             *(p.describe() for p in report.problems))
     return ok(f"{len(report.checked)} training packages and direct requirements consistent",
               ", ".join(report.checked))
+
+
+@check("python.env-drift", "Environment matches its dsenv lock")
+def env_drift(ctx: Context):
+    """The running environment against the manifest `dsenv provision` wrote into it."""
+    from dsenv.provision import ProvisionError
+    from dsenv.provision import manifest as env_manifest
+
+    prefix = Path(ctx.python_prefix)
+    try:
+        recorded = env_manifest.read_manifest(prefix)
+    except ProvisionError as exc:
+        return warn(f"the environment's manifest cannot be read: {exc}",
+                    f"re-provision the environment (`dsenv provision ... --force`) or delete "
+                    f"{prefix / env_manifest.MANIFEST_NAME} if dsenv no longer manages it")
+    if recorded is None:
+        return skip(f"not provisioned by dsenv (no {env_manifest.MANIFEST_NAME} in {prefix})")
+    lock_path = Path(recorded.lock.get("path", ""))
+    lock_text = lock_path.read_text(errors="replace") if lock_path.is_file() else None
+    installed = env_manifest.installed_versions(pyenv.search_path(ctx))
+    ds, _ = deepspeed_info.installs(ctx)
+    problems = env_manifest.drift(recorded, installed, lock_text,
+                                  ds.installed_ops if ds is not None else None)
+    evidence = [f"provisioned {recorded.created} on {recorded.host}: {recorded.kind}, stack "
+                f"{recorded.stack}, lock {recorded.lock.get('file')}",
+                f"precompiled ops recorded: {', '.join(recorded.ops.get('installed', ())) or 'none'}"]
+    if lock_text is None:
+        evidence.append(f"lock {lock_path} is gone: compared with the pins recorded in the "
+                        "manifest")
+    if not problems:
+        return ok(f"{len(recorded.packages)} locked packages as provisioned (stack "
+                  f"{recorded.stack}, {recorded.lock.get('file')})", *evidence)
+    command = " ".join(recorded.command) if recorded.command else "dsenv provision ..."
+    if "--force" not in recorded.command:
+        command += " --force"
+    python = prefix / "bin" / "python"
+    sync = (f"uv pip sync --require-hashes --python {python} {lock_path}" if lock_text
+            else None)
+    changed_lock = any(p.startswith("lock ") for p in problems)
+    fix = f"re-provision: `{command}`"
+    if sync and not changed_lock:
+        fix += f", or put the locked versions back in place: `{sync}`"
+    shown = ", ".join(p.split(":")[0] for p in problems[:5]) + (" ..." if len(problems) > 5
+                                                                else "")
+    return warn(f"{len(problems)} difference(s) from the environment dsenv provisioned: {shown}",
+                fix, *problems, *evidence)

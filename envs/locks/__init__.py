@@ -1,0 +1,1 @@
+"""Hashed locks written by `dsenv lock` (<stack>.txt), shipped as package data."""

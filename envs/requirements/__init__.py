@@ -1,0 +1,1 @@
+"""Requirement inputs of `dsenv lock` (<stack>.in), shipped as package data."""

@@ -1,0 +1,136 @@
+"""Site profiles: what a cluster needs around a DeepSpeed environment (envs/sites/*.toml).
+
+A profile names the cluster's defaults (GPU arch, environment kind, stack), the modules to
+load, the container runtime and image, the launcher, the Hugging Face cache and offline
+policy, and the NCCL/RCCL/libfabric variables its network needs. Each TOML file documents
+every field with the seed guide it comes from. ``dsenv.envs.sites`` is a package (not a
+module beside the folder) so the TOML files install with it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+
+from dsenv.data import load_table
+
+KINDS = ("venv", "container", "conda")
+CONTAINER_RUNTIMES = ("singularity", "apptainer", "sarus", "podman", "docker")
+LAUNCHERS = ("", "srun", "mpirun", "deepspeed", "torchrun")
+MODULE_SUBCOMMANDS = ("load", "swap", "switch", "unload", "use", "purge", "restore")
+DEFAULT_SITE = "generic"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Container:
+    runtime: str  # singularity | apptainer | sarus | podman | docker
+    image: str
+    binds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    title: str
+    sources: tuple[str, ...]
+    vendor: str  # "nvidia" | "amd" | "" (any)
+    default_arch: str  # an --arch spec, "" when the user must say
+    default_kind: str  # venv | container | conda
+    default_stack: str  # a stacks.toml name, "" to choose from the target
+    modules: tuple[str, ...] = ()  # `module <entry>`; a bare name means `module load <name>`
+    launcher: str = ""
+    srun_mpi: str = ""  # srun --mpi=<plugin> for srun-launched steps
+    hf_home: str = ""  # "" = leave HF_HOME as the user has it
+    offline_on_compute: bool = True
+    env_root: str = ""  # where environments should live ("" = anywhere)
+    env: dict[str, str] = field(default_factory=dict)  # NCCL/RCCL/FI/MIOPEN variables
+    container: Container | None = None
+
+    def module_commands(self) -> list[list[str]]:
+        """The modules as argument lists for `module`: ['load', 'cuda/12.6'], ['swap', ...]."""
+        commands = []
+        for entry in self.modules:
+            words = entry.split()
+            if words and words[0] not in MODULE_SUBCOMMANDS:
+                words = ["load", *words]
+            commands.append(words)
+        return commands
+
+
+def site_names() -> list[str]:
+    """Every profile shipped in envs/sites/ (file names without .toml), sorted."""
+    folder = resources.files(__name__)
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def _problems(name: str, raw: dict) -> list[str]:
+    from dsenv.provision.targets import load_stacks, resolve_arch
+
+    from dsenv.redact import is_secret_name
+
+    found = []
+    if raw.get("name") != name:
+        found.append(f"name = {raw.get('name')!r}, but the file is {name}.toml")
+    if raw.get("default_kind") not in KINDS:
+        found.append(f"default_kind {raw.get('default_kind')!r} is not one of {', '.join(KINDS)}")
+    if raw.get("launcher", "") not in LAUNCHERS:
+        found.append(f"launcher {raw.get('launcher')!r} is not one of {', '.join(LAUNCHERS[1:])}")
+    stack = raw.get("default_stack", "")
+    stacks = load_stacks()
+    if stack and stack not in stacks:
+        found.append(f"default_stack {stack!r} is not in envs/stacks.toml")
+    elif stack and raw.get("vendor") and stacks[stack].vendor != raw["vendor"]:
+        found.append(f"default_stack {stack} is built for {stacks[stack].vendor}, the site "
+                     f"is {raw['vendor']}")
+    if raw.get("default_arch"):
+        try:
+            target = resolve_arch(raw["default_arch"])
+        except Exception as exc:  # ProvisionError: the message says why
+            found.append(f"default_arch: {exc}")
+        else:
+            if raw.get("vendor") and target.vendor != raw["vendor"]:
+                found.append(f"default_arch {raw['default_arch']} is {target.vendor}, the site "
+                             f"is {raw['vendor']}")
+    for key, value in (raw.get("env") or {}).items():
+        if not _ENV_NAME.fullmatch(key):
+            found.append(f"[env] {key!r} is not a variable name")
+        elif is_secret_name(key):
+            found.append(f"[env] {key} looks like a credential: site profiles never carry "
+                         "secrets")
+        if not isinstance(value, str):
+            found.append(f"[env] {key} must be a string")
+    container = raw.get("container")
+    if raw.get("default_kind") == "container" and not container:
+        found.append("default_kind is container but there is no [container] table")
+    if container and container.get("runtime") not in CONTAINER_RUNTIMES:
+        found.append(f"[container] runtime {container.get('runtime')!r} is not one of "
+                     f"{', '.join(CONTAINER_RUNTIMES)}")
+    return found
+
+
+def load_site(name: str | None = None) -> Site:
+    """The profile ``name`` (default: generic). ProvisionError for an unknown or broken one."""
+    from dsenv.provision import ProvisionError
+
+    name = name or DEFAULT_SITE
+    names = site_names()
+    if name not in names:
+        raise ProvisionError(f"--site {name}: unknown site; known sites: {', '.join(names)} "
+                             "(or add envs/sites/<name>.toml)")
+    raw = load_table(__name__, f"{name}.toml")
+    problems = _problems(name, raw)
+    if problems:
+        raise ProvisionError(f"envs/sites/{name}.toml is broken: " + "; ".join(problems))
+    container = raw.get("container")
+    return Site(
+        name=raw["name"], title=raw.get("title", name), sources=tuple(raw.get("sources", ())),
+        vendor=raw.get("vendor", ""), default_arch=raw.get("default_arch", ""),
+        default_kind=raw["default_kind"], default_stack=raw.get("default_stack", ""),
+        modules=tuple(raw.get("modules", ())), launcher=raw.get("launcher", ""),
+        srun_mpi=raw.get("srun_mpi", ""), hf_home=raw.get("hf_home", ""),
+        offline_on_compute=bool(raw.get("offline_on_compute", True)),
+        env_root=raw.get("env_root", ""), env=dict(raw.get("env") or {}),
+        container=Container(container["runtime"], container.get("image", ""),
+                            tuple(container.get("binds", ()))) if container else None)

@@ -1,0 +1,153 @@
+"""`dsenv provision` end to end on small locks: the plan, the staging folder, the rename, the
+activate script and manifest, and one clear line for every kind of bad input.
+
+Fast: the environments are installed from the tiny wheels of conftest.py (--no-index
+--find-links); the real CPU stack with cpu_adam precompiled is test_real_env.py's (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def dsenv(*args, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "dsenv", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def one_line(done) -> str:
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("dsenv provision: ")
+    return lines[0].removeprefix("dsenv provision: ")
+
+
+def tiny(prefix: Path, lock: Path, wheels: Path, *extra: str):
+    return dsenv("provision", "--arch", "cpu", "--ops", "none", "--lock", str(lock),
+                 "--no-index", "--find-links", str(wheels), "--prefix", str(prefix), *extra)
+
+
+def siblings(prefix: Path) -> list[str]:
+    return sorted(p.name for p in prefix.parent.iterdir())
+
+
+def test_dry_run_prints_every_step_and_writes_nothing(tmp_path):
+    prefix = tmp_path / "envs" / "cpu"
+    done = dsenv("provision", "--arch", "cpu", "--ops", "cpu_adam", "--prefix", str(prefix),
+                 "--dry-run", env={"COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for expected in ("stack   cpu: torch==2.13.0+cpu", "envs/locks/cpu.txt",
+                     "uv venv", "--relocatable", "uv pip sync --require-hashes",
+                     "--no-build-isolation", "DS_BUILD_OPS=0", "MAX_JOBS=",
+                     "ops (DeepSpeed 0.19.8 here): build cpu_adam",
+                     f"rename .cpu.tmp-"):
+        assert expected in out, expected
+    assert not (tmp_path / "envs").exists()
+
+
+def test_dry_run_for_a100_shows_arch_variable_and_omitted_ops(tmp_path):
+    done = dsenv("provision", "--arch", "A100", "--dry-run", "--prefix", str(tmp_path / "e"),
+                 env={"COLUMNS": "250"})
+    assert done.returncode == 0, done.stderr
+    assert "TORCH_CUDA_ARCH_LIST=8.0" in done.stdout
+    assert "stack   cuda13.0" in done.stdout and "ops: omit " in done.stdout
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--arch", "sm_99"], "--arch sm_99: 'sm_99' is neither a GPU architecture nor a GPU name"),
+    (["--arch", "V100"], "CUDA 13.0's nvcc cannot build sm_70"),
+    (["--arch", "V100", "--ops", "none"], "no lock for stack cuda12.6 (venv)"),
+    (["--arch", "cpu", "--lock", "/nonexistent/lock.txt"], "no lock for stack cpu (venv): "
+                                                           "/nonexistent/lock.txt does not exist"),
+    (["--arch", "cpu", "--ops", "no_such_op"], None),
+    (["--arch", "H100", "--site", "lumi"], "--stack rocm7.2 cannot serve nvidia sm_90"),
+])
+def test_bad_input_is_one_line(tmp_path, args, expected):
+    done = dsenv("provision", *args, "--prefix", str(tmp_path / "env"), "--dry-run")
+    if expected is None:  # the op list is judged when the plan is previewed
+        assert "no_such_op" in done.stdout and "unknown op" in done.stdout
+        return
+    line = one_line(done)
+    assert expected in line, line
+    assert not (tmp_path / "env").exists()
+
+
+def test_auto_on_a_node_without_gpus_says_to_pass_arch(tmp_path):
+    line = one_line(dsenv("provision", "--arch", "auto", "--dry-run", "--prefix",
+                          str(tmp_path / "env"), env={"PATH": "/usr/bin:/bin"}))
+    assert "--arch" in line and "no GPU" in line
+
+
+def test_tiny_env_is_built_aside_renamed_and_usable(tmp_path, tiny_lock, tiny_wheels):
+    prefix = tmp_path / "envs" / "tiny"
+    done = tiny(prefix, tiny_lock, tiny_wheels)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert siblings(prefix) == ["tiny"]  # no staging folder, no log left beside it
+    for name in ("activate", "dsenv-env.json", "dsenv-build.log", "pyvenv.cfg"):
+        assert (prefix / name).exists(), name
+    manifest = json.loads((prefix / "dsenv-env.json").read_text())
+    assert manifest["env_dir"] == str(prefix) and manifest["kind"] == "venv"
+    assert manifest["packages"] == {"dsenv-tiny-a": "1.0", "dsenv-tiny-b": "1.0"}
+    assert manifest["ops"]["requested"] == []
+    # the renamed venv works: its console script and the activate script
+    script = subprocess.run([str(prefix / "bin" / "dsenv-tiny-a")], capture_output=True,
+                            text=True, timeout=60)
+    assert script.returncode == 0 and f"tiny-a ok {prefix}" in script.stdout
+    shell = subprocess.run(["sh", "-c", f'. "{prefix}/activate" && echo "$TORCH_EXTENSIONS_DIR"'
+                            ' && python -c "import sys, dsenvtinyb; print(sys.prefix)"'],
+                           capture_output=True, text=True, timeout=60,
+                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.split() == [str(prefix / "torch_extensions"), str(prefix)]
+
+
+def test_existing_prefix_needs_force_and_a_failed_rebuild_leaves_it_untouched(
+        tmp_path, tiny_lock, tiny_wheels):
+    prefix = tmp_path / "envs" / "tiny"
+    assert tiny(prefix, tiny_lock, tiny_wheels).returncode == 0
+    before = (prefix / "dsenv-env.json").read_text()
+
+    line = one_line(tiny(prefix, tiny_lock, tiny_wheels))
+    assert line.startswith(f"{prefix} already exists: pass --force")
+
+    tampered = tmp_path / "tampered.txt"  # one hash changed: uv must refuse the wheel
+    text = tiny_lock.read_text()
+    start = text.index("--hash=sha256:") + len("--hash=sha256:")
+    tampered.write_text(text[:start] + ("0" if text[start] != "0" else "1") + text[start + 1:])
+    line = one_line(tiny(prefix, tampered, tiny_wheels, "--force"))
+    assert "dsenv-tiny" in line and "hash" in line.lower()
+    assert (prefix / "dsenv-env.json").read_text() == before  # the old env is still there
+    assert siblings(prefix) == ["tiny", "tiny.build.log"]  # the failed build's log stays
+
+    assert tiny(prefix, tiny_lock, tiny_wheels, "--force").returncode == 0
+    assert siblings(prefix) == ["tiny"]
+
+
+def test_prefix_through_a_symlink_is_resolved(tmp_path, tiny_lock, tiny_wheels):
+    real = tmp_path / "scratch" / "users"
+    real.mkdir(parents=True)
+    (tmp_path / "home").symlink_to(real)  # seed 003: /home -> /s/ls4/users
+    done = tiny(tmp_path / "home" / "tiny", tiny_lock, tiny_wheels)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((real / "tiny" / "dsenv-env.json").read_text())
+    assert manifest["env_dir"] == str(real / "tiny")
+    assert str(real / "tiny") in (real / "tiny" / "activate").read_text()
+
+
+def test_too_little_free_space_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    from dsenv.provision import ProvisionError, command
+    from dsenv.provision.targets import get_stack
+
+    monkeypatch.setitem(command.NEEDED_GIB, "cpu", 10**6)  # a million GiB: never free
+    with pytest.raises(ProvisionError, match=r"no space for the environment: .* GiB free"):
+        command._free_space_check(tmp_path / "env", get_stack("cpu"))

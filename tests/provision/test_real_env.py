@@ -1,0 +1,167 @@
+"""Real environments (slow): envs/locks/cpu.txt synced into a venv built in staging,
+DeepSpeed's cpu_adam precompiled into it, the venv renamed into place, and a training step
+with DeepSpeedCPUAdam that compiles nothing.
+
+Needs PyPI (or a warm uv cache) and torch 2.13.0+cpu from /opt/wheels (this project's
+machines) or https://download.pytorch.org/whl/cpu. Time on 2 cores with a warm uv cache:
+sync ~2 s (no bytecode), cpu_adam build ~2 min, the rest ~30 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from dsenv.provision import ProvisionError
+from dsenv.provision.build_ops import build_ops, verify_installed_ops
+from dsenv.provision.container import import_check_lock, missing_shared_libraries
+from dsenv.provision.locks import lock_path, locked_requirement
+from dsenv.provision.venv import create_venv, make_venv, venv_python
+
+from dsenv.staging import staged_dir
+
+pytestmark = pytest.mark.slow
+
+LOCAL_TORCH = Path("/opt/wheels")
+TORCH_SOURCES = ({"find_links": [LOCAL_TORCH]} if LOCAL_TORCH.is_dir()
+                 else {"extra_index_urls": ["https://download.pytorch.org/whl/cpu"]})
+
+STEP = r"""
+import json, sys, time
+import torch
+from deepspeed.ops.adam import DeepSpeedCPUAdam
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+x = torch.randn(256, 32)
+y = x[:, :1] * 3.0 - x[:, 1:2]
+opt = DeepSpeedCPUAdam(model.parameters(), lr=1e-2)
+losses = []
+start = time.monotonic()
+for _ in range(20):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+op = sys.modules.get("deepspeed.ops.adam.cpu_adam_op")
+print("@@" + json.dumps({"losses": losses, "op_file": getattr(op, "__file__", None),
+                         "seconds": time.monotonic() - start, "prefix": sys.prefix}))
+del opt
+"""
+
+
+@pytest.fixture(scope="module")
+def cpu_env(tmp_path_factory):
+    """envs/locks/cpu.txt in a venv built in staging with cpu_adam precompiled, then renamed:
+    (final prefix, BuiltOps, {step: seconds}, logs folder)."""
+    root = tmp_path_factory.mktemp("real")
+    final = root / "envs" / "dsenv-cpu"
+    logs = root / "logs"
+    logs.mkdir()
+    timings = {}
+    with staged_dir(final) as staging:
+        start = time.monotonic()
+        create_venv(staging, lock_path("cpu"), compile_bytecode=False,
+                    log=logs / "provision.log", **TORCH_SOURCES)
+        timings["sync"] = time.monotonic() - start
+        built = build_ops(venv_python(staging), {"DS_BUILD_CPU_ADAM": "1"}, {},
+                          deepspeed_requirement=locked_requirement(lock_path("cpu"),
+                                                                   "deepspeed").line(),
+                          log=logs / "build.log", compile_bytecode=False)
+        timings["build cpu_adam"] = built.seconds
+    print(f"\ncpu env timings: {json.dumps({k: round(v, 1) for k, v in timings.items()})}")
+    return final, built, timings, logs
+
+
+def _run(argv, env=None, timeout=300):
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_the_cpu_lock_installs_and_imports_after_the_rename(cpu_env):
+    final, _built, _timings, _logs = cpu_env
+    py = venv_python(final)
+    out = _run([py, "-c", "import sys, torch, deepspeed, transformers, datasets, mpi4py; "
+                "print(sys.prefix, torch.__version__, deepspeed.__version__)"],
+               env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-1].split() == [str(final), "2.13.0+cpu", "0.19.8"]
+    assert import_check_lock(py, lock_path("cpu")) == []
+    assert missing_shared_libraries([final]) == []
+
+
+def test_cpu_adam_is_precompiled_and_ds_report_runs_from_the_renamed_env(cpu_env):
+    final, built, _timings, logs = cpu_env
+    assert built.requested == ("cpu_adam",) and built.ops == ["cpu_adam"]
+    assert built.deepspeed_version == "0.19.8" and built.accelerator == "cpu"
+    assert built.torch_info["version"] == "2.13"
+    assert verify_installed_ops(venv_python(final), ["cpu_adam"]) == ([], [])
+    assert (logs / "build.log").read_text().count("building 'deepspeed.ops.adam.cpu_adam_op'")
+    # DeepSpeed's own console script (a legacy scripts= file) from the renamed prefix.
+    out = _run([final / "bin" / "ds_report"], env={**os.environ, "DS_ACCELERATOR": "cpu",
+                                                    "NO_COLOR": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    row = next(line for line in out.stdout.splitlines() if line.startswith("cpu_adam "))
+    assert "[YES]" in row
+    assert f"deepspeed install path ........... ['{final}" in out.stdout
+
+
+def test_a_training_step_uses_the_precompiled_op_and_compiles_nothing(cpu_env, tmp_path):
+    final, _built, _timings, _logs = cpu_env
+    extensions = tmp_path / "torch_extensions"
+    extensions.mkdir()
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(extensions), "DS_ACCELERATOR": "cpu"}
+    start = time.monotonic()
+    out = _run([venv_python(final), "-c", STEP], env=env)
+    seconds = time.monotonic() - start
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(next(line[2:] for line in out.stdout.splitlines()
+                             if line.startswith("@@")))
+    assert result["prefix"] == str(final)
+    assert result["op_file"].startswith(str(final))  # the precompiled op, not a JIT build
+    assert result["losses"][-1] < 0.2 * result["losses"][0]
+    assert list(extensions.iterdir()) == []
+    output = out.stdout + out.stderr
+    for jit_sign in ("Building extension", "ninja", "Emitting ninja", "Loading extension"):
+        assert jit_sign not in output, jit_sign
+    print(f"\ntraining step process: {seconds:.1f} s, 20 steps {result['seconds']:.3f} s")
+
+
+@pytest.fixture(scope="module")
+def scratch_env(tmp_path_factory):
+    """A --system-site-packages venv (torch and deepspeed of this interpreter visible) for
+    builds that must fail: nothing is downloaded but deepspeed's sdist."""
+    return make_venv(tmp_path_factory.mktemp("scratch") / "env", python=sys.executable,
+                     system_site_packages=True)
+
+
+def test_a_cuda_op_on_the_cpu_accelerator_is_refused_naming_the_log(scratch_env, tmp_path):
+    # fused_lamb is a CUDA op: DeepSpeed's CPU accelerator does not build it and installs
+    # without error; the verification catches it.
+    log = tmp_path / "build.log"
+    with pytest.raises(ProvisionError) as err:
+        build_ops(scratch_env, {"DS_BUILD_FUSED_LAMB": "1"}, {"TORCH_CUDA_ARCH_LIST": "7.0"},
+                  deepspeed_requirement="deepspeed==0.19.8", log=log, compile_bytecode=False)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "requested but not precompiled: fused_lamb" in message
+    assert "Setting accelerator to CPU" in message and message.endswith(f"full log: {log}")
+
+
+def test_an_op_that_does_not_compile_is_one_line_with_the_compiler_error(scratch_env, tmp_path):
+    log = tmp_path / "build.log"
+    env = {**os.environ, "CXXFLAGS": "-include dsenv_missing_header.h"}
+    with pytest.raises(ProvisionError) as err:
+        build_ops(scratch_env, {"DS_BUILD_CPU_ADAGRAD": "1"}, {},
+                  deepspeed_requirement="deepspeed==0.19.8", log=log, env=env,
+                  compile_bytecode=False)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("DeepSpeed ops build (cpu_adagrad) failed after ")
+    assert "fatal error: dsenv_missing_header.h: No such file or directory" in message
+    assert message.endswith(f"full log: {log}")
