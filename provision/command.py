@@ -62,6 +62,7 @@ class Plan:
     ops_mode: str
     sources: object  # provision.uvcmd.Sources
     force: bool
+    bytecode: bool = True
     notes: list[str] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
 
@@ -159,7 +160,7 @@ def make_plan(args) -> Plan:
                              "complete), or choose another --prefix")
     sources = stack_sources(stack, args.find_links, args.index_url, args.no_index)
     plan = Plan(kind, site, target, stack, lock.resolve(), prefix, args.python or sys.executable,
-                args.ops, sources, args.force)
+                args.ops, sources, args.force, not args.no_bytecode)
     if toolkit_version:
         plan.notes.append(f"ops compile with this node's nvcc {toolkit_version}")
     if args.dry_run:
@@ -193,8 +194,9 @@ def _add_steps(plan: Plan) -> None:
         plan.steps.append(Step("create the venv", "relocatable, so it survives the rename",
                                ["uv", "venv", str(plan.staging), "--relocatable", "--python",
                                 plan.python]))
+        bytecode = ["--compile-bytecode"] if plan.bytecode else []
         plan.steps.append(Step("install the lock, hashes required", "",
-                               ["uv", "pip", "sync", "--require-hashes", "--compile-bytecode",
+                               ["uv", "pip", "sync", "--require-hashes", *bytecode,
                                 "--python", env_python, *source_args, str(plan.lock)]))
     elif plan.kind == "container":
         plan.steps.append(Step("create a venv on the image's Python",
@@ -298,7 +300,7 @@ def _create(plan: Plan, staging: Path, log: Path, console, timings: dict) -> Pat
             create_venv(staging, plan.lock, python=plan.python,
                         find_links=sources.find_links, index_url=sources.index_url,
                         extra_index_urls=sources.extra_index_urls, no_index=sources.no_index,
-                        log=log)
+                        compile_bytecode=plan.bytecode, log=log)
         elif plan.kind == "container":
             from .container import create_container_env
 
@@ -306,7 +308,7 @@ def _create(plan: Plan, staging: Path, log: Path, console, timings: dict) -> Pat
             container = create_container_env(
                 staging, plan.lock, base_python=plan.python, find_links=sources.find_links,
                 index_url=sources.index_url, extra_index_urls=sources.extra_index_urls,
-                no_index=sources.no_index, log=log)
+                no_index=sources.no_index, compile_bytecode=plan.bytecode, log=log)
             console.print(f"image: {container.summary()}")
         else:
             from .conda import install_conda
@@ -345,6 +347,7 @@ def _ops(plan: Plan, python: Path, log: Path, console, timings: dict):
                       plan.target.arch_env(), deepspeed_requirement=requirement, log=log,
                       find_links=plan.sources.find_links, index_url=plan.sources.index_url,
                       extra_index_urls=plan.sources.extra_index_urls,
+                      compile_bytecode=plan.bytecode,
                       env={**os.environ, "DS_ACCELERATOR": choice.accelerator},
                       console=console)
     timings["ops_build_s"] = time.perf_counter() - begin
@@ -382,8 +385,8 @@ def _container_checks(plan: Plan, python: Path, staging: Path, console) -> None:
         raise ProvisionError(f"{len(failures)} locked package(s) do not import in the "
                              f"container environment, first: {first}")
     missing = missing_shared_libraries([staging])
-    for item in missing:
-        console.print(f"[yellow]! {item}[/]")
+    for item in missing:  # the fix lines must name the final prefix, not the staging folder
+        console.print(f"[yellow]! {str(item).replace(str(staging), str(plan.prefix))}[/]")
     console.print(f"[green]✓[/] every locked package imports; "
                   f"{'no' if not missing else len(missing)} missing shared libraries")
 
@@ -421,6 +424,9 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--index-url", metavar="URL", help="package index (default PyPI)")
     p.add_argument("--no-index", action="store_true",
                    help="install only from --find-links folders and uv's cache (offline)")
+    p.add_argument("--no-bytecode", action="store_true",
+                   help="do not write .pyc files at install (faster install, slower first "
+                        "import)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan: every step, command and variable; write nothing")
     p.add_argument("--force", action="store_true", help="replace an existing --prefix")

@@ -50,7 +50,7 @@ def test_dry_run_prints_every_step_and_writes_nothing(tmp_path):
                      "uv venv", "--relocatable", "uv pip sync --require-hashes",
                      "--no-build-isolation", "DS_BUILD_OPS=0", "MAX_JOBS=",
                      "ops (DeepSpeed 0.19.8 here): build cpu_adam",
-                     f"rename .cpu.tmp-"):
+                     "rename .cpu.tmp-"):
         assert expected in out, expected
     assert not (tmp_path / "envs").exists()
 

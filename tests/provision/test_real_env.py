@@ -20,10 +20,8 @@ import pytest
 from dsenv.provision import ProvisionError
 from dsenv.provision.build_ops import build_ops, verify_installed_ops
 from dsenv.provision.container import import_check_lock, missing_shared_libraries
-from dsenv.provision.locks import lock_path, locked_requirement
-from dsenv.provision.venv import create_venv, make_venv, venv_python
-
-from dsenv.staging import staged_dir
+from dsenv.provision.locks import lock_path
+from dsenv.provision.venv import make_venv, venv_python
 
 pytestmark = pytest.mark.slow
 
@@ -57,25 +55,21 @@ del opt
 
 @pytest.fixture(scope="module")
 def cpu_env(tmp_path_factory):
-    """envs/locks/cpu.txt in a venv built in staging with cpu_adam precompiled, then renamed:
-    (final prefix, BuiltOps, {step: seconds}, logs folder)."""
+    """`dsenv provision --arch cpu --ops cpu_adam`: envs/locks/cpu.txt in a venv built in
+    staging with cpu_adam precompiled, then renamed: (final prefix, manifest, seconds)."""
     root = tmp_path_factory.mktemp("real")
     final = root / "envs" / "dsenv-cpu"
-    logs = root / "logs"
-    logs.mkdir()
-    timings = {}
-    with staged_dir(final) as staging:
-        start = time.monotonic()
-        create_venv(staging, lock_path("cpu"), compile_bytecode=False,
-                    log=logs / "provision.log", **TORCH_SOURCES)
-        timings["sync"] = time.monotonic() - start
-        built = build_ops(venv_python(staging), {"DS_BUILD_CPU_ADAM": "1"}, {},
-                          deepspeed_requirement=locked_requirement(lock_path("cpu"),
-                                                                   "deepspeed").line(),
-                          log=logs / "build.log", compile_bytecode=False)
-        timings["build cpu_adam"] = built.seconds
-    print(f"\ncpu env timings: {json.dumps({k: round(v, 1) for k, v in timings.items()})}")
-    return final, built, timings, logs
+    links = ["--find-links", str(LOCAL_TORCH)] if LOCAL_TORCH.is_dir() else []
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "dsenv", "provision", "--arch", "cpu", "--ops",
+                           "cpu_adam", "--no-bytecode", "--prefix", str(final), *links],
+                          capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "COLUMNS": "200"})
+    seconds = time.monotonic() - start
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    print(f"\n{done.stdout}\ndsenv provision --arch cpu --ops cpu_adam: {seconds:.0f} s")
+    manifest = json.loads((final / "dsenv-env.json").read_text())
+    return final, manifest, done.stdout
 
 
 def _run(argv, env=None, timeout=300):
@@ -84,7 +78,7 @@ def _run(argv, env=None, timeout=300):
 
 
 def test_the_cpu_lock_installs_and_imports_after_the_rename(cpu_env):
-    final, _built, _timings, _logs = cpu_env
+    final, manifest, _out = cpu_env
     py = venv_python(final)
     out = _run([py, "-c", "import sys, torch, deepspeed, transformers, datasets, mpi4py; "
                 "print(sys.prefix, torch.__version__, deepspeed.__version__)"],
@@ -96,12 +90,14 @@ def test_the_cpu_lock_installs_and_imports_after_the_rename(cpu_env):
 
 
 def test_cpu_adam_is_precompiled_and_ds_report_runs_from_the_renamed_env(cpu_env):
-    final, built, _timings, logs = cpu_env
-    assert built.requested == ("cpu_adam",) and built.ops == ["cpu_adam"]
-    assert built.deepspeed_version == "0.19.8" and built.accelerator == "cpu"
-    assert built.torch_info["version"] == "2.13"
+    final, manifest, out = cpu_env
+    assert manifest["ops"]["requested"] == ["cpu_adam"] == manifest["ops"]["installed"]
+    assert manifest["versions"]["deepspeed"] == "0.19.8" and manifest["stack"] == "cpu"
+    assert manifest["env_dir"] == str(final) and manifest["kind"] == "venv"
     assert verify_installed_ops(venv_python(final), ["cpu_adam"]) == ([], [])
-    assert (logs / "build.log").read_text().count("building 'deepspeed.ops.adam.cpu_adam_op'")
+    log = (final / "dsenv-build.log").read_text()
+    assert log.count("building 'deepspeed.ops.adam.cpu_adam_op'")
+    assert "DeepSpeed ops precompiled and verified: cpu_adam" in out
     # DeepSpeed's own console script (a legacy scripts= file) from the renamed prefix.
     out = _run([final / "bin" / "ds_report"], env={**os.environ, "DS_ACCELERATOR": "cpu",
                                                     "NO_COLOR": "1"})
@@ -112,7 +108,7 @@ def test_cpu_adam_is_precompiled_and_ds_report_runs_from_the_renamed_env(cpu_env
 
 
 def test_a_training_step_uses_the_precompiled_op_and_compiles_nothing(cpu_env, tmp_path):
-    final, _built, _timings, _logs = cpu_env
+    final, _manifest, _out = cpu_env
     extensions = tmp_path / "torch_extensions"
     extensions.mkdir()
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(extensions), "DS_ACCELERATOR": "cpu"}
