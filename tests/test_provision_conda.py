@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -369,3 +370,21 @@ def test_shipped_recipes_parse_and_say_how_to_relock(tmp_path):
     assert pc.lock_path("cpu") == RECIPES / "cpu.conda-lock.yml"
     with pytest.raises(ProvisionError, match="no conda recipe for stack 'rocm9'.*cpu"):
         pc.recipe_path("rocm9")
+
+
+# --------------------------------------------------------------------------- the command
+def test_dsenv_provision_kind_conda_builds_activates_and_records(world, tmp_path):
+    prefix = tmp_path / "envs" / "demo"
+    done = subprocess.run([sys.executable, "-m", "dsenv", "provision", "--kind", "conda",
+                           "--arch", "cpu", "--ops", "none", "--lock", str(world.lock),
+                           "--prefix", str(prefix)], capture_output=True, text=True,
+                          timeout=300, env=world.env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in prefix.parent.iterdir()) == ["demo"]
+    manifest = json.loads((prefix / "dsenv-env.json").read_text())
+    assert (manifest["kind"], manifest["env_dir"]) == ("conda", str(prefix))
+    shell = subprocess.run(["sh", "-c", f'. "{prefix}/activate" && echo "$CONDA_PREFIX" && '
+                            "greet-cli && tinyhello"], capture_output=True, text=True,
+                           timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.split("\n")[:3] == [str(prefix), "greetpy here", "hello 0.4 1"]

@@ -151,3 +151,20 @@ def test_too_little_free_space_is_refused_before_anything_is_written(tmp_path, m
     monkeypatch.setitem(command.NEEDED_GIB, "cpu", 10**6)  # a million GiB: never free
     with pytest.raises(ProvisionError, match=r"no space for the environment: .* GiB free"):
         command._free_space_check(tmp_path / "env", get_stack("cpu"))
+
+
+def test_kind_container_installs_only_what_the_image_lacks(tmp_path, tiny_lock, tiny_wheels):
+    """This interpreter plays the vendor image: its site-packages stay visible, the lock's
+    tiny packages (absent from it) are installed into the venv and import-checked."""
+    prefix = tmp_path / "envs" / "ctr"
+    done = tiny(prefix, tiny_lock, tiny_wheels, "--kind", "container", "--python",
+                sys.executable)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 from the image, 2 to install" in done.stdout
+    assert "every locked package imports" in done.stdout
+    assert "include-system-site-packages = true" in (prefix / "pyvenv.cfg").read_text()
+    out = subprocess.run([str(prefix / "bin" / "python"), "-c",
+                          "import dsenvtinyb, rich, sys; print(sys.prefix)"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == str(prefix), out.stderr
+    assert json.loads((prefix / "dsenv-env.json").read_text())["kind"] == "container"
