@@ -136,7 +136,9 @@ def scratch_env(tmp_path_factory):
                      system_site_packages=True)
 
 
-def test_a_cuda_op_on_the_cpu_accelerator_is_refused_naming_the_log(scratch_env, tmp_path):
+def test_a_cuda_op_on_the_cpu_accelerator_is_refused_naming_the_log(scratch_env, tmp_path,
+                                                                    monkeypatch):
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)  # CI exports cpu: let DeepSpeed detect
     # fused_lamb is a CUDA op: DeepSpeed's CPU accelerator does not build it and installs
     # without error; the verification catches it.
     log = tmp_path / "build.log"
