@@ -7,6 +7,7 @@ pipes forever.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -107,3 +108,15 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
+
+
+def marked_json(stdout: str, mark: str):
+    """The JSON a child printed on its last line starting with ``mark`` (so library noise
+    before it does not matter); None when there is no such line or it does not parse."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(mark):
+            try:
+                return json.loads(line[len(mark):])
+            except json.JSONDecodeError:
+                return None
+    return None

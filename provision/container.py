@@ -586,13 +586,7 @@ def _inside_lexically(path: Path, root: Path) -> bool:
 
 # ----------------------------------------------------------------------------- helpers
 def _payload(stdout: str):
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("@@dsenv@@"):
-            try:
-                return json.loads(line[len("@@dsenv@@"):])
-            except json.JSONDecodeError:
-                return None
-    return None
+    return proc.marked_json(stdout, "@@dsenv@@")
 
 
 __all__ = [

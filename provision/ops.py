@@ -191,13 +191,7 @@ class OpsReport:
 
 
 def parse_probe_output(stdout: str) -> dict | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(JSON_MARK):
-            try:
-                return json.loads(line[len(JSON_MARK):])
-            except json.JSONDecodeError:
-                return None
-    return None
+    return proc.marked_json(stdout, JSON_MARK)
 
 
 def inspect_ops(target: Target, python: str = sys.executable, timeout: float = 120,

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dsenv import proc
 from dsenv.data import load_table
 
 from ..context import Context, probe
@@ -236,13 +237,7 @@ class Compatibility:
 
 
 def parse_compat_output(stdout: str) -> dict | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(JSON_MARK):
-            try:
-                return json.loads(line[len(JSON_MARK):])
-            except json.JSONDecodeError:
-                return None
-    return None
+    return proc.marked_json(stdout, JSON_MARK)
 
 
 def probe_compatibility(ctx: Context, ds: DeepSpeedInstall, torch: TorchBuild
