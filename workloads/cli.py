@@ -22,7 +22,8 @@ SMOKE_WORKLOADS = {
 FULL_WORKLOADS = {
     "bert-squad": "bert-base-uncased on SQuAD v1.1, 2 epochs (seeds 000, 001)",
 }
-FULL_RUN_MODULES = {"bert-squad": "dsenv.workloads.bert_squad"}  # each has FULL: Settings
+# each module has run(args, mode) and FULL (the full run's Settings)
+WORKLOAD_MODULES = {"bert-squad": "dsenv.workloads.bert_squad"}
 DEFAULT_PRESET = "fp32"
 LR_SCALINGS = ("none", "linear", "sqrt")  # kept in step with dsconfig.LR_SCALINGS
 PRESETS_HELP = "fp32, fp16, bf16, zero1, zero2, zero3, zero3-offload (workloads/presets.toml)"
@@ -118,7 +119,7 @@ def full_run_settings(workload: str):
     full run yet. Light: a workload module imports no torch at module import."""
     import importlib
 
-    module = FULL_RUN_MODULES.get(workload)
+    module = WORKLOAD_MODULES.get(workload)
     return importlib.import_module(module).FULL if module else None
 
 
@@ -137,11 +138,11 @@ def run_workload_command(args) -> int:
     mode = getattr(args, "workload_mode", args.command)
     args.output_dir = args.output_dir.format(workload=args.workload, mode=mode)
     try:
-        if args.workload == "bert-squad":
-            from dsenv.workloads import bert_squad
+        if args.workload not in WORKLOAD_MODULES:
+            raise WorkloadError(f"unknown workload {args.workload!r}")
+        import importlib
 
-            return bert_squad.run(args, mode=mode)
-        raise WorkloadError(f"unknown workload {args.workload!r}")
+        return importlib.import_module(WORKLOAD_MODULES[args.workload]).run(args, mode=mode)
     except WorkloadError as exc:
         print(f"dsenv {mode} {args.workload}: {exc}", file=sys.stderr)
         return 2
