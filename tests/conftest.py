@@ -96,3 +96,29 @@ def no_references(tmp_path) -> str:
     path = tmp_path / "references.toml"
     path.write_text("# empty\n")
     return str(path)
+
+
+# ----------------------------------------------------------------------------- Slurm
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """``slurm_cluster(mpi_default="none", pmix_library=True)`` -> a running one-node Slurm.
+
+    One cluster at a time (one slurmd per host): asking for another configuration restarts it.
+    Stopped at the end of the session; skips the test when this machine cannot run it.
+    """
+    from . import slurmcluster
+
+    def start(mpi_default: str = "none", pmix_library: bool = True):
+        try:
+            return slurmcluster.start(mpi_default, pmix_library)
+        except slurmcluster.SlurmUnavailable as exc:
+            pytest.skip(f"no test Slurm cluster: {exc}")
+
+    yield start
+    slurmcluster.stop()
+
+
+@pytest.fixture
+def slurm(slurm_cluster):
+    """The default test cluster: MpiDefault=none, PMIx library present."""
+    return slurm_cluster()

@@ -1,0 +1,284 @@
+"""A real one-node Slurm for tests: munge, slurmctld and slurmd on 127.0.0.1.
+
+Everything lives in a temporary state directory (slurm.conf, spool, state, logs, the munge
+socket) and the daemons are this module's own children, stopped by PID. Only one slurmd can
+run per host, so there is one cluster at a time: :func:`start` restarts it when a test asks
+for another configuration.
+
+``pmix_library=False`` reproduces a node without the PMIx development library (Debian's
+``libpmix-dev``: the unversioned ``libpmix.so`` that Slurm's pmix plugin dlopens): slurmd runs
+in its own mount namespace where that one file is hidden, and :meth:`SlurmCluster.run` enters
+the same namespace, so srun, the job steps and ``dsenv doctor`` all see the same machine.
+The facts this is built on were measured here (slurm-wlm 22.05.8, Debian 12).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+APT_PACKAGES = ("slurm-wlm", "munge", "libpmix-dev")
+START_TIMEOUT = 60.0
+
+
+class SlurmUnavailable(Exception):
+    """This machine cannot run the test cluster (not installable, not root...)."""
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job_id: int
+    exit_code: int
+    output: str
+    state: str
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def ensure_installed() -> None:
+    """apt-get install Slurm, munge and PMIx when they are missing (root only)."""
+    missing = [p for p in APT_PACKAGES if subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True,
+        timeout=30).stdout.strip() != "install ok installed"] if shutil.which("dpkg-query") else []
+    if not missing and shutil.which("slurmctld"):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise SlurmUnavailable(f"Slurm is not installed ({', '.join(missing) or 'slurmctld'}) "
+                               "and this is not a root Debian machine")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
+                              *missing], capture_output=True, text=True, timeout=900, env=env)
+    if install.returncode != 0:
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, timeout=600, env=env)
+        install = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
+                                  *missing], capture_output=True, text=True, timeout=900, env=env)
+    if install.returncode != 0:
+        raise SlurmUnavailable("apt-get install " + " ".join(missing) + " failed: "
+                               + install.stderr.strip()[-300:])
+
+
+def pmix_dev_library() -> Path | None:
+    """The unversioned libpmix.so that libpmix-dev installs in the PMIx folder Slurm uses."""
+    listing = subprocess.run(["dpkg", "-L", "libpmix-dev"], capture_output=True, text=True,
+                             timeout=30)
+    for line in listing.stdout.splitlines():
+        path = Path(line.strip())
+        if path.name == "libpmix.so" and "pmix" in path.parent.parent.name:
+            return path
+    return None
+
+
+SLURM_CONF = """\
+ClusterName=dsenvtest
+SlurmctldHost={hostname}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={munge_socket}
+CredType=cred/munge
+StateSaveLocation={state}/ctld
+SlurmdSpoolDir={state}/slurmd
+SlurmctldPidFile={state}/slurmctld.pid
+SlurmdPidFile={state}/slurmd.pid
+SlurmctldLogFile={state}/slurmctld.log
+SlurmdLogFile={state}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+MpiDefault={mpi_default}
+ReturnToService=2
+SchedulerType=sched/backfill
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MinJobAge=600
+NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+class SlurmCluster:
+    def __init__(self, mpi_default: str = "none", pmix_library: bool = True, cpus: int = 4):
+        self.mpi_default = mpi_default
+        self.pmix_library = pmix_library
+        self.cpus = cpus
+        self.state_dir = Path(tempfile.mkdtemp(prefix="dsenv-slurm-"))
+        self.conf_path = self.state_dir / "slurm.conf"
+        self.munge_socket = self.state_dir / "munge" / "munge.socket"
+        self._daemons: dict[str, subprocess.Popen] = {}
+        self._namespace_pid: int | None = None
+
+    # -- environment and commands --------------------------------------------------------
+    def env(self, extra: dict | None = None) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_",
+                                                                         "SALLOC_"))}
+        env["SLURM_CONF"] = str(self.conf_path)
+        env.update(extra or {})
+        return env
+
+    def _enter(self, argv) -> list[str]:
+        if self._namespace_pid is None:
+            return [str(a) for a in argv]
+        return ["nsenter", f"--target={self._namespace_pid}", "--mount", "--",
+                *[str(a) for a in argv]]
+
+    def run(self, argv, *, timeout: float, env=None, cwd=None) -> subprocess.CompletedProcess:
+        """Run a client command (srun, sbatch, dsenv ...) as this cluster's nodes see the host."""
+        return subprocess.run(self._enter(argv), capture_output=True, text=True, timeout=timeout,
+                              env=env if env is not None else self.env(), cwd=cwd)
+
+    def sbatch(self, script: Path, *, timeout: float, cwd=None, args=(), env=None) -> JobResult:
+        """Submit, wait for the end (sbatch --wait), and return exit code + job output."""
+        output = Path(tempfile.mkstemp(prefix="job-", suffix=".out", dir=self.state_dir)[1])
+        submitted = self.run(["sbatch", "--wait", "--parsable", f"--output={output}", *args,
+                              str(script)], timeout=timeout, env=env, cwd=cwd)
+        words = submitted.stdout.strip().split(";")[0]
+        if not words.isdigit():
+            raise RuntimeError(f"sbatch failed (rc {submitted.returncode}): "
+                               f"{submitted.stderr.strip()}")
+        job_id = int(words)
+        shown = self.run(["scontrol", "show", "job", str(job_id)], timeout=30)
+        fields = dict(t.split("=", 1) for t in shown.stdout.split() if "=" in t)
+        return JobResult(job_id, submitted.returncode, output.read_text(errors="replace"),
+                         fields.get("JobState", "UNKNOWN"))
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> SlurmCluster:
+        ensure_installed()
+        if os.geteuid() != 0:
+            raise SlurmUnavailable("the test cluster runs its daemons as root")
+        for sub in ("ctld", "slurmd", "munge"):
+            (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            self._start_munge()
+            self._write_conf()
+            self._start_daemon("slurmctld", ["slurmctld", "-D", "-f", str(self.conf_path)])
+            self._start_slurmd()
+            self._wait_idle()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_munge(self) -> None:
+        folder = self.munge_socket.parent
+        key = folder / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        shutil.chown(key, "munge", "munge")
+        shutil.chown(folder, "munge", "munge")
+        folder.chmod(0o700)
+        self.state_dir.chmod(0o755)
+        self._start_daemon("munged", [
+            "munged", "-F", "--force", f"--socket={self.munge_socket}", f"--key-file={key}",
+            f"--pid-file={folder / 'munged.pid'}", f"--log-file={folder / 'munged.log'}",
+            f"--seed-file={folder / 'munged.seed'}"], user="munge")
+        self._wait_for(lambda: self.munge_socket.exists(), "munged to open its socket")
+
+    def _write_conf(self) -> None:
+        self.conf_path.write_text(SLURM_CONF.format(
+            hostname=socket.gethostname(), ctld_port=_free_port(), slurmd_port=_free_port(),
+            munge_socket=self.munge_socket, state=self.state_dir, mpi_default=self.mpi_default,
+            cpus=self.cpus))
+
+    def _start_slurmd(self) -> None:
+        argv = ["slurmd", "-D", "-f", str(self.conf_path), "-N", "localhost"]
+        if self.pmix_library:
+            self._start_daemon("slurmd", argv)
+            return
+        library = pmix_dev_library()
+        if library is None:
+            raise SlurmUnavailable("libpmix-dev lists no libpmix.so to hide")
+        # A copy of the PMIx folder without libpmix.so, bound over the real one in a private
+        # mount namespace: the node looks exactly like one where libpmix-dev is not installed.
+        replica = self.state_dir / "pmix-lib-without-dev"
+        shutil.copytree(library.parent, replica, symlinks=True)
+        (replica / library.name).unlink()
+        hide = (f"mount --bind {replica} {library.parent} && exec "
+                + " ".join(argv))
+        self._start_daemon("slurmd", ["unshare", "--mount", "--propagation", "private",
+                                      "sh", "-c", hide])
+        self._namespace_pid = self._daemons["slurmd"].pid
+
+    def _start_daemon(self, name: str, argv: list[str], user: str | None = None) -> None:
+        log = open(self.state_dir / f"{name}.stdout", "wb")
+        self._daemons[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL, user=user,
+                                               start_new_session=True, env=self.env())
+
+    def _wait_for(self, ready, what: str, timeout: float = START_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in self._daemons.items():
+                if proc.poll() is not None:
+                    raise SlurmUnavailable(f"{name} exited (rc {proc.returncode}) while waiting "
+                                           f"for {what}: {self.log_tail(name)}")
+            if ready():
+                return
+            time.sleep(0.2)
+        raise SlurmUnavailable(f"timed out after {timeout:.0f} s waiting for {what}: "
+                               + " | ".join(self.log_tail(n) for n in self._daemons))
+
+    def node_state(self) -> str:
+        shown = self.run(["sinfo", "-h", "-N", "-o", "%T", "-n", "localhost"], timeout=15)
+        return shown.stdout.strip()
+
+    def _wait_idle(self) -> None:
+        self._wait_for(lambda: self.node_state() == "idle", "the node to be idle")
+
+    def log_tail(self, name: str, chars: int = 400) -> str:
+        for candidate in (self.state_dir / f"{name}.log", self.state_dir / f"{name}.stdout",
+                          self.munge_socket.parent / f"{name}.log"):
+            if candidate.is_file() and candidate.stat().st_size:
+                return f"{name}: " + candidate.read_text(errors="replace")[-chars:].strip()
+        return f"{name}: (no log)"
+
+    def stop(self) -> None:
+        """Stop this cluster's own daemons (by PID, newest first) and remove its state."""
+        for name, proc in reversed(list(self._daemons.items())):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=15)
+        self._daemons.clear()
+        self._namespace_pid = None
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+_current: SlurmCluster | None = None
+
+
+def start(mpi_default: str = "none", pmix_library: bool = True) -> SlurmCluster:
+    """The running test cluster with this configuration (restarted when it differs)."""
+    global _current
+    if _current is not None:
+        if (_current.mpi_default, _current.pmix_library) == (mpi_default, pmix_library):
+            return _current
+        _current.stop()
+        _current = None
+    _current = SlurmCluster(mpi_default, pmix_library).start()
+    return _current
+
+
+def stop() -> None:
+    global _current
+    if _current is not None:
+        _current.stop()
+        _current = None
