@@ -41,7 +41,7 @@ def run_doctor(args) -> int:
     options = Options(target=args.target, launcher=args.launcher, nodes=args.nodes,
                       gpus_per_node=args.gpus_per_node, deepspeed_config=args.deepspeed_config,
                       workload=args.workload, verbose=args.verbose,
-                      probe_timeout=args.probe_timeout)
+                      probe_timeout=args.probe_timeout, probe=args.probe)
     ctx = Context(options=options, env=dict(os.environ), root=args.root)
     selected = [c for c in checks
                 if (not args.only or c.area in args.only) and c.id not in args.skip]

@@ -37,6 +37,7 @@ class Options:
     workload: str | None = None
     verbose: bool = False
     probe_timeout: float = DEFAULT_PROBE_TIMEOUT
+    probe: bool = False  # launch real ranks where a check can (mpi.launch-probe)
 
 
 @dataclass

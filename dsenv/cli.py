@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also check what this bundled workload needs")
     doctor.add_argument("--probe-timeout", type=positive_float, default=10.0, metavar="S",
                         help="seconds each external probe may take (default 10)")
+    doctor.add_argument("--probe", action="store_true",
+                        help="inside an allocation, launch 2 real MPI ranks with the job's "
+                             "launcher to confirm the launch verdict (crash, singletons, ok)")
     doctor.add_argument("--list", action="store_true", help="list the checks and exit")
     doctor.add_argument("--verbose", "-v", action="store_true",
                         help="show every non-ok result and tracebacks")

@@ -269,11 +269,27 @@ def test_pmix_listed_but_library_missing_is_predicted(make_ctx, run_one, fake_mp
     assert result.status is Status.FAIL and "can not load PMIx library" in result.summary
 
 
+ROOT_ALLOWED = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
 def test_mpirun_inside_the_allocation_is_fine(make_ctx, run_one, fake_mpi):
     for outputs in (DEBIAN, OMPI5, MPICH):
-        env = fake_mpi(*outputs, SLURM_JOB_ID="42")
+        env = fake_mpi(*outputs, SLURM_JOB_ID="42", **ROOT_ALLOWED)
         result = run_one("mpi.launch", make_ctx(env=env, target="compute", launcher="mpirun"))
         assert result.status is Status.OK, result
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="Open MPI's root refusal needs root")
+def test_open_mpi_mpirun_as_root_without_the_allow_variables_warns(make_ctx, run_one, fake_mpi):
+    for outputs in (DEBIAN, OMPI5):
+        env = fake_mpi(*outputs, SLURM_JOB_ID="42", OMPI_ALLOW_RUN_AS_ROOT="1")
+        result = run_one("mpi.launch", make_ctx(env=env, target="compute", launcher="mpirun"))
+        assert result.status is Status.WARN and "refuses" in result.summary, result
+        assert "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in result.fix
+        assert "OMPI_ALLOW_RUN_AS_ROOT=1" not in result.fix.replace("_CONFIRM=1", "")
+    env = fake_mpi(*MPICH, SLURM_JOB_ID="42")  # Hydra has no such rule
+    assert run_one("mpi.launch", make_ctx(env=env, target="compute",
+                                          launcher="mpirun")).status is Status.OK
 
 
 def test_mpirun_of_an_open_mpi_without_slurm_warns(make_ctx, run_one, fake_mpi):

@@ -4,6 +4,7 @@ this MPI (the PMI crash and the silent-singletons case, predicted before submiss
 from __future__ import annotations
 
 import os
+import sys
 
 from dsenv.data import load_table
 
@@ -202,9 +203,22 @@ def launch(ctx: Context):
         says = table["outcomes"][outcome]["says"]
         status = table["outcomes"][outcome]["status"]
         fix = "`dsenv provision openmpi` (Open MPI configured --with-slurm --with-pmix)"
+        missing = _root_refusal(ctx, row)
+        if status == "ok" and missing:
+            return warn(f"{subject} as root: mpirun refuses to start ranks unless "
+                        f"{' and '.join(missing)} are set (or --allow-run-as-root is given)",
+                        "`export " + " ".join(f"{m}=1" for m in missing) + "` in the job, or "
+                        "run as a normal user", f"launcher chosen: {why}")
         return _verdict(ctx, status, explicit)(f"{subject}: {says}", *([fix] if status != "ok" else []),
                                                f"launcher chosen: {why}")
     return _srun_verdict(ctx, install, parsed, row, table, explicit, subject, why)
+
+
+def _root_refusal(ctx: Context, row: dict) -> list[str]:
+    """The variables an MPI wants before it starts ranks as root (none when not root)."""
+    if os.geteuid() != 0:
+        return []
+    return [name for name in row.get("root_needs", ()) if ctx.env.get(name) != "1"]
 
 
 def _srun_verdict(ctx, install, parsed, row, table, explicit, subject, why) -> Finding:
@@ -241,6 +255,48 @@ def _srun_fix(row: dict, parsed, plugin: str, offered) -> str:
     if better:
         return f"`srun --mpi={better[0]}` (or `export SLURM_MPI_TYPE={better[0]}` in the job script)"
     return PROVISION_FIX
+
+
+# -- mpi.launch-probe ------------------------------------------------------------------------------
+
+PROBE_SAYS = {"crash": "the ranks failed to start",
+              "hung": "the ranks did not finish within the timeout (a rank waits for a peer "
+                      "that never came)",
+              "wrong-size": "the ranks saw a world that is not the 2 ranks launched"}
+
+
+@check("mpi.launch-probe", "Real 2-rank launch (--probe)")
+def launch_probe(ctx: Context):
+    if not ctx.options.probe:
+        return skip("not asked (`dsenv doctor --probe` launches 2 real ranks to confirm "
+                    "mpi.launch)")
+    launcher, why = _chosen_launcher(ctx)
+    if launcher not in ("srun", "mpirun"):
+        return skip(f"--probe tests srun/mpirun launches; the launcher is {launcher or 'unknown'}")
+    if launcher == "srun" and not ctx.env.get("SLURM_JOB_ID"):
+        return skip("outside an allocation srun would queue a new job: run `dsenv doctor "
+                    "--probe` inside one (`salloc -n 2`, or in the job script)")
+    path = ctx.which(launcher)
+    if path is None:
+        return skip(f"{launcher} not found on PATH")
+    if mpi.mpi4py_info(ctx) is None:
+        return skip("mpi4py is not installed: the probe's ranks need it to call MPI_Init")
+    plugin = mpi.srun_mpi_type(ctx)[0] if launcher == "srun" else None
+    argv = mpi.probe_command(launcher, path, sys.executable, plugin)
+    result = ctx.run(argv)
+    outcome, ranks, detail = mpi.classify_launch(result.returncode, result.stdout, result.stderr,
+                                                 result.timed_out)
+    shown = " ".join(argv[:-2] + ["-c", "<rank printer>"])
+    predicted = launch(ctx)
+    evidence = [f"`{shown}` ({why}), {result.seconds:.1f} s", detail,
+                f"predicted by mpi.launch: {predicted.status.value}: {predicted.summary}",
+                *(f"rank {r.get('rank')} of {r.get('size')} on {r.get('host')}: "
+                  f"{r.get('library')}" for r in ranks)]
+    if outcome == "ok":
+        return ok(f"{launcher} started 2 ranks that found each other", *evidence)
+    says = PROBE_SAYS.get(outcome) or launch_table()["outcomes"][outcome]["says"]
+    return fail(f"{launcher} --probe: {says} ({detail})", predicted.fix or PROVISION_FIX,
+                *evidence)
 
 
 # -- mpi.mpi4py -------------------------------------------------------------------------------------
