@@ -21,6 +21,10 @@ for --dry-run, or carries it out in a staging folder renamed into place at the e
     manifest.py    the env's manifest (lock hash, arch, ops, versions, command, host, date),
                    read back by `dsenv doctor` to report drift
     command.py     the `dsenv provision` / `dsenv lock` commands
+    openmpi.py     `dsenv provision openmpi`: an EasyBuild easyconfig for Open MPI with Slurm
+                   and PMIx (envs/openmpi.toml), eb run offline with --sourcepath, the
+                   doctor's verdict on the result, the module recorded in an environment
+                   (command line in openmpi_cli.py)
 
 Errors are :class:`ProvisionError`: one line saying what is wrong and how to fix it.
 """

@@ -430,6 +430,11 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan: every step, command and variable; write nothing")
     p.add_argument("--force", action="store_true", help="replace an existing --prefix")
+    from .openmpi_cli import add_openmpi_parser
+
+    what = p.add_subparsers(dest="provision_what", metavar="WHAT", required=False,
+                            title="also provisions (optional)")
+    add_openmpi_parser(what)
 
     lock = subparsers.add_parser(
         "lock", help="regenerate a stack's hashed lock (uv pip compile / conda-lock)",
@@ -445,6 +450,10 @@ def add_parsers(subparsers) -> None:
 
 
 def run_provision(args, argv: list[str]) -> int:
+    if getattr(args, "provision_what", None) == "openmpi":
+        from .openmpi_cli import run_openmpi
+
+        return run_openmpi(args, argv)
     from rich.console import Console
 
     console = Console(highlight=False)
