@@ -13,6 +13,6 @@ from mpi4py import MPI
 world = MPI.COMM_WORLD
 print("DSENV-MPI-RANK " + json.dumps({
     "rank": world.Get_rank(), "size": world.Get_size(), "host": socket.gethostname(),
-    "pid": os.getpid(), "library": MPI.Get_library_version().splitlines()[0].strip(),
+    "pid": os.getpid(), "library": MPI.Get_library_version().strip("\x00 \n").splitlines()[0],
 }), flush=True)
 world.Barrier()
