@@ -13,10 +13,7 @@ from dsenv.provision.command import add_parsers as add_provision_parsers
 from dsenv.provision.command import run_lock, run_provision
 from dsenv.workloads.cli import add_launcher_arguments, add_workload_parsers, run_workload_command
 from dsenv.workloads.fetch import add_fetch_parser, run_fetch
-
-NOT_BUILT = {
-    "launch": "write and submit a Slurm job script for a workload (issue #5)",
-}
+from dsenv.workloads.launch import add_launch_parser, run_launch, split_workload_args
 
 
 class UsageError(Exception):
@@ -69,21 +66,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_workload_parsers(sub)
     add_fetch_parser(sub)
     add_provision_parsers(sub)
-
-    for name, summary in NOT_BUILT.items():
-        stub = sub.add_parser(name, help=summary + " [not built yet]", add_help=True)
-        stub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    add_launch_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    own, workload_args = split_workload_args(argv)  # `dsenv launch ... -- ARGS`
+    args = parser.parse_args(own)
+    if workload_args and args.command != "launch":
+        args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
-        return 2
-    if args.command in NOT_BUILT:
-        print(f"dsenv {args.command}: not built yet ({NOT_BUILT[args.command]})", file=sys.stderr)
         return 2
     try:
         if args.command == "doctor":
@@ -95,9 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fetch":
             return run_fetch(args)
         if args.command == "provision":
-            return run_provision(args, ["dsenv", *(sys.argv[1:] if argv is None else argv)])
+            return run_provision(args, ["dsenv", *argv])
         if args.command == "lock":
             return run_lock(args)
+        if args.command == "launch":
+            args.workload_args = workload_args
+            return run_launch(args, argv)
     except UsageError as exc:
         print(f"dsenv {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -26,6 +26,8 @@ from pathlib import Path
 
 APT_PACKAGES = ("slurm-wlm", "munge", "libpmix-dev")
 START_TIMEOUT = 60.0
+FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 
 
 class SlurmUnavailable(Exception):
@@ -142,19 +144,31 @@ class SlurmCluster:
                               env=env if env is not None else self.env(), cwd=cwd)
 
     def sbatch(self, script: Path, *, timeout: float, cwd=None, args=(), env=None) -> JobResult:
-        """Submit, wait for the end (sbatch --wait), and return exit code + job output."""
+        """Submit, wait for the end, and return exit code, state and the job's output."""
         output = Path(tempfile.mkstemp(prefix="job-", suffix=".out", dir=self.state_dir)[1])
-        submitted = self.run(["sbatch", "--wait", "--parsable", f"--output={output}", *args,
-                              str(script)], timeout=timeout, env=env, cwd=cwd)
-        words = submitted.stdout.strip().split(";")[0]
-        if not words.isdigit():
+        submitted = self.run(["sbatch", "--parsable", f"--output={output}", *args, str(script)],
+                             timeout=60, env=env, cwd=cwd)
+        job_id = submitted.stdout.strip().split(";")[0]
+        if not job_id.isdigit():
             raise RuntimeError(f"sbatch failed (rc {submitted.returncode}): "
                                f"{submitted.stderr.strip()}")
-        job_id = int(words)
-        shown = self.run(["scontrol", "show", "job", str(job_id)], timeout=30)
-        fields = dict(t.split("=", 1) for t in shown.stdout.split() if "=" in t)
-        return JobResult(job_id, submitted.returncode, output.read_text(errors="replace"),
+        fields = self.wait(int(job_id), timeout=timeout)
+        code = int(fields.get("ExitCode", "-1:0").split(":")[0])
+        return JobResult(int(job_id), code, output.read_text(errors="replace"),
                          fields.get("JobState", "UNKNOWN"))
+
+    def wait(self, job_id: int, *, timeout: float) -> dict[str, str]:
+        """Poll until the job ends; its `scontrol show job` fields (`sbatch --wait` backs off
+        to ~30 s between polls, which made every test job look half a minute longer)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            shown = self.run(["scontrol", "show", "job", str(job_id)], timeout=30).stdout
+            fields = dict(t.split("=", 1) for t in shown.split() if "=" in t)
+            if fields.get("JobState") in FINAL_STATES:
+                return fields
+            time.sleep(0.5)
+        self.run(["scancel", str(job_id)], timeout=30)
+        raise TimeoutError(f"job {job_id} did not end within {timeout:.0f} s (cancelled)")
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> SlurmCluster:
@@ -249,7 +263,7 @@ class SlurmCluster:
 
     def stop(self) -> None:
         """Stop this cluster's own daemons (by PID, newest first) and remove its state."""
-        for name, proc in reversed(list(self._daemons.items())):
+        for proc in reversed(list(self._daemons.values())):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 try:

@@ -165,13 +165,6 @@ def _timed(argv):
     return time.perf_counter() - start
 
 
-@pytest.mark.parametrize("sub", ["launch"])
-def test_unbuilt_subcommands_say_so_in_one_line(sub):
-    out = dsenv(sub, "anything")
-    assert out.returncode == 2
-    assert out.stderr.count("\n") == 1 and "not built yet" in out.stderr
-
-
 @pytest.mark.parametrize("args, message", [
     (["--only", "gpu,nosuch"], "unknown area nosuch"),
     (["--skip", "gpu.nosuch"], "unknown check id gpu.nosuch"),
