@@ -8,6 +8,7 @@ import sys
 from dsenv.cli import UsageError
 
 from .context import Context, Options
+from .distributed import validate_usage
 from .registry import AREAS, all_checks
 from .render import exit_code, render_json, render_text
 from .runner import run_checks
@@ -31,6 +32,7 @@ def run_doctor(args) -> int:
     if args.deepspeed_config and not args.deepspeed_config.is_file():
         raise UsageError(f"--deepspeed-config: {args.deepspeed_config} is not a file; "
                          "give the path of your ds_config JSON")
+    validate_usage(args)
     if args.workload:
         from dsenv.workloads.assets import WORKLOAD_NAMES
 
@@ -45,6 +47,10 @@ def run_doctor(args) -> int:
     ctx = Context(options=options, env=dict(os.environ), root=args.root)
     selected = [c for c in checks
                 if (not args.only or c.area in args.only) and c.id not in args.skip]
+    if args.distributed:
+        from .distributed import run_distributed
+
+        return run_distributed(args, selected, ctx)
     results = run_checks(selected, ctx)
     if args.json:
         sys.stdout.write(render_json(results, ctx) + "\n")

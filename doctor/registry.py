@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from .result import Finding
 
 # Report order; a check's area is the part of its id before the dot.
-AREAS = ("system", "python", "gpu", "torch", "toolkit", "deepspeed", "comm", "mpi", "cache", "job")
+# "distributed" has no registered checks: `dsenv doctor --distributed` adds its results.
+AREAS = ("system", "python", "gpu", "torch", "toolkit", "deepspeed", "comm", "mpi", "cache", "job",
+         "distributed")
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,8 @@ def render_text(results: list[Result], ctx: Context, *, color: bool | None = Non
     return Redactor(ctx.env).scrub(text)
 
 
-def report_dict(results: list[Result], ctx: Context) -> dict:
+def report_dict(results: list[Result], ctx: Context, extra: dict | None = None) -> dict:
+    """The report; ``extra``: optional top-level sections (``distributed``)."""
     o = ctx.options
     return {
         "schema": SCHEMA_ID,
@@ -113,8 +114,9 @@ def report_dict(results: list[Result], ctx: Context) -> dict:
         "summary": {s.value: sum(r.status is s for r in results) for s in Status},
         "exit_code": exit_code(results),
         "results": [r.to_json() for r in results],
+        **(extra or {}),
     }
 
 
-def render_json(results: list[Result], ctx: Context) -> str:
-    return json.dumps(Redactor(ctx.env).scrub_obj(report_dict(results, ctx)), indent=2)
+def render_json(results: list[Result], ctx: Context, extra: dict | None = None) -> str:
+    return json.dumps(Redactor(ctx.env).scrub_obj(report_dict(results, ctx, extra)), indent=2)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dsenv import __version__
 from dsenv.argtypes import csv_list, positive_float, positive_int
+from dsenv.doctor.distributed import add_distributed_arguments
 from dsenv.doctor.registry import AREAS
 from dsenv.provision.command import add_parsers as add_provision_parsers
 from dsenv.provision.command import run_lock, run_provision
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--verbose", "-v", action="store_true",
                         help="show every non-ok result and tracebacks")
     doctor.add_argument("--root", type=Path, default=Path("/"), help=argparse.SUPPRESS)
+    add_distributed_arguments(doctor)
 
     add_launcher_arguments(parser)  # the deepspeed launcher puts --local_rank before COMMAND
     add_workload_parsers(sub)

@@ -32,7 +32,8 @@ def test_wheel_maps_top_level_folders_into_dsenv(wheel):
                      "dsenv/provision/__init__.py", "dsenv/envs/stacks.toml",
                      "dsenv/envs/sites/__init__.py", "dsenv/envs/sites/lumi.toml",
                      "dsenv/envs/sites/generic.toml", "dsenv/provision/targets.py",
-                     "dsenv/envs/locks/cpu.txt", "dsenv/envs/requirements/cpu.in"):
+                     "dsenv/envs/locks/cpu.txt", "dsenv/envs/requirements/cpu.in",
+                     "dsenv/doctor/distributed.toml"):
         assert expected in names, expected
     assert not any(n.startswith(("tests/", "bench/", "doctor/", "envs/")) for n in names)
 

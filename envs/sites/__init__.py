@@ -18,6 +18,7 @@ from dsenv.data import load_table
 KINDS = ("venv", "container", "conda")
 CONTAINER_RUNTIMES = ("singularity", "apptainer", "sarus", "podman", "docker")
 LAUNCHERS = ("", "srun", "mpirun", "deepspeed", "torchrun")
+BUSBW_SCOPES = ("intra_node", "inter_node")  # all ranks on one node | ranks on several nodes
 MODULE_SUBCOMMANDS = ("load", "swap", "switch", "unload", "use", "purge", "restore")
 DEFAULT_SITE = "generic"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -47,6 +48,8 @@ class Site:
     env_root: str = ""  # where environments should live ("" = anywhere)
     env: dict[str, str] = field(default_factory=dict)  # NCCL/RCCL/FI/MIOPEN variables
     container: Container | None = None
+    # all-reduce bus bandwidth (GB/s) a healthy job reaches: `dsenv doctor --distributed`
+    expect_busbw_gbps: dict[str, float] = field(default_factory=dict)
 
     def module_commands(self) -> list[list[str]]:
         """The modules as argument lists for `module`: ['load', 'cuda/12.6'], ['swap', ...]."""
@@ -101,6 +104,15 @@ def _problems(name: str, raw: dict) -> list[str]:
                          "secrets")
         if not isinstance(value, str):
             found.append(f"[env] {key} must be a string")
+    busbw = raw.get("expect_busbw_gbps") or {}
+    if not isinstance(busbw, dict):
+        found.append("expect_busbw_gbps must be a table (intra_node = GB/s, inter_node = GB/s)")
+        busbw = {}
+    for key, value in busbw.items():
+        if key not in BUSBW_SCOPES:
+            found.append(f"[expect_busbw_gbps] {key!r} is not one of {', '.join(BUSBW_SCOPES)}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            found.append(f"[expect_busbw_gbps] {key} must be a number of GB/s above 0")
     container = raw.get("container")
     if raw.get("default_kind") == "container" and not container:
         found.append("default_kind is container but there is no [container] table")
@@ -132,5 +144,6 @@ def load_site(name: str | None = None) -> Site:
         srun_mpi=raw.get("srun_mpi", ""), hf_home=raw.get("hf_home", ""),
         offline_on_compute=bool(raw.get("offline_on_compute", True)),
         env_root=raw.get("env_root", ""), env=dict(raw.get("env") or {}),
+        expect_busbw_gbps={k: float(v) for k, v in (raw.get("expect_busbw_gbps") or {}).items()},
         container=Container(container["runtime"], container.get("image", ""),
                             tuple(container.get("binds", ()))) if container else None)
