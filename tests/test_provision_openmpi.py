@@ -25,6 +25,9 @@ import pytest
 from dsenv.provision import openmpi
 from dsenv.provision.openmpi import contradictions, find_system_pmix
 
+from .clirun import dsenv
+from .clirun import one_line as _one_line
+
 EB = shutil.which("eb")
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 DEBIAN_OMPI = Path("/usr/bin/ompi_info")
@@ -44,20 +47,8 @@ def eb_env(tmp_path) -> dict:
             "EASYBUILD_PREFIX": str(tmp_path / "eb-prefix"), "COLUMNS": "5000"}
 
 
-def dsenv(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "dsenv", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})},
-                          cwd=Path(__file__).parent)
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
-
-
 def one_line(done) -> str:
-    assert done.returncode == 2, done.stdout + done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("dsenv provision openmpi: "), lines[0]
-    return lines[0].removeprefix("dsenv provision openmpi: ")
+    return _one_line(done, "dsenv provision openmpi: ")
 
 
 def tiny_tarball(folder: Path, name: str, top: str) -> Path:

@@ -8,27 +8,18 @@ Fast: the environments are installed from the tiny wheels of conftest.py (--no-i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-
-def dsenv(*args, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "dsenv", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
+from ..clirun import dsenv
+from ..clirun import one_line as _one_line
 
 
 def one_line(done) -> str:
-    assert done.returncode == 2, done.stdout + done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("dsenv provision: ")
-    return lines[0].removeprefix("dsenv provision: ")
+    return _one_line(done, "dsenv provision: ")
 
 
 def tiny(prefix: Path, lock: Path, wheels: Path, *extra: str):
