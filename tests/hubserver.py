@@ -379,3 +379,111 @@ def bert_squad_repos(tmp_dir: Path, train_rows: int = 40, validation_rows: int =
         ".gitattributes": b"*.parquet filter=lfs diff=lfs merge=lfs -text\n",
     }
     return {("model", BERT_REPO): model_files, ("dataset", SQUAD_REPO): squad_files}
+
+
+# ----------------------------------------------------------------------------- more workloads
+T5_REPO, XSUM_REPO = "google-t5/t5-small", "EdinburghNLP/xsum"
+XSUM_REVISION = "refs/convert/parquet"  # where the Hub keeps XSum's parquet conversion
+GPT2_REPO, WIKITEXT_REPO = "distilbert/distilgpt2", "Salesforce/wikitext"
+GLUE_REPO = "nyu-mll/glue"
+
+
+def layout_parquet(rows: list[dict], layout: str) -> bytes:
+    """Rows as a parquet file with the real data set's features in its "huggingface"
+    schema metadata (what the Hub's files carry, e.g. MRPC's label ClassLabel)."""
+    import io
+
+    import datasets
+    from dsenv.workloads import synthetic
+
+    buffer = io.BytesIO()
+    datasets.Dataset.from_list(rows, features=synthetic.features(layout)).to_parquet(buffer)
+    return buffer.getvalue()
+
+
+def _model_files(folder: Path, readme: str) -> dict[str, bytes]:
+    files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+    files[".gitattributes"] = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
+    files["README.md"] = readme.encode()
+    return files
+
+
+def t5_xsum_repos(tmp_dir: Path, train_rows: int = 48, validation_rows: int = 12) -> Repos:
+    """t5-xsum's repositories: a tiny T5ForConditionalGeneration (d_model 32, one layer each
+    side) with a Unigram tokenizer estimated here, under google-t5/t5-small (its
+    tokenizer.json is the tokenizer; spiece.model is a placeholder, since transformers reads
+    tokenizer.json when both are there); XSum-layout parquet files under EdinburghNLP/xsum
+    at refs/convert/parquet."""
+    import torch
+    from dsenv.workloads import runner, synthetic
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    splits = {"train": synthetic.xsum_rows(train_rows, 21),
+              "validation": synthetic.xsum_rows(validation_rows, 22),
+              "test": synthetic.xsum_rows(validation_rows, 23)}
+    tokenizer = runner.train_unigram(["summarize: " + r["document"] for r in splits["train"]]
+                                     + [r["summary"] for r in splits["train"]], 400)
+    torch.manual_seed(0)
+    config = T5Config(vocab_size=len(tokenizer) + 100, d_model=32, d_ff=64, d_kv=16,
+                      num_heads=2, num_layers=1, decoder_start_token_id=0)
+    folder = Path(tmp_dir) / "t5-small"
+    T5ForConditionalGeneration(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "tokenizer_config.json").unlink()  # the Hub repository has none
+    (folder / "spiece.model").write_bytes(b"placeholder: tokenizer.json is the tokenizer\n")
+    xsum = {f"default/{split}/0000.parquet": layout_parquet(rows, "xsum")
+            for split, rows in splits.items()}
+    xsum[".gitattributes"] = b"*.parquet filter=lfs diff=lfs merge=lfs -text\n"
+    return {("model", T5_REPO): _model_files(folder, "# tiny T5 for dsenv tests\n"),
+            ("dataset", XSUM_REPO): xsum}
+
+
+def gpt2_wikitext_repos(tmp_dir: Path, articles: int = 30) -> Repos:
+    """gpt2-wikitext's repositories: a tiny GPT2LMHeadModel (n_embd 32, 128 positions) with
+    a byte-level BPE tokenizer trained here (vocab.json and merges.txt written as the Hub
+    repository has them), under distilbert/distilgpt2; wikitext-layout parquet files under
+    Salesforce/wikitext, config wikitext-2-raw-v1."""
+    import json
+
+    import torch
+    from dsenv.workloads import runner, synthetic
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    splits = {"train": synthetic.wikitext_rows(articles, 31),
+              "validation": synthetic.wikitext_rows(max(articles // 5, 4), 32),
+              "test": synthetic.wikitext_rows(max(articles // 5, 4), 33)}
+    tokenizer = runner.train_byte_bpe([r["text"] for r in splits["train"]], 400)
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=1,
+                        n_head=2, bos_token_id=tokenizer.eos_token_id,
+                        eos_token_id=tokenizer.eos_token_id)
+    folder = Path(tmp_dir) / "distilgpt2"
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "tokenizer_config.json").unlink()
+    bpe = json.loads((folder / "tokenizer.json").read_text())["model"]
+    (folder / "vocab.json").write_text(json.dumps(bpe["vocab"]))
+    merges = [m if isinstance(m, str) else " ".join(m) for m in bpe["merges"]]
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+    wikitext = {f"wikitext-2-raw-v1/{split}-00000-of-00001.parquet":
+                layout_parquet(rows, "wikitext") for split, rows in splits.items()}
+    wikitext[".gitattributes"] = b"*.parquet filter=lfs diff=lfs merge=lfs -text\n"
+    return {("model", GPT2_REPO): _model_files(folder, "# tiny GPT-2 for dsenv tests\n"),
+            ("dataset", WIKITEXT_REPO): wikitext}
+
+
+def bert_mrpc_repos(tmp_dir: Path, train_rows: int = 64, validation_rows: int = 24) -> Repos:
+    """bert-mrpc's repositories: bert-squad's tiny BERT under google-bert/bert-base-uncased
+    (its question-answering head is dropped, a classification head made, as with the real
+    checkpoint); MRPC-layout parquet files (label a ClassLabel) under nyu-mll/glue, config
+    mrpc, the test split's labels hidden (-1) as GLUE has them."""
+    from dsenv.workloads import synthetic
+
+    bert = bert_squad_repos(tmp_dir)[("model", BERT_REPO)]
+    splits = {"train": synthetic.mrpc_rows(train_rows, 41),
+              "validation": synthetic.mrpc_rows(validation_rows, 42),
+              "test": synthetic.mrpc_rows(validation_rows, 43, labelled=False)}
+    glue = {f"mrpc/{split}-00000-of-00001.parquet": layout_parquet(rows, "mrpc")
+            for split, rows in splits.items()}
+    glue[".gitattributes"] = b"*.parquet filter=lfs diff=lfs merge=lfs -text\n"
+    return {("model", BERT_REPO): bert, ("dataset", GLUE_REPO): glue}

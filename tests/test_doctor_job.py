@@ -56,10 +56,27 @@ def test_ds_config_duplicate_key_fails(tmp_path, make_ctx, run_one):
     assert result.status == Status.FAIL and "duplicate key 'fp16'" in result.summary
 
 
-def test_no_config_skips_with_reason(make_ctx, run_one):
+def test_no_config_skips_with_reason(make_ctx, run_one, monkeypatch):
+    from dsenv.workloads import cli
+
     assert "--deepspeed-config" in run_one("job.batch-size", make_ctx()).summary
+    monkeypatch.delitem(cli.WORKLOAD_MODULES, "t5-xsum")  # a workload without a full run
     result = run_one("job.precision", make_ctx(workload="t5-xsum"))
     assert result.status == Status.SKIP and "t5-xsum has no full run" in result.summary
+
+
+@pytest.mark.parametrize("workload", ["t5-xsum", "gpt2-wikitext", "bert-mrpc"])
+def test_every_workload_without_config_judges_its_full_run(make_ctx, run_one, workload):
+    import importlib
+
+    from dsenv.workloads.cli import WORKLOAD_MODULES
+
+    full = importlib.import_module(WORKLOAD_MODULES[workload]).FULL
+    result = run_one("job.ds-config", make_ctx(workload=workload))
+    assert result.status == Status.OK and f"dsenv run {workload} --preset fp32" in result.summary
+    result = run_one("job.batch-size", make_ctx(workload=workload, nodes=2, gpus_per_node=4))
+    assert result.status == Status.OK
+    assert result.summary == f"{full.micro_batch * 8} = {full.micro_batch} x 1 x 8 ranks"
 
 
 def test_workload_without_config_judges_its_default_preset(make_ctx, run_one):

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from .workload_runs import MODULE, SMOKE, bad_input, explain, one_line, run_dsenv
+from .workload_runs import bad_input, explain, launched, one_line, run_dsenv
 
 
 def rescore(out: Path, settings: dict) -> dict:
@@ -123,19 +121,7 @@ def test_broken_runs_fail_the_sanity_verdict(tmp_path, run_env, no_references, b
 # ----------------------------------------------------------------------------- 2 ranks
 def _launched(name: str, env: dict) -> list[str]:
     """``dsenv smoke bert-squad`` under a launcher with 2 ranks."""
-    if name == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                "--master_addr", "127.0.0.1", "--master_port", env["MASTER_PORT"],
-                "-m", MODULE, "smoke", "bert-squad"]
-    if name == "deepspeed":  # sets MASTER_ADDR=127.0.0.1; --num_gpus, or it counts NUMA nodes
-        return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2",
-                "--master_port", env["MASTER_PORT"], "--module", MODULE, "smoke", "bert-squad"]
-    if shutil.which("mpirun", path=env.get("PATH")) is None:
-        pytest.skip("mpirun not installed")
-    exported = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS",
-                "TORCH_EXTENSIONS_DIR", "DS_ACCELERATOR", "HF_HUB_OFFLINE", "PATH")
-    return ["mpirun", "--allow-run-as-root", "-np", "2",
-            *[arg for var in exported for arg in ("-x", var)], *SMOKE]
+    return launched(name, env, "bert-squad")
 
 
 @pytest.mark.slow

@@ -254,10 +254,10 @@ def test_malformed_squad_files(tmp_path, content, message):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from dsenv.workloads.bert_squad import train_tokenizer
+    from dsenv.workloads.runner import train_wordpiece
 
     examples = [ex for ex in _examples(40)]
-    return train_tokenizer([e.context for e in examples] + [e.question for e in examples], 400)
+    return train_wordpiece([e.context for e in examples] + [e.question for e in examples], 400)
 
 
 def _examples(paragraphs):
@@ -344,6 +344,13 @@ def test_shipped_references_parse_and_cover_the_smoke():
     refs = report.load_references()
     assert report.find_reference(refs, "bert-squad-smoke", "cpu:AMD EPYC", 1, "fp32")
     assert report.find_reference(refs, "bert-squad-full", "AMD Instinct MI100", 8, "fp32")
+    from dsenv.workloads import bert_mrpc, gpt2_wikitext, t5_xsum
+
+    for module in (t5_xsum, gpt2_wikitext, bert_mrpc):  # every smoke's key has a reference
+        assert report.find_reference(refs, module.SMOKE.perf_key, "cpu:AMD EPYC", 1, "fp32")
+    seed_002 = report.find_reference(refs, t5_xsum.FULL.perf_key, "AMD Instinct MI100", 8,
+                                     "zero3-offload")
+    assert seed_002["samples_per_s"] * 8 == pytest.approx(3480)
 
 
 # ----------------------------------------------------------------------------- saving
@@ -413,3 +420,148 @@ def test_jit_builds_use_this_environments_ninja(tmp_path, monkeypatch):
     (venv_bin / "ninja").unlink()
     env = {"PATH": str(system_bin)}
     assert engine.prefer_env_ninja(env) is None and env["PATH"] == str(system_bin)
+
+
+# ----------------------------------------------------------------------------- shared by all
+def test_sanity_ceilings_for_metrics_that_must_stay_low():
+    falling = [6.0] * 10 + [1.0] * 30
+    limits = {"min_loss_drop": 0.5, "max_perplexity": 20.0}
+    ok = report.sanity_verdict(falling, {"perplexity": 2.8}, limits)
+    assert ok.status == "PASS" and "perplexity 2.8 <= 20" in ok.detail
+    high = report.sanity_verdict(falling, {"perplexity": 531.7}, limits)
+    assert high.status == "FAIL" and "perplexity 532 > 20" in high.detail
+    missing = report.sanity_verdict(falling, {}, limits)
+    assert missing.status == "FAIL"
+
+
+def test_thresholds_are_the_named_settings_only():
+    from dsenv.workloads import bert_squad, runner, t5_xsum
+
+    limits = runner.thresholds(t5_xsum.SMOKE, t5_xsum.THRESHOLDS)
+    assert limits == {"min_loss_drop": 0.5, "min_rouge1": 70.0, "min_rouge2": 50.0,
+                      "min_rougeL": 70.0}  # not max_source_length / max_target_length
+    assert set(runner.thresholds(bert_squad.SMOKE, bert_squad.THRESHOLDS)) == {
+        "min_loss_drop", "min_exact_match", "min_f1"}
+
+
+def test_full_run_steps_from_epochs_ranks_and_caps():
+    from dsenv.workloads import runner, t5_xsum
+
+    s = t5_xsum.FULL  # 1 epoch, 2 % warm-up
+    assert runner.planned_steps(s, 10_000, 32, 1, 4) == (78, 2)  # 10000 // 4 // 32
+    assert runner.planned_steps(s, 10_000, 32, 1, 4, per_rank_data=True) == (312, 6)
+    assert runner.planned_steps(s, 10_000, 32, 1, 4, max_steps=10) == (10, 1)
+    with pytest.raises(WorkloadError, match="100 documents are too few for one step of "
+                                            "micro-batch 32 x grad-accum 1 x world size 4"):
+        runner.planned_steps(s, 100, 32, 1, 4, what="documents")
+
+
+def test_no_gradient_sync_needs_stage_0_and_drops_clipping():
+    planned = build(preset="fp32")
+    unsynced = dsconfig.without_gradient_sync(planned)
+    assert unsynced.config["gradient_clipping"] == 0.0 and planned.config["gradient_clipping"]
+    with pytest.raises(WorkloadError, match="needs a preset without ZeRO .* not zero2 "
+                                            r"\(ZeRO stage 2\)"):
+        dsconfig.without_gradient_sync(build(preset="zero2"))
+    assert [dsconfig.zero_stage(p) for p in ("fp32", "bf16", "zero1", "zero3-offload")] == \
+        [0, 0, 1, 3]
+
+
+def test_independent_micro_batches_cover_all_data_in_each_ranks_order():
+    import torch
+    from dsenv.workloads import engine
+    from dsenv.workloads.launch_env import RankInfo
+
+    data = {"x": torch.arange(64)}
+
+    def first_epoch(rank: int, independent: bool) -> list[int]:
+        rt = engine.Runtime(RankInfo("env", rank, rank, 2, 2, "127.0.0.1", 1), False, "cpu",
+                            "cpu", "gloo", None)
+        batches = engine.micro_batches(data, 8, rt, seed=3, independent=independent)
+        per_epoch = 8 if independent else 4
+        return [int(i) for _ in range(per_epoch) for i in next(batches)["x"]]
+
+    shard0, shard1 = first_epoch(0, False), first_epoch(1, False)
+    assert sorted(shard0 + shard1) == list(range(64))  # synced: disjoint halves
+    own0, own1 = first_epoch(0, True), first_epoch(1, True)
+    assert sorted(own0) == sorted(own1) == list(range(64))  # unsynced: all of it each
+    assert own0 != own1  # ... in its own order
+
+
+def test_options_of_other_workloads_are_one_line(tmp_path):
+    for command, line in [
+        (["smoke", "t5-xsum", "--no-sync-gradients"],
+         "dsenv smoke t5-xsum: --no-sync-gradients is not an option of t5-xsum"),
+        (["run", "gpt2-wikitext", "--doc-stride", "8"],
+         "dsenv run gpt2-wikitext: --doc-stride is not an option of gpt2-wikitext"),
+        (["smoke", "bert-mrpc", "--no-sync-gradients", "--preset", "zero3"],
+         "dsenv smoke bert-mrpc: --no-sync-gradients trains one model per rank: it needs a "
+         "preset without ZeRO (fp32, bf16, fp16), not zero3 (ZeRO stage 3)"),
+        (["smoke", "all", "--data-dir", "x"],
+         "dsenv smoke all: --data-dir belongs to one workload; run `dsenv smoke WORKLOAD "
+         "--data-dir ...` instead of all"),
+        (["smoke", "all", "--preset", "zero4"],
+         "dsenv smoke all: unknown preset 'zero4'; choose one of fp32, fp16, bf16, zero1, "
+         "zero2, zero3, zero3-offload"),
+    ]:
+        out = subprocess.run([sys.executable, "-m", "dsenv.workloads.cli", *command,
+                              "--output-dir", str(tmp_path / "out")], capture_output=True,
+                             text=True, timeout=60)
+        assert (out.returncode, out.stderr.strip()) == (2, line)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_data_dir_that_is_not_a_saved_data_set_is_one_line(tmp_path):
+    from dsenv.workloads import runner, synthetic
+
+    with pytest.raises(WorkloadError, match=f"data set {tmp_path}: no dataset_dict.json in "
+                                            "it; pass a folder written by datasets' "
+                                            r"save_to_disk \(DatasetDict\)"):
+        runner.load_saved(tmp_path, ("text",), ("train",))
+    synthetic.save_splits(tmp_path / "mrpc", "mrpc", {"train": synthetic.mrpc_rows(4, 1)})
+    with pytest.raises(WorkloadError, match="mrpc: no validation split .has train."):
+        runner.load_saved(tmp_path / "mrpc", ("sentence1",), ("train", "validation"))
+    with pytest.raises(WorkloadError, match="the train split has no text column"):
+        runner.load_saved(tmp_path / "mrpc", ("text",), ("train",))
+
+
+def test_smoke_all_gives_each_workload_its_own_port_and_the_same_options():
+    import argparse
+
+    from dsenv.workloads import smoke_all
+
+    torchrun = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                "TORCHELASTIC_RUN_ID": "x", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29600",
+                "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    ports = [smoke_all.child_env(i, torchrun)["MASTER_PORT"] for i in range(4)]
+    assert ports == ["29601", "29602", "29603", "29604"]
+    assert "TORCHELASTIC_USE_AGENT_STORE" not in smoke_all.child_env(0, torchrun)
+    mpirun = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+              "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    assert smoke_all.child_env(2, mpirun)["MASTER_PORT"] == "29503"  # the default 29500 + 3
+    assert "MASTER_PORT" not in smoke_all.child_env(0, {})  # one process picks a free one
+    args = argparse.Namespace(preset="zero2", deepspeed_config=None, micro_batch=None,
+                              grad_accum=2, lr=0.0, lr_scaling="none", seed=7,
+                              references="r.toml", examples=0, steps=None, verbose=False)
+    assert smoke_all.child_arguments(args) == [
+        "--preset", "zero2", "--grad-accum", "2", "--lr", "0.0", "--lr-scaling", "none",
+        "--seed", "7", "--references", "r.toml", "--examples", "0"]
+
+
+def test_a_missing_package_is_one_line_naming_it():
+    from dsenv.workloads import runner
+
+    runner.require("t5-xsum", {"json": "json"})  # present: nothing said
+    with pytest.raises(WorkloadError, match=r"^t5-xsum needs rouge-score-nowhere: pip install "
+                                            r"rouge-score-nowhere \(in dsenv's `train` "
+                                            r"extra\)$"):
+        runner.require("t5-xsum", {"rouge_score_nowhere": "rouge-score-nowhere"})
+
+
+@pytest.mark.parametrize("n, world", [(10, 1), (10, 2), (3, 2), (3, 4), (7, 3)])
+def test_evaluation_shares_cover_every_input_once_in_order_with_equal_batch_counts(n, world):
+    from dsenv.workloads.engine import _share
+
+    shares = [_share(n, rank, world) for rank in range(world)]
+    assert len({len(share) for share in shares}) == 1  # ZeRO-3: the same number of forwards
+    assert [i for share in shares for i in share][:n] == list(range(n))

@@ -7,14 +7,44 @@ runs talk over loopback only (MASTER_ADDR=127.0.0.1, GLOO_SOCKET_IFNAME=lo, a fr
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import sys
+
+import pytest
 
 from dsenv import proc
 
 MODULE = "dsenv.workloads.cli"
 SMOKE = [sys.executable, "-m", MODULE, "smoke", "bert-squad"]
 RUN = [sys.executable, "-m", MODULE, "run", "bert-squad"]
+# what mpirun passes on to its ranks (-x), for every workload's 2-rank tests
+MPI_EXPORTED = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS",
+                "TORCH_EXTENSIONS_DIR", "DS_ACCELERATOR", "HF_HUB_OFFLINE", "PATH",
+                "PYTHONUNBUFFERED")
+
+
+def smoke(workload: str) -> list[str]:
+    return [sys.executable, "-m", MODULE, "smoke", workload]
+
+
+def full_run(workload: str) -> list[str]:
+    return [sys.executable, "-m", MODULE, "run", workload]
+
+
+def launched(name: str, env: dict, workload: str = "bert-squad") -> list[str]:
+    """``dsenv smoke WORKLOAD`` under a launcher with 2 ranks (loopback, env's port)."""
+    if name == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                "--master_addr", "127.0.0.1", "--master_port", env["MASTER_PORT"],
+                "-m", MODULE, "smoke", workload]
+    if name == "deepspeed":  # sets MASTER_ADDR=127.0.0.1; --num_gpus, or it counts NUMA nodes
+        return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2",
+                "--master_port", env["MASTER_PORT"], "--module", MODULE, "smoke", workload]
+    if shutil.which("mpirun", path=env.get("PATH")) is None:
+        pytest.skip("mpirun not installed")
+    return ["mpirun", "--allow-run-as-root", "-np", "2",
+            *[arg for var in MPI_EXPORTED if var in env for arg in ("-x", var)], *smoke(workload)]
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_SIZE",
                  "CROSS_RANK", "CROSS_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "GROUP_RANK")
 LAUNCHER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "SLURM_", "MPI_LOCAL")

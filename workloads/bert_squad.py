@@ -17,13 +17,15 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dsenv.workloads import assets, dsconfig, engine, report, squad
+from dsenv.workloads import assets, dsconfig, engine, report, runner, squad
 from dsenv.workloads.launch_env import WorkloadError
 
 from dsenv.jsonfiles import JsonFileError, read_json, write_json_atomically
 from dsenv.staging import staged_dir
 
 NAME = "bert-squad"
+OTHER_OPTIONS = {"no_sync_gradients": "--no-sync-gradients"}  # other workloads' options
+THRESHOLDS = ("min_loss_drop", "min_exact_match", "min_f1")  # Settings fields
 
 
 # ----------------------------------------------------------------------------- settings
@@ -72,41 +74,9 @@ SMOKE = replace(FULL, max_length=64, doc_stride=16, max_query_length=24, micro_b
                 perf_key="bert-squad-smoke")
 
 
-def planned_steps(s: Settings, train_features: int, micro_batch: int, grad_accum: int,
-                  world_size: int, max_steps: int | None = None) -> tuple[int, int]:
-    """(optimizer steps, warm-up steps): ``s.steps``, else epochs over this data set."""
-    steps = s.steps
-    if not steps:
-        per_epoch = train_features // world_size // micro_batch // grad_accum
-        if per_epoch < 1:
-            raise WorkloadError(f"{train_features} training windows are too few for one "
-                                f"step of micro-batch {micro_batch} x grad-accum {grad_accum} "
-                                f"x world size {world_size}")
-        steps = s.epochs * per_epoch
-    if max_steps:
-        steps = min(steps, max_steps)
-    warmup = s.warmup_steps or max(1, round(steps * s.warmup_fraction))
-    return steps, min(warmup, max(steps - 1, 1))
-
-
 # ----------------------------------------------------------------------------- assets
 def data_files(data_dir: Path) -> tuple[Path, Path]:
     return data_dir / "train-v1.1.json", data_dir / "dev-v1.1.json"
-
-
-def train_tokenizer(texts: list[str], vocab_size: int):
-    """A WordPiece tokenizer trained here, wrapped as a transformers (fast) BertTokenizer."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
-    from transformers import BertTokenizer
-
-    wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
-    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, show_progress=False,
-        special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    wordpiece.train_from_iterator(texts, trainer)
-    return BertTokenizer(vocab=wordpiece.get_vocab())
 
 
 def make_smoke_assets(root: Path, s: Settings, seed: int, data_dir: Path | None) -> None:
@@ -124,7 +94,7 @@ def make_smoke_assets(root: Path, s: Settings, seed: int, data_dir: Path | None)
     train = squad.read_squad(data_files(data_dir)[0])
     contexts = list(dict.fromkeys(ex.context for ex in train))
     texts = contexts + [ex.question for ex in train]
-    tokenizer = train_tokenizer(texts, s.vocab_size)
+    tokenizer = runner.train_wordpiece(texts, s.vocab_size)
 
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=s.hidden_size,
@@ -200,13 +170,6 @@ def load_tokenizer(model_dir: Path):
     return tokenizer
 
 
-def _quiet_transformers() -> None:
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-
-
 # ----------------------------------------------------------------------------- runs
 def run(args, mode: str = "smoke") -> int:
     if mode == "smoke":
@@ -219,31 +182,19 @@ def run(args, mode: str = "smoke") -> int:
 def run_smoke(args) -> int:
     """Synthetic data, tokenizer and tiny BERT made here; everything else as a full run."""
     wall_start = time.perf_counter()
-    s = SMOKE
-    if getattr(args, "steps", None):  # hidden: shorter runs for tests
-        s = replace(s, steps=args.steps, warmup_steps=max(1, args.steps // 10))
+    s = runner.smoke_settings(args, SMOKE)
     out_dir = Path(args.output_dir).resolve()
+    runner.reject_options(args, NAME, OTHER_OPTIONS)
     dsconfig.check_inputs(args.preset, args.deepspeed_config)  # bad input fails in 0.1 s
     user_data = Path(args.data_dir) if args.data_dir else None
     if user_data is not None:  # fail before any engine starts
         read_json_files(user_data)
-
-    rt = engine.start()
-    _quiet_transformers()
-    planned = dsconfig.build_config(
-        args.preset, rt.world_size, on_gpu=rt.on_gpu, default_micro_batch=s.micro_batch,
-        default_lr=s.lr, micro_batch=args.micro_batch, grad_accum=args.grad_accum,
-        lr=args.lr, lr_scaling=args.lr_scaling, user_config=args.deepspeed_config,
-        warmup_steps=s.warmup_steps, total_steps=s.steps)
-    _announce(rt, "smoke", planned)
-    timings = engine.init_distributed(rt, planned.config, verbose=args.verbose)
+    rt, planned, timings = runner.begin_smoke(args, NAME, s)
 
     # assets: rank 0 writes them, everyone reads them back the way real ones are read
     smoke_assets = out_dir / "assets"
-    if rt.is_main:
-        with rt.console.status("generating synthetic SQuAD data, tokenizer and tiny BERT"):
-            make_smoke_assets(smoke_assets, s, args.seed, user_data)
-    engine.barrier(rt)
+    runner.on_main(rt, "generating synthetic SQuAD data, tokenizer and tiny BERT",
+                   lambda: make_smoke_assets(smoke_assets, s, args.seed, user_data))
     init_model = smoke_assets / "init-model"
     tokenizer = load_tokenizer(init_model)
     data = make_features(read_json_files(user_data or smoke_assets / "data"), tokenizer, s,
@@ -261,6 +212,7 @@ def run_full(args) -> int:
         ("doc_stride", args.doc_stride)) if value})
     # a shorter window keeps room for the paragraph: questions get at most a third of it
     s = replace(s, max_query_length=min(s.max_query_length, s.max_length // 3))
+    runner.reject_options(args, NAME, OTHER_OPTIONS)
     dsconfig.check_inputs(args.preset, args.deepspeed_config)
     # every input is checked before an engine starts: a missing asset is one line, at once
     init_model = assets.model_path(NAME)
@@ -269,31 +221,22 @@ def run_full(args) -> int:
     data.dev = data.dev[:args.max_eval_samples] if args.max_eval_samples else data.dev
 
     rt = engine.start()
-    _quiet_transformers()
+    runner.quiet_transformers()
     tokenizer = load_tokenizer(init_model)
-    planned = dsconfig.build_config(
-        args.preset, rt.world_size, on_gpu=rt.on_gpu, default_micro_batch=s.micro_batch,
-        default_lr=s.lr, micro_batch=args.micro_batch, grad_accum=args.grad_accum,
-        lr=args.lr, lr_scaling=args.lr_scaling, user_config=args.deepspeed_config)
+    planned = runner.plan(args, rt, s, scheduled=False)
     with rt.console.status(f"tokenizing {len(data.train)} + {len(data.dev)} questions "
                            f"(max length {s.max_length}, stride {s.doc_stride})"):
         make_features(data, tokenizer, s)
-    steps, warmup = planned_steps(s, len(data.train_f["input_ids"]), planned.batch.micro_batch,
-                                  planned.batch.grad_accum, rt.world_size, args.max_steps)
+    steps, warmup = runner.planned_steps(s, len(data.train_f["input_ids"]),
+                                         planned.batch.micro_batch, planned.batch.grad_accum,
+                                         rt.world_size, args.max_steps, "training windows")
     s = replace(s, steps=steps, warmup_steps=warmup)
     planned = dsconfig.with_schedule(planned, warmup, steps)
-    _announce(rt, "run", planned, f"{steps} steps ({s.epochs} epochs"
-              f"{', capped by --max-steps' if args.max_steps else ''}) over "
-              f"{data.info['train_features']} windows")
-    timings = engine.init_distributed(rt, planned.config, verbose=args.verbose)
+    timings = runner.launch(args, rt, NAME, "run", planned, f"{steps} steps ({s.epochs} epochs"
+                            f"{', capped by --max-steps' if args.max_steps else ''}) over "
+                            f"{data.info['train_features']} windows")
     return train_evaluate_report(args, "run", rt, s, planned, timings, init_model, tokenizer,
                                  data, wall_start)
-
-
-def _announce(rt, mode: str, planned, extra: str = "") -> None:
-    rt.log(f"[bold]dsenv {mode} {NAME}[/]: {rt.ranks.launcher}, world size {rt.world_size}, "
-           f"{rt.backend} on {rt.device_type}; preset {planned.preset}; global batch "
-           f"{planned.batch.describe()}" + (f"; {extra}" if extra else ""))
 
 
 def train_evaluate_report(args, mode: str, rt, s: Settings, planned, timings: dict,
@@ -332,40 +275,11 @@ def train_evaluate_report(args, mode: str, rt, s: Settings, planned, timings: di
             "max_query_length": s.max_query_length})
 
     model_dir = engine.save_model_atomically(ds, rt, out_dir / "model", extra=save_extras)
-    sanity = report.sanity_verdict(stats.loss_curve, metrics, {
-        "min_loss_drop": s.min_loss_drop, "min_exact_match": s.min_exact_match,
-        "min_f1": s.min_f1})
-    perf = report.performance_verdict(stats.samples_per_s, rt.world_size, rt.device_type,
-                                      planned.preset, s.perf_key,
-                                      report.load_references(args.references))
-    verdicts = [sanity, perf]
-    status = report.overall(verdicts)
-    if rt.is_main:
-        squad.print_examples(rt.console, data.dev, answers, count=args.examples)
-        first, last, drop = report.loss_drop(stats.loss_curve)
-        report_path = Path(args.report) if args.report else out_dir / "report.json"
-        doc = {
-            "report_version": report.REPORT_VERSION, "workload": NAME, "mode": mode,
-            "status": status, "versions": engine.versions(), "run": rt.describe(),
-            "batch": planned.summary(), "ds_config": planned.config,
-            "settings": dict(vars(s)), "seed": args.seed, "model": str(init_model),
-            "data": data.info, "timings": timings,
-            "training": {"steps": stats.steps, "warmup_steps": stats.warmup_steps,
-                         "seconds": stats.seconds, "timed_seconds": stats.timed_seconds,
-                         "samples_per_s": stats.samples_per_s,
-                         "samples_per_s_per_device": stats.samples_per_s / rt.world_size,
-                         "loss_first": first, "loss_last": last, "loss_drop": drop,
-                         "loss_curve": stats.loss_curve},
-            "metrics": metrics,
-            "verdicts": [v.as_dict() for v in verdicts],
-            "model_dir": str(model_dir), "report_path": str(report_path),
-            "wall_s": time.perf_counter() - wall_start,
-        }
-        report.write_report(report_path, doc)
-        report.print_summary(rt.console, doc)
-    status = engine.broadcast(rt, status)
-    engine.shutdown()
-    return 0 if status == report.PASS else 1
+    return runner.conclude(
+        args, NAME, mode, rt, s, planned, timings, stats, metrics,
+        runner.thresholds(s, THRESHOLDS), init_model=init_model,
+        data_info=data.info, wall_start=wall_start, model_dir=model_dir,
+        show=lambda: squad.print_examples(rt.console, data.dev, answers, count=args.examples))
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -405,6 +319,7 @@ def evaluate_saved(args) -> int:
     """Seed 001's test script: a saved model on dev samples K..K+N, answers highlighted."""
     wall_start = time.perf_counter()
     assets.force_offline()
+    runner.reject_options(args, NAME, OTHER_OPTIONS)
     model_dir = Path(args.model_dir)
     data = read_json_files(Path(args.data_dir)) if args.data_dir else read_cached_dataset()
     start, count = args.start_sample, args.num_test_samples
@@ -417,7 +332,7 @@ def evaluate_saved(args) -> int:
     if rt.world_size > 1:
         raise WorkloadError("--model-dir evaluation runs as one process; run it without a "
                             "launcher")
-    _quiet_transformers()
+    runner.quiet_transformers()
     model, tokenizer, windowing = load_saved_model(model_dir)
     s = replace(FULL, **windowing)
     data.dev_f = squad.eval_features(data.dev, tokenizer, s.max_length, s.doc_stride,

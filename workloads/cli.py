@@ -18,13 +18,30 @@ from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
 
 SMOKE_WORKLOADS = {
     "bert-squad": "tiny BERT on synthetic SQuAD v1.1 (seconds, no downloads)",
+    "t5-xsum": "tiny T5 summarising synthetic XSum documents, ROUGE",
+    "gpt2-wikitext": "tiny GPT-2 on synthetic wikitext through the transformers Trainer, "
+                     "perplexity",
+    "bert-mrpc": "tiny BERT classifying synthetic MRPC sentence pairs, accuracy and F1",
 }
+SMOKE_ALL = "all"  # `dsenv smoke all`: the four above in turn, one table
 FULL_WORKLOADS = {
     "bert-squad": "bert-base-uncased on SQuAD v1.1, 2 epochs (seeds 000, 001)",
+    "t5-xsum": "t5-small on XSum, ROUGE-1/2/L (seed 002; --preset zero3-offload for t5-3b "
+               "on one GPU)",
+    "gpt2-wikitext": "distilgpt2 on wikitext-2-raw-v1 through the transformers Trainer, "
+                     "perplexity (seed 003)",
+    "bert-mrpc": "bert-base-uncased on GLUE MRPC, accuracy and F1; --no-sync-gradients "
+                 "(seed 004)",
 }
 # each module has run(args, mode) and FULL (the full run's Settings)
-WORKLOAD_MODULES = {"bert-squad": "dsenv.workloads.bert_squad"}
+WORKLOAD_MODULES = {"bert-squad": "dsenv.workloads.bert_squad",
+                    "t5-xsum": "dsenv.workloads.t5_xsum",
+                    "gpt2-wikitext": "dsenv.workloads.gpt2_wikitext",
+                    "bert-mrpc": "dsenv.workloads.bert_mrpc"}
 DEFAULT_PRESET = "fp32"
+DATA_DIR_HELP = ("read the data from DIR: bert-squad: train-v1.1.json and dev-v1.1.json; the "
+                 "others: a data set saved with datasets' save_to_disk in the real one's "
+                 "layout (seed 003)")
 LR_SCALINGS = ("none", "linear", "sqrt")  # kept in step with dsconfig.LR_SCALINGS
 PRESETS_HELP = "fp32, fp16, bf16, zero1, zero2, zero3, zero3-offload (workloads/presets.toml)"
 
@@ -52,7 +69,13 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--references", metavar="FILE",
                         help="performance reference table (TOML) instead of the shipped one")
     parser.add_argument("--examples", type=int, default=3, metavar="N",
-                        help="QA examples to print with the answer highlighted (default 3)")
+                        help="examples to print: QA answers highlighted in their paragraph, "
+                             "generated summaries beside the reference, classified pairs "
+                             "(default 3)")
+    parser.add_argument("--no-sync-gradients", action="store_true",
+                        help="bert-mrpc: every rank trains its own model without gradient "
+                             "all-reduce, the best one is kept (seed 004; needs a preset "
+                             "without ZeRO)")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="keep DeepSpeed's own logging")
 
@@ -66,12 +89,12 @@ def add_workload_parsers(subparsers) -> None:
                     "Ends with a sanity verdict (did it learn?) and a performance verdict "
                     "(samples/s against references). Exit 0: PASS; 1: a verdict failed; "
                     "2: bad input.")
-    smoke.add_argument("workload", choices=sorted(SMOKE_WORKLOADS),
-                       help="; ".join(f"{k}: {v}" for k, v in SMOKE_WORKLOADS.items()))
+    smoke.add_argument("workload", choices=[*SMOKE_WORKLOADS, SMOKE_ALL],
+                       help="; ".join(f"{k}: {v}" for k, v in SMOKE_WORKLOADS.items())
+                       + f"; {SMOKE_ALL}: each of them in turn, then one table")
     _add_common(smoke)
-    smoke.add_argument("--data-dir", metavar="DIR",
-                       help="read train-v1.1.json/dev-v1.1.json from DIR instead of "
-                            "generating synthetic ones")
+    smoke.add_argument("--data-dir", metavar="DIR", help=DATA_DIR_HELP + " instead of "
+                       "generating synthetic data")
     smoke.add_argument("--steps", type=positive_int, help=argparse.SUPPRESS)
     smoke.add_argument("--shuffle-labels", action="store_true", help=argparse.SUPPRESS)
     smoke.set_defaults(workload_mode="smoke")
@@ -84,25 +107,29 @@ def add_workload_parsers(subparsers) -> None:
                     "filled (a missing asset is an error naming it, never a download). With "
                     "--model-dir, evaluate a saved model on chosen dev samples instead. "
                     "Exit 0: PASS; 1: a verdict failed; 2: bad input.")
-    run.add_argument("workload", choices=sorted(FULL_WORKLOADS),
+    run.add_argument("workload", choices=list(FULL_WORKLOADS),
                      help="; ".join(f"{k}: {v}" for k, v in FULL_WORKLOADS.items()))
     _add_common(run)
     run.add_argument("--data-dir", metavar="DIR",
-                     help="read train-v1.1.json/dev-v1.1.json from DIR instead of the "
-                          "fetched data set")
-    run.add_argument("--epochs", type=positive_int, metavar="N", help="epochs (default 2)")
+                     help=DATA_DIR_HELP + " instead of the fetched data set")
+    run.add_argument("--epochs", type=positive_int, metavar="N",
+                     help="epochs (default: bert-squad 2, t5-xsum 1, gpt2-wikitext 1, "
+                          "bert-mrpc 3)")
     run.add_argument("--max-steps", type=positive_int, metavar="N",
                      help="stop after N optimizer steps (a shorter check of a full setup)")
     run.add_argument("--max-length", type=positive_int, metavar="TOKENS",
-                     help="window length in tokens (default 384)")
+                     help="bert-squad: window length (384); t5-xsum: document length "
+                          "(128); gpt2-wikitext: block size (128); bert-mrpc: sentence-pair "
+                          "length (128)")
     run.add_argument("--doc-stride", type=positive_int, metavar="TOKENS",
-                     help="overlap of a long paragraph's windows (default 128)")
+                     help="bert-squad: overlap of a long paragraph's windows (default 128)")
     run.add_argument("--max-train-samples", type=positive_int, metavar="N",
-                     help="train on the first N questions only")
+                     help="train on the first N samples (questions, documents, lines, "
+                          "pairs) only")
     run.add_argument("--max-eval-samples", type=positive_int, metavar="N",
-                     help="evaluate on the first N dev questions only")
+                     help="evaluate on the first N validation samples only")
     evaluate = run.add_argument_group(
-        "evaluate a saved model (seed 001's test script)",
+        "bert-squad: evaluate a saved model (seed 001's test script)",
         "no training: the model a run saved answers dev questions K..K+N-1, each printed "
         "with its answer highlighted, then exact match and F1 over them")
     evaluate.add_argument("--model-dir", metavar="DIR",
@@ -138,6 +165,10 @@ def run_workload_command(args) -> int:
     mode = getattr(args, "workload_mode", args.command)
     args.output_dir = args.output_dir.format(workload=args.workload, mode=mode)
     try:
+        if mode == "smoke" and args.workload == SMOKE_ALL:
+            from dsenv.workloads.smoke_all import run_all
+
+            return run_all(args, list(SMOKE_WORKLOADS))
         if args.workload not in WORKLOAD_MODULES:
             raise WorkloadError(f"unknown workload {args.workload!r}")
         import importlib

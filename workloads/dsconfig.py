@@ -201,6 +201,27 @@ def with_schedule(planned: PlannedConfig, warmup_steps: int, total_steps: int) -
     return replace(planned, config=config)
 
 
+def zero_stage(preset: str, user_config: str | Path | None = None) -> int:
+    """The ZeRO stage a preset (with a user's ds_config over it) runs, before any engine."""
+    config = merge(presets()[preset]["config"], check_inputs(preset, user_config))
+    return int((config.get("zero_optimization") or {}).get("stage", 0))
+
+
+def without_gradient_sync(planned: PlannedConfig) -> PlannedConfig:
+    """The config for ranks that train independently (seed 004's workers without gradient
+    sync): no ZeRO, whose stages partition gradients and optimizer states over the ranks,
+    and no gradient clipping, since DeepSpeed averages the clipping norm over the ranks:
+    the one collective a step would still make."""
+    stage = int((planned.config.get("zero_optimization") or {}).get("stage", 0))
+    if stage:
+        raise WorkloadError(f"--no-sync-gradients trains one model per rank: it needs a preset "
+                            f"without ZeRO (fp32, bf16, fp16), not {planned.preset} (ZeRO "
+                            f"stage {stage})")
+    config = copy.deepcopy(planned.config)
+    config["gradient_clipping"] = 0.0
+    return replace(planned, config=config)
+
+
 def required_ops(config: dict, on_gpu: bool) -> list[str]:
     """The DeepSpeed C++ ops this config makes DeepSpeed load (JIT-built when missing)."""
     ops = [] if on_gpu else ["deepspeed_shm_comm"]

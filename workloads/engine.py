@@ -1,5 +1,6 @@
 """What every workload shares at run time: ranks, device, the DeepSpeed engine, the training
-loop through the engine, timing, distributed prediction, and the atomic model save.
+loop through the engine, timing, distributed prediction and generation, and the atomic
+model save.
 
 A workload calls, top to bottom::
 
@@ -8,7 +9,7 @@ A workload calls, top to bottom::
     engine.init_distributed(rt, planned.config)  # says so first if ops must be JIT-built
     ds = engine.initialize(model, planned.config)
     stats = engine.train(ds, rt, batches, steps)
-    logits = engine.predict(ds, rt, inputs, batch_size)
+    logits = engine.predict(ds, rt, inputs, batch_size)   # or engine.generate(...)
     engine.save_model_atomically(ds, rt, target, extra=tokenizer.save_pretrained)
 
 torch and deepspeed are imported inside the functions, never at module import.
@@ -205,8 +206,15 @@ def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
     return {"init_distributed_s": time.perf_counter() - started, "ops_built": building}
 
 
-def initialize(model, config: dict, verbose: bool = False):
-    """deepspeed.initialize with the full config; returns the engine."""
+def initialize(model, config: dict, verbose: bool = False, sync_gradients: bool = True):
+    """deepspeed.initialize with the full config; returns the engine.
+
+    ``sync_gradients=False`` (seed 004's independent workers): no gradient all-reduce, so
+    every rank trains its own model on its own batches. Only without ZeRO: ZeRO stages
+    partition gradients and optimizer states over the ranks. The config must not clip
+    gradients either (:func:`dsenv.workloads.dsconfig.without_gradient_sync`): DeepSpeed
+    averages the clipping norm over the ranks.
+    """
     import deepspeed
 
     sink = io.StringIO()
@@ -215,7 +223,11 @@ def initialize(model, config: dict, verbose: bool = False):
                                                config=config)
     import torch.distributed as dist
 
-    if dist.get_world_size() == 1 and engine.zero_optimization_stage() == 0:
+    stage = engine.zero_optimization_stage()
+    if not sync_gradients and stage != 0:
+        raise WorkloadError(f"training without gradient sync needs a preset without ZeRO "
+                            f"(fp32, bf16, fp16), not ZeRO stage {stage}")
+    if stage == 0 and (dist.get_world_size() == 1 or not sync_gradients):
         # Without ZeRO, backward() all-reduces every gradient (flatten, all_reduce, divide by
         # the world size, copy back): an identity for one rank, yet 1.3 ms of an 11 ms smoke
         # step here (bench/smoke_overhead.py). ZeRO stages reduce into their partitions in
@@ -231,20 +243,26 @@ def to_tensors(features: dict[str, list], keys: tuple[str, ...]) -> dict:
     return {key: torch.tensor(features[key], dtype=torch.long) for key in keys}
 
 
-def micro_batches(tensors: dict, micro_batch: int, rt: Runtime, seed: int) -> Iterator[dict]:
+def micro_batches(tensors: dict, micro_batch: int, rt: Runtime, seed: int,
+                  independent: bool = False) -> Iterator[dict]:
     """Endless micro-batches of this rank's shard; every epoch a fresh seeded permutation,
-    the same on every rank, split so the ranks never see the same sample in one epoch."""
+    the same on every rank, split so the ranks never see the same sample in one epoch.
+    ``independent``: every rank draws from the whole data set in its own order (workers
+    that train without gradient sync, each its own model)."""
     import torch
 
     n = len(next(iter(tensors.values())))
-    per_rank = n // rt.world_size
+    per_rank = n if independent else n // rt.world_size
     if per_rank < micro_batch:
         raise WorkloadError(f"{n} training samples are too few for micro-batch {micro_batch} "
                             f"x world size {rt.world_size}")
+    first = 0 if independent else rt.rank * per_rank
+    if independent:
+        seed += 7919 * rt.rank
     epoch = 0
     while True:
         gen = torch.Generator().manual_seed(seed + epoch)
-        order = torch.randperm(n, generator=gen)[rt.rank * per_rank:(rt.rank + 1) * per_rank]
+        order = torch.randperm(n, generator=gen)[first:first + per_rank]
         for i in range(0, per_rank - micro_batch + 1, micro_batch):
             idx = order[i:i + micro_batch]
             yield {key: value[idx] for key, value in tensors.items()}
@@ -327,23 +345,32 @@ def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps
                       timed_steps * train_batch / timed if timed > 0 else 0.0, train_batch)
 
 
+def _share(n: int, rank: int, world: int) -> list[int]:
+    """This rank's indices of ``n`` inputs split over ``world`` ranks, padded with repeats
+    so that every rank runs the same number of batches (as ZeRO-3 needs)."""
+    per_rank = math.ceil(n / world)
+    lo = min(rank * per_rank, n)
+    index = list(range(lo, min(lo + per_rank, n)))
+    return index + [index[-1] if index else 0] * (per_rank - len(index))
+
+
 def predict(engine, rt: Runtime, inputs: dict, batch_size: int,
-            outputs: tuple[str, ...] = ("start_logits", "end_logits")) -> dict:
+            outputs: tuple[str, ...] = ("start_logits", "end_logits"),
+            split_over_ranks: bool = True) -> dict:
     """Forward ``inputs`` split over the ranks (every rank runs the same number of batches,
-    as ZeRO-3 needs); every rank gets all outputs back, as numpy arrays, in input order."""
+    as ZeRO-3 needs); every rank gets all outputs back, as numpy arrays, in input order.
+    ``split_over_ranks=False``: every rank forwards all of them through its own model and
+    keeps its own outputs (ranks that trained without gradient sync)."""
     import numpy as np
     import torch
 
     n = len(next(iter(inputs.values())))
-    per_rank = math.ceil(n / rt.world_size)
-    lo = min(rt.rank * per_rank, n)
-    index = list(range(lo, min(lo + per_rank, n)))
-    index += [index[-1] if index else 0] * (per_rank - len(index))  # pad: same batch count
-    index_t = torch.tensor(index, dtype=torch.long)
+    rank, world = (rt.rank, rt.world_size) if split_over_ranks else (0, 1)
+    index_t = torch.tensor(_share(n, rank, world), dtype=torch.long)
     collected: dict[str, list] = {name: [] for name in outputs}
     engine.eval()
     with torch.no_grad():
-        for i in range(0, per_rank, batch_size):
+        for i in range(0, len(index_t), batch_size):
             idx = index_t[i:i + batch_size]
             batch = {k: v[idx].to(engine.device) for k, v in inputs.items()}
             result = engine(**batch)
@@ -351,15 +378,58 @@ def predict(engine, rt: Runtime, inputs: dict, batch_size: int,
                 collected[name].append(getattr(result, name).float().cpu().numpy())
     mine = {name: np.concatenate(parts) if parts else np.zeros((0,)) for name, parts in
             collected.items()}
-    if rt.world_size > 1:
-        import torch.distributed as dist
-
-        gathered: list = [None] * rt.world_size
-        dist.all_gather_object(gathered, mine)
-    else:
-        gathered = [mine]
+    gathered = gather(rt, mine) if split_over_ranks else [mine]
     engine.train()
     return {name: np.concatenate([part[name] for part in gathered])[:n] for name in outputs}
+
+
+def generate(engine, rt: Runtime, inputs: dict, batch_size: int, max_new_tokens: int,
+             num_beams: int = 1) -> list[list[int]]:
+    """Generated token ids for ``inputs`` (input_ids, attention_mask), split over the ranks
+    as :func:`predict` splits them; every rank gets all sequences back, in input order.
+    Under ZeRO-3 every forward gathers the partitioned parameters collectively, so with
+    several ranks ``synced_gpus`` keeps each rank stepping until all are done."""
+    import torch
+
+    n = len(next(iter(inputs.values())))
+    index_t = torch.tensor(_share(n, rt.rank, rt.world_size), dtype=torch.long)
+    synced = engine.zero_optimization_stage() == 3 and rt.world_size > 1
+    mine: list[list[int]] = []
+    engine.eval()
+    with torch.no_grad():
+        for i in range(0, len(index_t), batch_size):
+            idx = index_t[i:i + batch_size]
+            batch = {k: v[idx].to(engine.device) for k, v in inputs.items()}
+            out = engine.module.generate(**batch, max_new_tokens=max_new_tokens,
+                                         do_sample=False, num_beams=num_beams,
+                                         synced_gpus=synced)
+            mine.extend(out.cpu().tolist())
+    engine.train()
+    return [seq for part in gather(rt, mine) for seq in part][:n]
+
+
+def gather(rt: Runtime, value) -> list:
+    """Every rank's ``value``, in rank order, on every rank."""
+    if rt.world_size == 1:
+        return [value]
+    import torch.distributed as dist
+
+    gathered: list = [None] * rt.world_size
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def weights_digest(module) -> str:
+    """sha256 of a module's parameters and buffers as this rank holds them: equal on two
+    ranks only when their weights are bit for bit the same (without ZeRO-3, which leaves
+    each rank a partition)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def broadcast(rt: Runtime, value):
@@ -389,20 +459,29 @@ def shutdown() -> None:
 
 # ----------------------------------------------------------------------------- saving
 def save_model_atomically(engine, rt: Runtime, target: Path,
-                          extra: Callable[[Path], object] | None = None) -> Path:
+                          extra: Callable[[Path], object] | None = None,
+                          source_rank: int = 0) -> Path:
     """save_pretrained into a hidden temporary folder next to ``target``, then rename it
     into place: an interrupted run never leaves a half-written model under ``target``.
-    ZeRO-3 parameters are gathered first (every rank must call this)."""
+    ZeRO-3 parameters are gathered first (every rank must call this). ``source_rank``: the
+    rank whose model is saved (ranks that trained without gradient sync differ); rank 0
+    writes it, since transformers' save_pretrained writes weights on rank 0 only."""
     import deepspeed
 
     target = Path(target)
     module = engine.module
-    gather = (deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
-              if engine.zero_optimization_stage() == 3 else contextlib.nullcontext())
+    gathered = (deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
+                if engine.zero_optimization_stage() == 3 else contextlib.nullcontext())
     state = None
-    with gather:
-        if rt.is_main:
+    with gathered:
+        if rt.rank == source_rank:
             state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+    if source_rank != 0:
+        import torch.distributed as dist
+
+        box = [state]
+        dist.broadcast_object_list(box, src=source_rank)
+        state = box[0]
     if rt.is_main:
         with staged_dir(target) as tmp:
             module.save_pretrained(tmp, state_dict=state)

@@ -57,23 +57,33 @@ def loss_drop(loss_curve: list[float], window: int = 10) -> tuple[float, float, 
 
 def sanity_verdict(loss_curve: list[float], metrics: dict[str, float],
                    thresholds: dict[str, float]) -> Verdict:
-    """``thresholds``: ``min_loss_drop`` (fraction) and ``min_<metric>`` for task metrics."""
+    """``thresholds``: ``min_loss_drop`` (fraction), ``min_<metric>`` for task metrics that
+    must reach a floor (exact match, ROUGE, accuracy) and ``max_<metric>`` for those that
+    must stay under a ceiling (perplexity)."""
     checks = []
     first, last, drop = loss_drop(loss_curve)
     need = thresholds.get("min_loss_drop", 0.0)
     checks.append({"check": "loss drop", "value": round(drop, 4), "threshold": need,
                    "ok": drop >= need, "detail": f"loss {first:.3f} -> {last:.3f}"})
     for key, need in thresholds.items():
-        if key == "min_loss_drop" or not key.startswith("min_"):
+        if key == "min_loss_drop" or not key.startswith(("min_", "max_")):
             continue
-        metric = key.removeprefix("min_")
+        bound, metric = key.split("_", 1)
         value = metrics.get(metric)
-        ok = value is not None and value == value and value >= need
-        checks.append({"check": metric, "value": value, "threshold": need, "ok": ok})
+        ok = value is not None and value == value and (
+            value >= need if bound == "min" else value <= need)
+        checks.append({"check": metric, "value": value, "threshold": need, "bound": bound,
+                       "ok": ok})
     failed = [c for c in checks if not c["ok"]]
-    parts = [f"{c['check']} {_fmt(c['value'])} {'>=' if c['ok'] else '<'} {_fmt(c['threshold'])}"
+    parts = [f"{c['check']} {_fmt(c['value'])} {_relation(c)} {_fmt(c['threshold'])}"
              for c in checks]
     return Verdict("sanity", FAIL if failed else PASS, "; ".join(parts), tuple(checks))
+
+
+def _relation(check: dict) -> str:
+    if check.get("bound") == "max":
+        return "<=" if check["ok"] else ">"
+    return ">=" if check["ok"] else "<"
 
 
 def _fmt(value) -> str:
