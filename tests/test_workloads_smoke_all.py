@@ -48,7 +48,6 @@ def test_smoke_all_runs_the_four_and_prints_one_table(tmp_path, run_env, no_refe
         assert f"{metric} {value:.1f}" in row["metrics"]
         assert re.search(rf"│ {re.escape(name)}\s+│ PASS\s+│ PASS\s+│ REPORTED", table), name
         assert (out / name / "model" / "config.json").is_file()
-        assert doc["wall_s"] <= 90, (name, doc["wall_s"])  # 60 s on an idle machine
     logs = {name: (out / name / "smoke.log").read_text() for name in WORKLOADS}
     assert "generated summaries" in logs["t5-xsum"] and "classified pairs" in logs["bert-mrpc"]
     assert "continuations" in logs["gpt2-wikitext"]

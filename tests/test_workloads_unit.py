@@ -565,3 +565,21 @@ def test_evaluation_shares_cover_every_input_once_in_order_with_equal_batch_coun
     shares = [_share(n, rank, world) for rank in range(world)]
     assert len({len(share) for share in shares}) == 1  # ZeRO-3: the same number of forwards
     assert [i for share in shares for i in share][:n] == list(range(n))
+
+
+@pytest.mark.parametrize("workload, repo", [("t5-xsum", "google-t5/t5-small"),
+                                            ("gpt2-wikitext", "distilbert/distilgpt2"),
+                                            ("bert-mrpc", "google-bert/bert-base-uncased")])
+def test_full_run_without_fetched_assets_names_fetch_at_once(tmp_path, workload, repo):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(HF_HOME=str(tmp_path / "empty"), HF_ENDPOINT="http://127.0.0.1:9")
+    out = subprocess.run([sys.executable, "-m", "dsenv.workloads.cli", "run", workload,
+                          "--output-dir", str(tmp_path / "out")], capture_output=True,
+                         text=True, timeout=60, env=env)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"dsenv run {workload}: model {repo}@main (no snapshot in ")
+    assert f"`dsenv fetch {workload}`" in lines[0]
+    assert not (tmp_path / "empty").exists() and not (tmp_path / "out").exists()

@@ -6,7 +6,8 @@ Light on purpose: nothing here imports torch, deepspeed or transformers.
     run_workload_command(args) -> int  # exit code: 0 PASS, 1 a verdict failed, 2 bad input
 
 Under a launcher, run it as a module: ``torchrun --nproc_per_node 2 -m dsenv.workloads.cli
-smoke bert-squad`` (or through the ``dsenv`` script once wired into dsenv/cli.py).
+smoke bert-squad`` (or through the ``dsenv`` script). ``smoke all`` runs every smoke in turn
+(workloads/smoke_all.py).
 """
 
 from __future__ import annotations

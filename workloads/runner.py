@@ -1,12 +1,13 @@
 """What the bundled workloads share around the engine, so each reads top to bottom as data,
 model, train, evaluate, report in a few lines of its own:
 
-    s = runner.settings_for(args, SMOKE)                 # hidden --steps for tests
-    rt, planned, timings = runner.begin(args, NAME, "smoke", s)
-    root = runner.on_main(rt, out_dir / "assets", "...", make_assets)  # rank 0, then barrier
-    data = runner.load_splits(folder, COLUMNS, ("train", "validation"), "...")
+    s = runner.smoke_settings(args, SMOKE)               # hidden --steps for tests
+    rt, planned, timings = runner.begin_smoke(args, NAME, s)  # ranks, config, first line
+    runner.on_main(rt, "generating ...", make_assets)    # rank 0, then every rank goes on
+    data = runner.load_saved(folder, COLUMNS, SPLITS)    # load_from_disk, columns checked
     ...                                                  # the workload's own model and loop
-    return runner.conclude(args, NAME, "smoke", rt, s, planned, timings, stats, metrics, ...)
+    return runner.conclude(args, NAME, "smoke", rt, s, planned, timings, stats, metrics,
+                           runner.thresholds(s, THRESHOLDS), ...)   # verdicts, report, exit
 
 Also here: tokenizers trained on the smoke's own text (WordPiece for BERT, byte-level BPE
 for GPT-2, Unigram for T5, each wrapped as the model's transformers tokenizer), the step

@@ -94,9 +94,10 @@ def wikitext_rows(articles: int, seed: int) -> list[dict]:
 
 # ----------------------------------------------------------------------------- MRPC
 def mrpc_rows(count: int, seed: int, labelled: bool = True) -> list[dict]:
-    """{sentence1, sentence2, label, idx}: a fact in both wordings of its relation; label 1
-    (equivalent) when sentence2 says the same, 0 when its value or person differs. GLUE's
-    test split hides its labels (-1): ``labelled=False`` does the same."""
+    """{sentence1, sentence2, label, idx}: a fact, then a sentence in the relation's other
+    wording; label 1 (equivalent) when it says the same fact, 0 when it differs as
+    ``negative_changes`` says (another fact, value or person). GLUE's test split hides its
+    labels (-1): ``labelled=False`` does the same."""
     rng = random.Random(seed)
     rows = []
     for index in range(count):
