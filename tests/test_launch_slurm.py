@@ -42,7 +42,9 @@ def launch(tmp_path: Path, env: dict, *args) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun", "deepspeed"])
+# The deepspeed launcher's job line (hostfile from the allocation) ran to PASS once by hand
+# (bench/RESULTS.md); in CI its script is checked by test_launch.py, which saves ~80 s.
+@pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"])
 def test_smoke_job_passes_with_world_size_two(slurm, job_env, no_references, tmp_path,
                                               launcher):
     if launcher == "srun":  # rendezvous from the allocation: its node is `localhost`
