@@ -485,7 +485,8 @@ def test_a_world_size_other_than_expected_stops_every_rank_at_once(tmp_path, run
     assert report["distributed"]["failure"]["message"] == \
         "torchrun gives a world of 2 rank(s), --expect-world-size says 3"
     assert report["distributed"]["allreduce"] == []  # nobody waited for a third rank
-    assert "rank 1: torchrun gives a world of 2 rank(s)" in ran.stderr
+    # rank 1 reaches the same verdict, but torchrun may stop it before it prints (rank 0's
+    # exit tears the group down): its line is not asserted, it was a race in CI
 
 
 def test_rank_0_stops_the_run_for_a_shared_gpu_or_a_world_disagreement():
