@@ -221,9 +221,7 @@ def run_smoke(args) -> int:
     runner.reject_options(args, NAME, OTHER_OPTIONS)
     runner.require(NAME, PACKAGES)
     dsconfig.check_inputs(args.preset, args.deepspeed_config)
-    user_data = Path(args.data_dir) if args.data_dir else None
-    if user_data is not None:  # fail before any engine starts
-        runner.load_saved(user_data, COLUMNS, SPLITS)
+    user_data = runner.checked_user_data(args, COLUMNS, SPLITS)
     rt, planned, timings = runner.begin_smoke(args, NAME, s)
     smoke_assets = out_dir / "assets"
     runner.on_main(rt, "generating synthetic wikitext, tokenizer and tiny GPT-2",
@@ -246,8 +244,7 @@ def run_full(args) -> int:
     dsconfig.check_inputs(args.preset, args.deepspeed_config)
     init_model = assets.model_path(NAME)  # every input checked before an engine starts
     data, source = read_data(args, "run", None)
-    data["train"] = runner.first_rows(data["train"], args.max_train_samples)
-    data["validation"] = runner.first_rows(data["validation"], args.max_eval_samples)
+    data = runner.capped(data, args)
 
     rt = engine.start()
     runner.quiet_transformers()

@@ -241,6 +241,21 @@ def first_rows(split, count: int | None):
     return split.select(range(min(count, len(split)))) if count else split
 
 
+def capped(data, args):
+    """--max-train-samples / --max-eval-samples applied to a full run's splits."""
+    data["train"] = first_rows(data["train"], args.max_train_samples)
+    data["validation"] = first_rows(data["validation"], args.max_eval_samples)
+    return data
+
+
+def checked_user_data(args, columns, splits) -> Path | None:
+    """The smoke's --data-dir, loaded once here so a bad folder fails before any engine."""
+    if not args.data_dir:
+        return None
+    load_saved(Path(args.data_dir), columns, splits)
+    return Path(args.data_dir)
+
+
 # ----------------------------------------------------------------------------- the end
 def conclude(args, name: str, mode: str, rt, s, planned, timings: dict, stats, metrics: dict,
              limits: dict[str, float], *, init_model: Path, data_info: dict,
