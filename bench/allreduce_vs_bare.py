@@ -23,17 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from dsenv.net import free_port
 
 
 def bare_seconds(x, warmup: int, iters: int) -> float:
@@ -60,7 +55,7 @@ def worker(args, size: int) -> None:
     import torch
     import torch.distributed as dist
     from dsenv.doctor.distributed_rank import timed_allreduce
-    from dsenv.doctor.probes.ranks import algorithm_bandwidth, bus_bandwidth
+    from dsenv.doctor.ranks import algorithm_bandwidth, bus_bandwidth
 
     on_gpu = torch.cuda.is_available()
     if on_gpu:
@@ -135,7 +130,7 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from dsenv.doctor.probes.ranks import format_size, parse_size
+    from dsenv.doctor.ranks import format_size, parse_size
 
     size = parse_size(args.size)
     if args.worker:

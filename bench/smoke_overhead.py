@@ -37,21 +37,16 @@ import argparse
 import gc
 import math
 import os
-import socket
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from dsenv.net import free_port
+
 GOAL = 1.05
 SIDES = ("plain", "deepspeed")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------- the plain side
@@ -233,7 +228,7 @@ def main() -> int:
     for key, value in (("MASTER_ADDR", "127.0.0.1"), ("GLOO_SOCKET_IFNAME", "lo"),
                        ("DS_ACCELERATOR", "cpu"), ("HF_HUB_OFFLINE", "1")):
         os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         os.environ.pop(key, None)  # one process, whatever shell this runs in
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import sys
 
-from dsenv.cli import UsageError
+from dsenv.errors import UsageError
 
-from .context import Context, Options
 from .distributed import validate_usage
+from .probes.context import Context, Options
 from .registry import AREAS, all_checks
 from .render import exit_code, render_json, render_text
 from .runner import run_checks

@@ -29,9 +29,10 @@ from pathlib import Path
 from dsenv import proc
 from dsenv.argtypes import csv_list, non_negative_int, positive_float, positive_int
 from dsenv.data import load_table
+from dsenv.net import free_port
 
-from .probes import ranks
-from .result import Result, Status
+from . import ranks
+from .probes.result import Result, Status
 
 AREA = "distributed"
 LAUNCH_WITH = ("mpirun", "torchrun")
@@ -119,7 +120,7 @@ class Plan:
 
 def validate_usage(args) -> None:
     """Options that only mean something with --distributed (UsageError otherwise)."""
-    from dsenv.cli import UsageError
+    from dsenv.errors import UsageError
 
     if args.distributed:
         return
@@ -137,7 +138,7 @@ def validate_usage(args) -> None:
 
 
 def make_plan(args, env) -> Plan:
-    from dsenv.cli import UsageError
+    from dsenv.errors import UsageError
 
     from .distributed_rank import FAULT_VARIABLE, parse_fault
 
@@ -285,13 +286,12 @@ def preflight_outcome(info, plan: Plan, problems: list[str], kind: str) -> dict:
 
 # -- --launch ---------------------------------------------------------------------------------
 def launch(plan: Plan, args, checks, ctx) -> int:
-    from dsenv.workloads.launch_env import _free_port
 
-    from dsenv.cli import UsageError
+    from dsenv.errors import UsageError
 
     env = dict(ctx.env)
     env.setdefault("MASTER_ADDR", "127.0.0.1")  # one node
-    env["MASTER_PORT"] = str(_free_port())
+    env["MASTER_PORT"] = str(free_port())
     env.setdefault("PYTHONUNBUFFERED", "1")
     deadline = time.time() + plan.timeout_s
     rank_command = ["-m", "dsenv", "doctor", "--distributed", *plan.passed,

@@ -46,7 +46,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .probes import ranks
+from . import ranks
 
 FAULT_VARIABLE = "DSENV_DISTRIBUTED_TEST_FAULT"
 FAULT_STAGES = ("start", "init", "check", "bandwidth")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .result import Finding
+from .probes.result import Finding
 
 # Report order; a check's area is the part of its id before the dot.
 # "distributed" has no registered checks: `dsenv doctor --distributed` adds its results.

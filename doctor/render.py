@@ -15,9 +15,9 @@ from datetime import datetime, timezone
 from dsenv import __version__
 from dsenv.redact import Redactor
 
-from .context import Context
+from .probes.context import Context
+from .probes.result import Result, Status
 from .registry import AREAS
-from .result import Result, Status
 
 SCHEMA_ID = "dsenv.doctor/1"
 SYMBOLS = {Status.OK: "✓", Status.INFO: "·", Status.WARN: "!", Status.FAIL: "✗",

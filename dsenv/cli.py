@@ -10,15 +10,12 @@ from dsenv import __version__
 from dsenv.argtypes import csv_list, positive_float, positive_int
 from dsenv.doctor.distributed import add_distributed_arguments
 from dsenv.doctor.registry import AREAS
+from dsenv.errors import UsageError, run_command
 from dsenv.provision.command import add_parsers as add_provision_parsers
 from dsenv.provision.command import run_lock, run_provision
 from dsenv.workloads.cli import add_launcher_arguments, add_workload_parsers, run_workload_command
 from dsenv.workloads.fetch import add_fetch_parser, run_fetch
 from dsenv.workloads.launch import add_launch_parser, run_launch, split_workload_args
-
-
-class UsageError(Exception):
-    """Bad input on the command line: one line on stderr, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,27 +79,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    try:
-        if args.command == "doctor":
-            from dsenv.doctor.command import run_doctor
+    if args.command == "launch":
+        args.workload_args = workload_args
+    return run_command(command_label(args), lambda: dispatch(args, argv))
 
-            return run_doctor(args)
-        if args.command in ("smoke", "run"):
-            return run_workload_command(args)
-        if args.command == "fetch":
-            return run_fetch(args)
-        if args.command == "provision":
-            return run_provision(args, ["dsenv", *argv])
-        if args.command == "lock":
-            return run_lock(args)
-        if args.command == "launch":
-            args.workload_args = workload_args
-            return run_launch(args, argv)
-    except UsageError as exc:
-        print(f"dsenv {args.command}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"dsenv {args.command}: interrupted", file=sys.stderr)
-        return 130
-    parser.error(f"unknown command {args.command}")
-    return 2
+
+def command_label(args) -> str:
+    """How errors name the command: `dsenv provision openmpi: ...`, `dsenv smoke t5-xsum: ...`."""
+    if args.command == "provision" and getattr(args, "provision_what", None):
+        return f"provision {args.provision_what}"
+    if args.command in ("smoke", "run") and getattr(args, "workload", None):
+        return f"{getattr(args, 'workload_mode', args.command)} {args.workload}"
+    return args.command
+
+
+def dispatch(args, argv: list[str]) -> int:
+    if args.command == "doctor":
+        from dsenv.doctor.command import run_doctor  # keeps the checks' modules off --help
+
+        return run_doctor(args)
+    if args.command in ("smoke", "run"):
+        return run_workload_command(args)
+    if args.command == "fetch":
+        return run_fetch(args)
+    if args.command == "provision":
+        return run_provision(args, ["dsenv", *argv])
+    if args.command == "lock":
+        return run_lock(args)
+    if args.command == "launch":
+        return run_launch(args, argv)
+    raise UsageError(f"unknown command {args.command}")

@@ -29,6 +29,8 @@ for --dry-run, or carries it out in a staging folder renamed into place at the e
 Errors are :class:`ProvisionError`: one line saying what is wrong and how to fix it.
 """
 
+from dsenv.errors import DsenvError
 
-class ProvisionError(Exception):
+
+class ProvisionError(DsenvError):
     """Bad input or a failed step: the message is one line with what is wrong and the fix."""

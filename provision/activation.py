@@ -22,12 +22,13 @@ import shlex
 from pathlib import Path
 
 from dsenv.envs.sites import Site
+from dsenv.envs.stacks import Stack
+from dsenv.envs.targets import Target
 
 from dsenv import __version__
 from dsenv.redact import is_secret_name
 
 from . import ProvisionError
-from .targets import Stack, Target
 
 ACTIVATE_NAME = "activate"
 EXTENSIONS_DIR = "torch_extensions"

@@ -54,8 +54,8 @@ class Step:
 class Plan:
     kind: str
     site: object  # envs.sites.Site
-    target: object  # provision.targets.Target
-    stack: object  # provision.targets.Stack
+    target: object  # envs.targets.Target
+    stack: object  # envs.stacks.Stack
     lock: Path
     prefix: Path
     python: str
@@ -122,8 +122,8 @@ def _toolkit_version(target) -> str | None:
     """The node's nvcc (CUDA targets) through the doctor's probe; None when there is none."""
     if target.vendor != "nvidia":
         return None
-    from dsenv.doctor.context import Context, Options
     from dsenv.doctor.probes import toolkit
+    from dsenv.doctor.probes.context import Context, Options
 
     tool = toolkit.nvcc(Context(Options(), env=dict(os.environ)))
     return tool.version if tool.found else None
@@ -457,23 +457,19 @@ def run_provision(args, argv: list[str]) -> int:
     from rich.console import Console
 
     console = Console(highlight=False)
+    plan = make_plan(args)
+    if args.dry_run:
+        console.print(plan.render(), markup=False)
+        return 0
+    for line in plan.header():
+        console.print(line, markup=False)
     try:
-        plan = make_plan(args)
-        if args.dry_run:
-            console.print(plan.render(), markup=False)
-            return 0
-        for line in plan.header():
-            console.print(line, markup=False)
         result = provision(plan, argv, console)
-    except ProvisionError as exc:
-        print(f"dsenv provision: {exc}", file=sys.stderr)
-        return 2
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            print(f"dsenv provision: no space left on the device ({exc.filename or ''}): "
-                  "nothing was installed at the prefix; free space or pass --prefix on "
-                  "another file system", file=sys.stderr)
-            return 2
+            raise ProvisionError(f"no space left on the device ({exc.filename or ''}): "
+                                 "nothing was installed at the prefix; free space or pass "
+                                 "--prefix on another file system") from None
         raise
     console.print(f"[bold green]environment ready[/]: {plan.prefix} in "
                   f"{result['timings']['total_s']:.0f} s; activate with "
@@ -482,32 +478,28 @@ def run_provision(args, argv: list[str]) -> int:
 
 
 def run_lock(args) -> int:
-    from .targets import get_stack
+    from dsenv.envs.stacks import get_stack
 
-    try:
-        stack = get_stack(args.stack)
-        if args.kind == "conda":
-            from .conda import lock_conda, lock_path, recipe_path
+    stack = get_stack(args.stack)
+    if args.kind == "conda":
+        from .conda import lock_conda, lock_path, recipe_path
 
-            out = lock_conda(recipe_path(stack.name), Path(args.out or lock_path(stack.name)),
-                             conda_exe=args.conda)
-        else:
-            from .locks import LINUX_X86_64, compile_lock, lock_path, requirements_path
+        out = lock_conda(recipe_path(stack.name), Path(args.out or lock_path(stack.name)),
+                         conda_exe=args.conda)
+    else:
+        from .locks import LINUX_X86_64, compile_lock, lock_path, requirements_path
 
-            sources = stack_sources(stack, args.find_links, args.index_url)
-            command = ["dsenv lock --stack", stack.name]
-            command += [f"--find-links {link}" for link in sources.find_links]
-            if args.index_url:
-                command.append(f"--index-url {args.index_url}")
-            out = compile_lock(requirements_path(stack.name),
-                               Path(args.out or lock_path(stack.name)),
-                               python_platform=LINUX_X86_64, find_links=sources.find_links,
-                               index_url=sources.index_url,
-                               extra_index_urls=sources.extra_index_urls,
-                               regenerate=" ".join(command), upgrade=args.upgrade)
-    except ProvisionError as exc:
-        print(f"dsenv lock: {exc}", file=sys.stderr)
-        return 2
+        sources = stack_sources(stack, args.find_links, args.index_url)
+        command = ["dsenv lock --stack", stack.name]
+        command += [f"--find-links {link}" for link in sources.find_links]
+        if args.index_url:
+            command.append(f"--index-url {args.index_url}")
+        out = compile_lock(requirements_path(stack.name),
+                           Path(args.out or lock_path(stack.name)),
+                           python_platform=LINUX_X86_64, find_links=sources.find_links,
+                           index_url=sources.index_url,
+                           extra_index_urls=sources.extra_index_urls,
+                           regenerate=" ".join(command), upgrade=args.upgrade)
     print(f"dsenv lock: wrote {out}")
     return 0
 

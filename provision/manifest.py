@@ -122,8 +122,8 @@ def write_manifest(env_dir: Path, *, kind: str, site: str, stack, target, lock_f
                    host: str | None = None, created: str | None = None) -> EnvManifest:
     """Write ``<env_dir>/dsenv-env.json`` atomically and return what was written.
 
-    ``stack``: a :class:`~dsenv.provision.targets.Stack` (or its name); ``target``: a
-    :class:`~dsenv.provision.targets.Target` (or its JSON); ``lock_file``: the lock the
+    ``stack``: a :class:`~dsenv.envs.stacks.Stack` (or its name); ``target``: a
+    :class:`~dsenv.envs.targets.Target` (or its JSON); ``lock_file``: the lock the
     environment was installed from (hashed and its pins recorded); ``ops_installed``: the
     ops DeepSpeed reports as installed (``installed_ops`` keys that are true, or a list);
     ``command``: the argv, redacted here with ``env`` (default os.environ).

@@ -27,6 +27,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dsenv.doctor.probes.context import Context, Options
+from dsenv.doctor.probes.ompi_verdict import ompi_support
+from dsenv.doctor.probes.result import Status
+
 from . import ProvisionError
 
 DATA = ("dsenv.envs", "openmpi.toml")
@@ -600,20 +604,16 @@ def installed_module(build: OpenMpiBuild) -> Path | None:
 
 
 def judge_install(build: OpenMpiBuild):
-    """The doctor's mpi.ompi-support verdict on the built Open MPI (its bin first on PATH,
-    as `module load` puts it), for a compute node about to run `srun --mpi=pmix`."""
-    from dsenv.doctor.context import Context, Options
-    from dsenv.doctor.registry import CHECKS, all_checks
-    from dsenv.doctor.runner import run_check
+    """The mpi.ompi-support verdict on the built Open MPI (its bin first on PATH, as
+    `module load` puts it), for a compute node about to run `srun --mpi=pmix`."""
 
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(build.software_dir / "bin"), env.get("PATH", "")])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         p for p in (str(build.software_dir / "lib"), env.get("LD_LIBRARY_PATH", "")) if p)
-    all_checks()
     ctx = Context(options=Options(target="compute", launcher="srun", probe_timeout=60),
                   env=env)
-    return run_check(CHECKS["mpi.ompi-support"], ctx)
+    return ompi_support(ctx)
 
 
 def module_block(build: OpenMpiBuild) -> str:
@@ -683,8 +683,6 @@ def record_in_env(build: OpenMpiBuild, verdict, argv: list[str]) -> None:
 
 
 def provision_openmpi(build: OpenMpiBuild, argv: list[str]) -> int:
-    from dsenv.doctor.result import Status
-
     existing = installed_module(build)
     if existing and not build.rebuild:
         print(f"{build.module_name} is already installed ({existing}); --rebuild builds it "

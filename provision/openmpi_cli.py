@@ -3,8 +3,6 @@ building the parser (`dsenv --help`) loads only argparse and the data file."""
 
 from __future__ import annotations
 
-import sys
-
 from . import ProvisionError
 
 ENV_OPTIONS = ("arch", "kind", "site", "stack", "prefix", "lock", "python", "find_links",
@@ -65,18 +63,14 @@ def run_openmpi(args, argv: list[str]) -> int:
 
     given = [f"--{name.replace('_', '-')}" for name in ENV_OPTIONS if getattr(args, name, None)]
     given += [f"--{name.replace('_', '-')}" for name in ENV_FLAGS if getattr(args, name, False)]
-    try:
-        if given:
-            raise ProvisionError(f"{', '.join(given)} belong to `dsenv provision` (Python "
-                                 "environments), not to `dsenv provision openmpi`: see "
-                                 "`dsenv provision openmpi --help`")
-        build = make_build(args)
-        if args.ompi_dry_run or args.dry_run:
-            print(build.render())
-            return 0
-        for line in build.header():
-            print(line)
-        return provision_openmpi(build, argv)
-    except ProvisionError as exc:
-        print(f"dsenv provision openmpi: {exc}", file=sys.stderr)
-        return 2
+    if given:
+        raise ProvisionError(f"{', '.join(given)} belong to `dsenv provision` (Python "
+                             "environments), not to `dsenv provision openmpi`: see "
+                             "`dsenv provision openmpi --help`")
+    build = make_build(args)
+    if args.ompi_dry_run or args.dry_run:
+        print(build.render())
+        return 0
+    for line in build.header():
+        print(line)
+    return provision_openmpi(build, argv)

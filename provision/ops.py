@@ -30,10 +30,12 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from dsenv.envs.stacks import Stack, version_tuple
+from dsenv.envs.targets import Target, describe_arch, known_archs, sm_name
+
 from dsenv import proc
 
 from . import ProvisionError
-from .targets import Stack, Target, describe_arch, known_archs, sm_name, version_tuple
 
 MODES = ("auto", "none", "all")
 JSON_MARK = "DSENV-OPS-JSON "
@@ -262,8 +264,8 @@ class Toolchain:
 
 
 def toolchain_here(env=None) -> Toolchain:
-    from dsenv.doctor.context import Context, Options
     from dsenv.doctor.probes import toolkit
+    from dsenv.doctor.probes.context import Context, Options
 
     ctx = Context(options=Options(target="login"),
                   env=dict(env if env is not None else os.environ))

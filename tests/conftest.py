@@ -7,11 +7,13 @@ import stat
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.context import Context, Options
+from dsenv.doctor.probes.context import Context, Options
 from dsenv.doctor.registry import CHECKS, all_checks
 from dsenv.doctor.runner import run_check
 
-from .workload_runs import LAUNCHER_PREFIXES, LAUNCHER_VARS, free_port
+from dsenv.net import free_port
+
+from .workload_runs import LAUNCHER_PREFIXES, LAUNCHER_VARS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsenv.net import free_port
+
 APT_PACKAGES = ("slurm-wlm", "munge", "libpmix-dev")
 START_TIMEOUT = 60.0
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -40,12 +42,6 @@ class JobResult:
     exit_code: int
     output: str
     state: str
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def ensure_installed() -> None:
@@ -205,7 +201,7 @@ class SlurmCluster:
 
     def _write_conf(self) -> None:
         self.conf_path.write_text(SLURM_CONF.format(
-            hostname=socket.gethostname(), ctld_port=_free_port(), slurmd_port=_free_port(),
+            hostname=socket.gethostname(), ctld_port=free_port(), slurmd_port=free_port(),
             munge_socket=self.munge_socket, state=self.state_dir, mpi_default=self.mpi_default,
             cpus=self.cpus))
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 from dsenv.doctor.checks import cache as cache_checks
 from dsenv.doctor.probes import hfcache
-from dsenv.doctor.result import Status
+from dsenv.doctor.probes.result import Status
 from dsenv.workloads.assets import CacheLayout, assets_for
 
 CLOSED = "http://127.0.0.1:9"  # discard port: nothing listens, the connect is refused

@@ -9,8 +9,8 @@ import re
 
 import pytest
 from dsenv.doctor.probes import fabric, torch_info
+from dsenv.doctor.probes.result import Status
 from dsenv.doctor.probes.torch_info import TorchBuild
-from dsenv.doctor.result import Status
 
 from tests.conftest import fixture_text
 

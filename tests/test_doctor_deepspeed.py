@@ -11,8 +11,8 @@ from pathlib import Path
 
 from dsenv.doctor.probes import deepspeed_info as dsi
 from dsenv.doctor.probes.gpus import Gpu, visible_gpus
+from dsenv.doctor.probes.result import Status
 from dsenv.doctor.probes.torch_info import read_torch_build, torch_build
-from dsenv.doctor.result import Status
 
 from .conftest import FIXTURES
 

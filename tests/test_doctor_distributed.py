@@ -17,10 +17,9 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
-from dsenv.doctor import distributed, registry
+from dsenv.doctor import distributed, ranks, registry
 from dsenv.doctor.distributed_rank import FAULT_VARIABLE, parse_fault
-from dsenv.doctor.probes import ranks
-from dsenv.doctor.result import Status
+from dsenv.doctor.probes.result import Status
 
 from dsenv import proc
 from dsenv.cli import main as dsenv_main

@@ -7,8 +7,8 @@ import time
 import pytest
 from dsenv.doctor.probes import gpus as probe
 from dsenv.doctor.probes.gpus import Gpu
+from dsenv.doctor.probes.result import Status
 from dsenv.doctor.registry import CHECKS, all_checks
-from dsenv.doctor.result import Status
 from dsenv.doctor.runner import run_checks
 
 from tests.conftest import FIXTURES, fixture_text

@@ -7,7 +7,7 @@ import json
 import pytest
 from dsenv.doctor.probes import dsconfig
 from dsenv.doctor.probes.gpus import Gpu, visible_gpus
-from dsenv.doctor.result import Status
+from dsenv.doctor.probes.result import Status
 
 from .conftest import FIXTURES
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from dsenv.doctor.checks import mpi as mpi_checks
 from dsenv.doctor.probes import mpi
-from dsenv.doctor.result import Status
+from dsenv.doctor.probes.result import Status
 
 from tests.conftest import FIXTURES, fixture_text
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from dsenv.doctor.probes import pyenv
-from dsenv.doctor.result import Status
+from dsenv.doctor.probes.result import Status
 
 PYDIR = f"python{sys.version_info.major}.{sys.version_info.minor}"
 

@@ -4,7 +4,7 @@ import resource
 
 import pytest
 from dsenv.doctor.probes.host import parse_proc_cpuinfo, parse_size
-from dsenv.doctor.result import Status
+from dsenv.doctor.probes.result import Status
 
 from tests.conftest import fixture_text
 

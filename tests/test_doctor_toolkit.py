@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from dsenv.doctor.probes import toolkit as tk
 from dsenv.doctor.probes.gpus import Gpu, visible_gpus
+from dsenv.doctor.probes.result import Status
 from dsenv.doctor.probes.torch_info import TorchBuild
-from dsenv.doctor.result import Status
 
 from tests.conftest import fixture_text
 

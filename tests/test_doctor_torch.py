@@ -8,8 +8,8 @@ import time
 import pytest
 from dsenv.doctor.probes import torch_info as tp
 from dsenv.doctor.probes.gpus import Gpu, visible_gpus
+from dsenv.doctor.probes.result import Status
 from dsenv.doctor.probes.torch_info import TorchBuild, TorchRuntime
-from dsenv.doctor.result import Status
 
 from tests.conftest import fixture_text
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from dsenv.envs.sites import Site, load_site
+from dsenv.envs.stacks import get_stack
 from dsenv.provision import ProvisionError
 from dsenv.provision.activation import (
     ACTIVATE_NAME,
@@ -18,7 +19,7 @@ from dsenv.provision.activation import (
     sh_value,
     write_activation,
 )
-from dsenv.provision.targets import get_stack, resolve_arch
+from dsenv.provision.targets import resolve_arch
 
 SHELLS = [s for s in ("sh", "bash") if shutil.which(s)]
 SHOWN = ("VIRTUAL_ENV", "CONDA_PREFIX", "DSENV_ENV", "TORCH_EXTENSIONS_DIR",

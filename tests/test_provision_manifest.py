@@ -14,8 +14,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.context import Context, Options
-from dsenv.doctor.result import Status
+from dsenv.doctor.probes.context import Context, Options
+from dsenv.doctor.probes.result import Status
+from dsenv.envs.stacks import get_stack
 from dsenv.provision import ProvisionError
 from dsenv.provision.manifest import (
     MANIFEST_NAME,
@@ -29,7 +30,7 @@ from dsenv.provision.manifest import (
     site_dirs,
     write_manifest,
 )
-from dsenv.provision.targets import get_stack, resolve_arch
+from dsenv.provision.targets import resolve_arch
 
 from tests.conftest import FIXTURES
 

@@ -548,10 +548,10 @@ def debian_sources(folder: Path) -> Path:
 def test_real_build_has_slurm_and_pmix_components(tmp_path, eb_env):
     """DSENV_EB_INSTALLPATH=/opt/dsenv-eb keeps the install (an existing one is judged
     without rebuilding); DSENV_EB_JOBS=N sets eb --parallel."""
-    from dsenv.doctor.context import Context, Options
+    from dsenv.doctor.probes.context import Context, Options
     from dsenv.doctor.probes.mpi import parse_ompi_info
+    from dsenv.doctor.probes.result import Status
     from dsenv.doctor.registry import CHECKS, all_checks
-    from dsenv.doctor.result import Status
     from dsenv.doctor.runner import run_check
 
     if shutil.which("apt-get") is None or not LMOD_INIT.is_file():

@@ -12,9 +12,10 @@ import subprocess
 import sys
 
 import pytest
+from dsenv.envs.stacks import get_stack
 from dsenv.provision import ProvisionError
 from dsenv.provision.ops import OpsChoice, choose_ops, inspect_ops, parse_mode
-from dsenv.provision.targets import get_stack, resolve_arch
+from dsenv.provision.targets import resolve_arch
 
 from tests.conftest import fixture_text
 

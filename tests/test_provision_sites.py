@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 from dsenv.envs import sites
 from dsenv.envs.sites import load_site, site_names
-from dsenv.provision import ProvisionError
-from dsenv.provision.targets import choose_stack, get_stack, resolve_arch
+from dsenv.envs.stacks import get_stack
+from dsenv.provision.targets import choose_stack, resolve_arch
+
+from dsenv.errors import DsenvError
 
 
 def test_shipped_sites():
@@ -24,7 +26,7 @@ def test_default_is_generic_plain_venv():
 
 
 def test_unknown_site_lists_the_names():
-    with pytest.raises(ProvisionError) as error:
+    with pytest.raises(DsenvError) as error:
         load_site("jureca")
     assert "unknown site; known sites: daint, generic, hpc5, lumi" in str(error.value)
 
@@ -60,7 +62,7 @@ def test_hpc5_conda_cuda_module():
                                                                           "cuda12.6")
     assert site.module_commands() == [["load", "cuda/12.6"]]  # seed 003's cuda/<version>
     assert site.hf_home.startswith("/s/ls4/") and site.env_root.startswith("/s/ls4/")
-    with pytest.raises(ProvisionError):  # its K80 nodes: no torch 2.13 stack
+    with pytest.raises(DsenvError):  # its K80 nodes: no torch 2.13 stack
         choose_stack(resolve_arch("K80"))
 
 

@@ -6,18 +6,11 @@ from __future__ import annotations
 import pytest
 from dsenv.doctor.probes import toolkit
 from dsenv.envs import archs
-from dsenv.provision import ProvisionError
-from dsenv.provision.targets import (
-    Target,
-    choose_stack,
-    detect_gpus,
-    get_stack,
-    known_archs,
-    load_stacks,
-    node_nvcc_version,
-    resolve_arch,
-)
+from dsenv.envs.stacks import get_stack, load_stacks
+from dsenv.envs.targets import Target, known_archs
+from dsenv.provision.targets import choose_stack, detect_gpus, node_nvcc_version, resolve_arch
 
+from dsenv.errors import DsenvError
 from tests.conftest import fixture_text
 
 
@@ -84,7 +77,7 @@ def test_target_json_round_trip():
 
 @pytest.mark.parametrize("spec", ["9.9", "sm_99", "foo", "gfx123", "A1000", "8.0;bogus"])
 def test_unknown_arch_lists_accepted_forms_and_names(spec):
-    with pytest.raises(ProvisionError) as error:
+    with pytest.raises(DsenvError) as error:
         resolve_arch(spec)
     text = str(error.value)
     assert "neither a GPU architecture nor a GPU name" in text
@@ -93,14 +86,14 @@ def test_unknown_arch_lists_accepted_forms_and_names(spec):
 
 
 def test_empty_spec_and_cpu_combined_are_errors():
-    with pytest.raises(ProvisionError, match="empty"):
+    with pytest.raises(DsenvError, match="empty"):
         resolve_arch("  ")
-    with pytest.raises(ProvisionError, match="pass it alone"):
+    with pytest.raises(DsenvError, match="pass it alone"):
         resolve_arch("cpu,8.0")
 
 
 def test_nvidia_and_amd_in_one_spec_is_an_error():
-    with pytest.raises(ProvisionError, match="mixes NVIDIA and AMD") as error:
+    with pytest.raises(DsenvError, match="mixes NVIDIA and AMD") as error:
         resolve_arch("A100;MI250X")
     assert "one environment per GPU partition" in str(error.value)
 
@@ -150,7 +143,7 @@ def test_auto_on_an_mi250x_node(tools_env):
 def test_auto_with_nvidia_and_amd_gpus_is_an_error(tools_env):
     env = tools_env({"nvidia-smi": "gpu/nvidia_smi_a100_470.csv",
                      "rocminfo": "gpu/rocminfo_mi250x.txt"})
-    with pytest.raises(ProvisionError, match="mixes NVIDIA and AMD"):
+    with pytest.raises(DsenvError, match="mixes NVIDIA and AMD"):
         resolve_arch("auto", detect=lambda: detect_gpus(env))
 
 
@@ -158,7 +151,7 @@ def test_auto_without_a_gpu_says_to_pass_arch(tools_env, monkeypatch):
     env = tools_env({})
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(ProvisionError) as error:
+    with pytest.raises(DsenvError) as error:
         resolve_arch("auto")  # the default detector: the doctor's probes on this "node"
     text = str(error.value)
     assert "no GPU visible on this node" in text and "nvidia-smi: absent" in text
@@ -169,7 +162,7 @@ def test_auto_with_a_gpu_of_unknown_arch():
     class Odd:
         vendor, arch, name = "nvidia", "", "NVIDIA Mystery"
 
-    with pytest.raises(ProvisionError, match="NVIDIA Mystery.*pass --arch"):
+    with pytest.raises(DsenvError, match="NVIDIA Mystery.*pass --arch"):
         resolve_arch("auto", detect=lambda: [Odd()])
 
 
@@ -188,7 +181,7 @@ def test_newest_stack_that_serves_every_arch(spec, stack):
 
 
 def test_no_stack_for_kepler():
-    with pytest.raises(ProvisionError) as error:
+    with pytest.raises(DsenvError) as error:
         choose_stack(resolve_arch("K80"))
     text = str(error.value)
     assert "no torch 2.13.0 stack ships kernels for sm_37 (Kepler)" in text
@@ -196,12 +189,12 @@ def test_no_stack_for_kepler():
 
 
 def test_no_stack_for_mi50():
-    with pytest.raises(ProvisionError, match="gfx906"):
+    with pytest.raises(DsenvError, match="gfx906"):
         choose_stack(resolve_arch("MI50"))
 
 
 def test_cuda13_nvcc_refuses_volta_with_the_fix():
-    with pytest.raises(ProvisionError) as error:
+    with pytest.raises(DsenvError) as error:
         choose_stack(resolve_arch("7.0"), toolkit_version="13.0.88")
     assert str(error.value) == (
         "CUDA 13.0's nvcc cannot build sm_70 (Volta; CUDA 13 dropped sm_50–sm_72): load a "
@@ -214,7 +207,7 @@ def test_cuda12_nvcc_picks_the_cuda12_stack_for_ampere():
 
 
 def test_cuda11_nvcc_matches_no_torch_213_build():
-    with pytest.raises(ProvisionError) as error:
+    with pytest.raises(DsenvError) as error:
         choose_stack(resolve_arch("A100"), toolkit_version="11.8.89")
     text = str(error.value)
     assert "CUDA 11" in text and "assert_no_cuda_mismatch" in text
@@ -222,22 +215,22 @@ def test_cuda11_nvcc_matches_no_torch_213_build():
 
 
 def test_cuda12_nvcc_cannot_build_blackwell():
-    with pytest.raises(ProvisionError, match=r"CUDA 12.6's nvcc cannot build sm_100 "
+    with pytest.raises(DsenvError, match=r"CUDA 12.6's nvcc cannot build sm_100 "
                                              r"\(Blackwell; its newest arch is sm_90\)"):
         choose_stack(resolve_arch("B200"), toolkit_version="12.6.85")
 
 
 def test_requested_stack_that_cannot_serve_the_target():
-    with pytest.raises(ProvisionError) as error:
+    with pytest.raises(DsenvError) as error:
         choose_stack(resolve_arch("V100"), requested="cuda13.0")
     text = str(error.value)
     assert "--stack cuda13.0 cannot serve nvidia sm_70 (Volta)" in text
     assert "sm_70 (Volta) is not among them" in text and "stacks that can: cuda12.6" in text
-    with pytest.raises(ProvisionError, match="built for amd"):
+    with pytest.raises(DsenvError, match="built for amd"):
         choose_stack(resolve_arch("A100"), requested="rocm7.2")
-    with pytest.raises(ProvisionError, match="unknown stack; known stacks: cpu, cuda12.6"):
+    with pytest.raises(DsenvError, match="unknown stack; known stacks: cpu, cuda12.6"):
         choose_stack(resolve_arch("A100"), requested="cuda12.8")
-    with pytest.raises(ProvisionError, match="CUDA 13.0's nvcc cannot build sm_70"):
+    with pytest.raises(DsenvError, match="CUDA 13.0's nvcc cannot build sm_70"):
         choose_stack(resolve_arch("V100"), toolkit_version="13.0.88", requested="cuda12.6")
 
 

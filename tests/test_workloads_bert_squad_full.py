@@ -19,7 +19,9 @@ def trained(tmp_path_factory, extensions_dir):
     """One healthy smoke run: its saved model and its synthetic dev file."""
     import os
 
-    from .workload_runs import LAUNCHER_PREFIXES, LAUNCHER_VARS, free_port
+    from dsenv.net import free_port
+
+    from .workload_runs import LAUNCHER_PREFIXES, LAUNCHER_VARS
 
     env = {k: v for k, v in os.environ.items()
            if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import sys
 
 import pytest
@@ -48,12 +47,6 @@ def launched(name: str, env: dict, workload: str = "bert-squad") -> list[str]:
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_SIZE",
                  "CROSS_RANK", "CROSS_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "GROUP_RANK")
 LAUNCHER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "SLURM_", "MPI_LOCAL")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_dsenv(tmp_path, env, *extra, command=SMOKE, timeout=300, name="out"):

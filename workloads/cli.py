@@ -16,6 +16,7 @@ import argparse
 import sys
 
 from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
+from dsenv.errors import run_command
 
 SMOKE_WORKLOADS = {
     "bert-squad": "tiny BERT on synthetic SQuAD v1.1 (seconds, no downloads)",
@@ -160,27 +161,20 @@ def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_workload_command(args) -> int:
-    """Run what ``args`` asks for; one line on stderr and exit 2 for bad input."""
+    """Run what ``args`` asks for; WorkloadError (one line, exit 2) for bad input."""
     from dsenv.workloads.launch_env import WorkloadError
 
     mode = getattr(args, "workload_mode", args.command)
     args.output_dir = args.output_dir.format(workload=args.workload, mode=mode)
-    try:
-        if mode == "smoke" and args.workload == SMOKE_ALL:
-            from dsenv.workloads.smoke_all import run_all
+    if mode == "smoke" and args.workload == SMOKE_ALL:
+        from dsenv.workloads.smoke_all import run_all
 
-            return run_all(args, list(SMOKE_WORKLOADS))
-        if args.workload not in WORKLOAD_MODULES:
-            raise WorkloadError(f"unknown workload {args.workload!r}")
-        import importlib
+        return run_all(args, list(SMOKE_WORKLOADS))
+    if args.workload not in WORKLOAD_MODULES:
+        raise WorkloadError(f"unknown workload {args.workload!r}")
+    import importlib
 
-        return importlib.import_module(WORKLOAD_MODULES[args.workload]).run(args, mode=mode)
-    except WorkloadError as exc:
-        print(f"dsenv {mode} {args.workload}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"dsenv {mode} {args.workload}: interrupted", file=sys.stderr)
-        return 130
+    return importlib.import_module(WORKLOAD_MODULES[args.workload]).run(args, mode=mode)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     add_launcher_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_workload_parsers(sub)
-    return run_workload_command(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    label = f"{getattr(args, 'workload_mode', args.command)} {args.workload}"
+    return run_command(label, lambda: run_workload_command(args))
 
 
 if __name__ == "__main__":

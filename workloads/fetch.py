@@ -35,6 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 from dsenv.workloads.assets import WORKLOAD_NAMES, Asset, CacheLayout, assets_for
 
 from dsenv import __version__
+from dsenv.errors import DsenvError
 from dsenv.jsonfiles import JsonFileError, read_json, write_json_atomically
 from dsenv.redact import Redactor
 from dsenv.staging import staged_dir
@@ -49,12 +50,8 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
-class FetchError(Exception):
-    """One line on stderr and exit ``code`` (2: bad input, unreachable, damaged)."""
-
-    def __init__(self, message: str, code: int = 2):
-        super().__init__(message)
-        self.code = code
+class FetchError(DsenvError):
+    """One line on stderr and exit code 2: bad input, unreachable, damaged."""
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -86,21 +83,17 @@ def add_fetch_parser(subparsers) -> None:
 
 def run_fetch(args) -> int:
     out = Output(Redactor(os.environ))
-    try:
-        workloads = _chosen_workloads(args.workloads, required=not args.verify)
-        layout = CacheLayout.under(args.cache_dir) if args.cache_dir else CacheLayout.from_env()
-        if args.verify:
-            if args.from_dir:
-                raise FetchError("--verify checks a cache, --from imports one: give one of them "
-                                 "(`dsenv fetch --verify --cache-dir DIR` checks a bundle)")
-            return verify(layout, workloads, out, args.cache_dir)
+    workloads = _chosen_workloads(args.workloads, required=not args.verify)
+    layout = CacheLayout.under(args.cache_dir) if args.cache_dir else CacheLayout.from_env()
+    if args.verify:
         if args.from_dir:
-            return import_bundle(Path(args.from_dir), layout, workloads, out,
-                                 every="all" in args.workloads)
-        return fetch(layout, workloads, out)
-    except FetchError as exc:
-        out.error(str(exc))
-        return exc.code
+            raise FetchError("--verify checks a cache, --from imports one: give one of them "
+                             "(`dsenv fetch --verify --cache-dir DIR` checks a bundle)")
+        return verify(layout, workloads, out, args.cache_dir)
+    if args.from_dir:
+        return import_bundle(Path(args.from_dir), layout, workloads, out,
+                             every="all" in args.workloads)
+    return fetch(layout, workloads, out)
 
 
 def _chosen_workloads(names: list[str], required: bool) -> list[str]:
@@ -145,10 +138,6 @@ class Output:
 
     def bad(self, text: str) -> None:
         self.line(text, "✗", "red")
-
-    def error(self, text: str) -> None:
-        message = " ".join(self.redactor.scrub(text).split())  # one line, whatever it held
-        print(f"dsenv fetch: {message}", file=sys.stderr, flush=True)
 
 
 def human_size(size: int) -> str:

@@ -18,8 +18,11 @@ import shlex
 import sys
 from pathlib import Path
 
+from dsenv.envs.mpi_launch import mpi_profile, working_plugins
+
 from dsenv import proc
 from dsenv.argtypes import positive_float, positive_int
+from dsenv.errors import DsenvError
 from dsenv.redact import Redactor
 
 from .cli import FULL_WORKLOADS, SMOKE_WORKLOADS, add_workload_parsers
@@ -27,7 +30,7 @@ from .cli import FULL_WORKLOADS, SMOKE_WORKLOADS, add_workload_parsers
 LAUNCHERS = ("srun", "mpirun", "deepspeed", "torchrun")
 
 
-class LaunchError(Exception):
+class LaunchError(DsenvError):
     """Bad input for ``dsenv launch``: one line saying what is wrong and how to fix it."""
 
 
@@ -132,20 +135,18 @@ def choose_srun_mpi(site, env, timeout: float = 10.0) -> tuple[str, str]:
     doctor's launch rules (envs/mpi_launch.toml) say starts the MPI on PATH, else pmix."""
     if site.srun_mpi:
         return site.srun_mpi, f"site {site.name}'s srun_mpi"
-    from dsenv.doctor.checks.mpi import PLUGIN_ORDER, launch_table, mpi_profile, srun_outcome
-    from dsenv.doctor.context import Context, Options
     from dsenv.doctor.probes import mpi
+    from dsenv.doctor.probes.context import Context, Options
 
     ctx = Context(options=Options(target="login", probe_timeout=timeout), env=dict(env))
     install = mpi.mpi_install(ctx)
     if install is None:
         return "pmix", "no MPI on PATH here: pmix, Slurm's usual plugin"
     parsed = mpi.ompi_info(ctx)[0] if install.family == "openmpi" else None
-    profile = mpi_profile(install, parsed)
-    row = launch_table()["mpi"].get(profile)
-    for plugin in PLUGIN_ORDER if row else ():
-        if srun_outcome(row, plugin, parsed)[0] == "ok":
-            return plugin, f"{install.describe()}: rule [mpi.{profile}] of envs/mpi_launch.toml"
+    working = working_plugins(install, parsed)
+    if working:
+        return working[0], (f"{install.describe()}: rule [mpi.{mpi_profile(install, parsed)}] "
+                            "of envs/mpi_launch.toml")
     return "pmix", f"no rule names a plugin that starts {install.describe()}: pmix"
 
 
@@ -295,32 +296,28 @@ def split_workload_args(argv: list[str]) -> tuple[list[str], list[str]]:
 def run_launch(args, argv: list[str] | None = None) -> int:
     """``argv``: the command line as typed (for the script's header)."""
     args.argv = argv if argv is not None else []
-    try:
-        if args.print_only and args.submit:
-            raise LaunchError("--print writes no file to submit: drop --print or --submit")
-        if args.k8s and args.submit:
-            raise LaunchError("--submit runs sbatch; apply an MPIJob with `kubectl apply -f "
-                              "FILE`")
-        plan = build_plan(args)
-        from .jobscript import render_script
+    if args.print_only and args.submit:
+        raise LaunchError("--print writes no file to submit: drop --print or --submit")
+    if args.k8s and args.submit:
+        raise LaunchError("--submit runs sbatch; apply an MPIJob with `kubectl apply -f "
+                          "FILE`")
+    plan = build_plan(args)
+    from .jobscript import render_script
 
-        if args.k8s:
-            from .mpijob import render_mpijob, to_yaml
+    if args.k8s:
+        from .mpijob import render_mpijob, to_yaml
 
-            text = to_yaml(render_mpijob(plan, args.output_dir, args.job_name))
-            default = f"{plan.workload}-mpijob.yaml"
-        else:
-            text = render_script(plan)
-            default = f"{plan.workload}-{plan.launcher}.sbatch"
-        if args.print_only:
-            sys.stdout.write(text)
-            return 0
-        path = Path(_absolute(args.out or f"{DEFAULT_SCRIPT_DIR}/{default}"))
-        write_atomically(path, text, 0o644 if args.k8s else 0o755)
-        print(path)
-        if args.submit:
-            print(f"submitted job {submit(path, args.sbatch_timeout)}")
+        text = to_yaml(render_mpijob(plan, args.output_dir, args.job_name))
+        default = f"{plan.workload}-mpijob.yaml"
+    else:
+        text = render_script(plan)
+        default = f"{plan.workload}-{plan.launcher}.sbatch"
+    if args.print_only:
+        sys.stdout.write(text)
         return 0
-    except LaunchError as exc:
-        print(f"dsenv launch: {exc}", file=sys.stderr)
-        return 2
+    path = Path(_absolute(args.out or f"{DEFAULT_SCRIPT_DIR}/{default}"))
+    write_atomically(path, text, 0o644 if args.k8s else 0o755)
+    print(path)
+    if args.submit:
+        print(f"submitted job {submit(path, args.sbatch_timeout)}")
+    return 0

@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from collections.abc import Mapping, MutableMapping
 from dataclasses import asdict, dataclass
+
+from dsenv.errors import DsenvError
+from dsenv.net import free_port
 
 DEFAULT_PORT = 29500
 
 
-class WorkloadError(Exception):
+class WorkloadError(DsenvError):
     """Bad input or an impossible set-up: reported as one line, non-zero exit."""
 
 
@@ -91,12 +93,6 @@ def first_host(nodelist: str) -> str | None:
         return prefix
     first = ranges.split(",")[0].split("-")[0]
     return prefix + first
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def discover(env: Mapping[str, str] | None = None) -> RankInfo:
@@ -160,7 +156,7 @@ def discover(env: Mapping[str, str] | None = None) -> RankInfo:
                                      or env.get("SLURM_NODELIST", ""))
     if port is None:
         if world == 1:
-            port = _free_port()  # two single-process runs on one node must not collide
+            port = free_port()  # two single-process runs on one node must not collide
         elif launcher == "srun" and env.get("SLURM_JOB_ID", "").isdigit():
             port = 20000 + int(env["SLURM_JOB_ID"]) % 20000  # same on every rank, per job
         else:

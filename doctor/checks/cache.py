@@ -6,10 +6,10 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from ..context import Context, probe
 from ..probes import hfcache, pyenv
+from ..probes.context import Context, probe
+from ..probes.result import fail, info, ok, skip, warn
 from ..registry import check
-from ..result import fail, info, ok, skip, warn
 
 GIB = 1 << 30
 MIN_FREE_BYTES = 20 * GIB  # a 7B model's safetensors alone are ~15 GB

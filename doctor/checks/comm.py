@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dsenv.redact import show_variable
 
-from ..context import Context
 from ..probes import fabric, torch_info
+from ..probes.context import Context
+from ..probes.result import fail, info, ok, skip, warn
 from ..registry import check
-from ..result import fail, info, ok, skip, warn
 
 
 def _finding(ctx: Context):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 
-from ..context import Context
 from ..probes import deepspeed_info as dsi
+from ..probes.context import Context
+from ..probes.result import fail, info, ok, skip, warn
 from ..probes.torch_info import TorchBuild
 from ..registry import check
-from ..result import fail, info, ok, skip, warn
 
 REBUILD = ("rebuild the ops for this torch: `dsenv provision`, or `DS_BUILD_CPU_ADAM=1 "
            "DS_BUILD_FUSED_ADAM=1 pip install --force-reinstall --no-build-isolation "

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..context import Context
 from ..probes import gpus as probe
+from ..probes.context import Context
+from ..probes.result import fail, info, ok, skip, warn
 from ..registry import check
-from ..result import fail, info, ok, skip, warn
 
 HANG_FIX = ("the node's GPU driver is stuck (look for Xid errors in `dmesg`): tell the admins "
             "and keep jobs off the node: `sbatch --exclude=$(hostname)`")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from dsenv.envs import archs
 
-from ..context import Context
 from ..probes import deepspeed_info, dsconfig, host
+from ..probes.context import Context
+from ..probes.result import Finding, fail, ok, skip
 from ..registry import check
-from ..result import Finding, fail, ok, skip
 
 
 def _config_or_skip(ctx: Context) -> dsconfig.LoadedConfig | Finding:

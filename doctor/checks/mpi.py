@@ -6,20 +6,20 @@ from __future__ import annotations
 import os
 import sys
 
-from dsenv.data import load_table
+from dsenv.envs.mpi_launch import (
+    PLUGIN_ORDER,
+    launch_table,
+    mpi_profile,
+    mpirun_outcome,
+    srun_outcome,
+)
 
-from ..context import Context
-from ..probes import mpi
+from ..probes import mpi, ompi_verdict
+from ..probes.context import Context
+from ..probes.result import Finding, fail, info, ok, skip, warn
 from ..registry import check
-from ..result import Finding, fail, info, ok, skip, warn
 
-PROVISION_FIX = ("launch with `mpirun -np $SLURM_NTASKS ...` inside the allocation (as seeds "
-                 "000/001 do), or build an Open MPI with Slurm+PMIx support: `dsenv provision openmpi`")
-PLUGIN_ORDER = ("pmix", "pmi2", "cray_shasta", "none")
-
-
-def launch_table() -> dict:
-    return load_table("dsenv.envs", "mpi_launch.toml")
+PROVISION_FIX = ompi_verdict.PROVISION_FIX
 
 
 def _severe(ctx: Context):
@@ -55,35 +55,7 @@ def implementation(ctx: Context):
 
 @check("mpi.ompi-support", "Open MPI Slurm/PMIx support")
 def ompi_support(ctx: Context):
-    install = mpi.mpi_install(ctx)
-    if install is None or install.family != "openmpi":
-        return skip("the MPI on PATH is not Open MPI")
-    parsed, how = mpi.ompi_info(ctx)
-    if parsed is None:
-        return warn(f"cannot read how Open MPI was built: {how}",
-                    "load the full Open MPI module (ompi_info belongs next to mpirun)")
-    version = parsed.version or install.version
-    if (parsed.major or install.major or 0) >= 5:
-        return ok(f"Open MPI {version}: PMIx built in ({parsed.pmix_builtin}); direct launch "
-                  "needs `srun --mpi=pmix`", how)
-    slurm = parsed.slurm_components
-    clients = parsed.pmix_clients
-    pmi = [c for c in ("s1", "s2") if parsed.has("pmix", c)]
-    evidence = [how, "Slurm components: " + (", ".join(slurm) or "none"),
-                "pmix components: " + (", ".join(sorted(parsed.components.get("pmix", ()))) or "none")]
-    if not clients and not pmi:
-        launcher = ctx.options.launcher
-        finding = _severe(ctx) if launcher in (None, "srun") and ctx.is_compute else warn
-        return finding(f"Open MPI {version} was built without Slurm's PMI/PMIx support: srun "
-                       "direct launch crashes (\"OMPI was not built with SLURM's PMI support\")",
-                       PROVISION_FIX, *evidence)
-    if not slurm:
-        return warn(f"Open MPI {version} has no Slurm components: mpirun cannot read the "
-                    "allocation and falls back to ssh", "`dsenv provision openmpi` (an Open MPI "
-                    "configured --with-slurm --with-pmix)", *evidence)
-    via = ", ".join(clients + pmi)
-    return ok(f"Open MPI {version}: Slurm support ({len(slurm)} components) and PMI via {via}",
-              *evidence)
+    return ompi_verdict.ompi_support(ctx)
 
 
 # -- mpi.srun-plugins ------------------------------------------------------------------------------
@@ -127,37 +99,6 @@ def _first_offered(kinds) -> str:
 
 
 # -- mpi.launch --------------------------------------------------------------------------------------
-
-
-def mpi_profile(install: mpi.MpiInstall, parsed: mpi.OmpiInfo | None) -> str:
-    """The [mpi.*] row of mpi_launch.toml that describes this MPI."""
-    if install.family == "openmpi":
-        major = (parsed.major if parsed else None) or install.major or 0
-        return "openmpi5" if major >= 5 else "openmpi-orte"
-    return install.family
-
-
-def srun_outcome(row: dict, plugin: str, parsed: mpi.OmpiInfo | None) -> tuple[str, str]:
-    """(outcome name, why) for `srun --mpi=plugin` with this MPI."""
-    if "srun_needs" in row:
-        needs = row["srun_needs"].get(plugin)
-        if needs is None:
-            return "unknown", f"no rule for --mpi={plugin}"
-        if parsed is None:
-            return "unknown", "ompi_info could not be read"
-        have = [c for c in needs if parsed.has("pmix", c)]
-        if have:
-            return "ok", f"ompi_info lists pmix component(s) {', '.join(have)}"
-        return row["srun_without"], (f"--mpi={plugin} needs Open MPI's pmix component "
-                                     f"{' or '.join(needs)}; ompi_info lists none of them")
-    outcome = row.get("srun", {}).get(plugin, "unknown")
-    return outcome, row.get("source", "")
-
-
-def mpirun_outcome(row: dict, parsed: mpi.OmpiInfo | None) -> str:
-    if parsed is not None and "mpirun_without_slurm" in row and not parsed.slurm_components:
-        return row["mpirun_without_slurm"]
-    return row.get("mpirun", "unknown")
 
 
 def _chosen_launcher(ctx: Context) -> tuple[str | None, str]:

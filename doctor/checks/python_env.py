@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..context import Context
 from ..probes import deepspeed_info, pyenv
+from ..probes.context import Context
+from ..probes.result import fail, ok, skip, warn
 from ..registry import check
-from ..result import fail, ok, skip, warn
 
 
 @check("python.interpreter", "Interpreter and environment")

@@ -12,10 +12,10 @@ from packaging.version import Version
 from dsenv.data import load_table
 from dsenv.redact import show_variable
 
-from ..context import Context
 from ..probes import host
+from ..probes.context import Context
+from ..probes.result import fail, info, ok, warn
 from ..registry import check
-from ..result import fail, info, ok, warn
 
 GIB = 1 << 30
 MIN_PYTHON = (3, 9)  # DeepSpeed's own floor

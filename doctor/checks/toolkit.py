@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..context import Context
 from ..probes import gpus as gpu_probe
 from ..probes import toolkit as tk
 from ..probes import torch_info as tp
+from ..probes.context import Context
+from ..probes.result import fail, info, ok, skip, warn
 from ..registry import check
-from ..result import fail, info, ok, skip, warn
 
 
 def _compiler_check(ctx: Context, tool: tk.Tool, kind: str, torch_version: str | None):

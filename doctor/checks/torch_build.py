@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ..context import Context
 from ..probes import gpus as gpu_probe
 from ..probes import toolkit
 from ..probes import torch_info as tp
+from ..probes.context import Context
+from ..probes.result import fail, ok, skip, warn
 from ..registry import check
-from ..result import fail, ok, skip, warn
 
 
 def _wheel_fix(ctx: Context, gpus) -> str:

@@ -20,8 +20,8 @@ from pathlib import Path
 from dsenv import proc
 from dsenv.data import load_table
 
-from ..context import Context, probe
 from . import pyenv, torch_info
+from .context import Context, probe
 from .pyfiles import package_dir, read_assignments
 from .torch_info import TorchBuild
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..context import Context, probe
+from .context import Context, probe
 
 TRAIN = "train_batch_size"
 MICRO = "train_micro_batch_size_per_gpu"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from ..context import Context, probe
 from . import torch_info
+from .context import Context, probe
 
 # -- InfiniBand / RoCE ports ------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from dsenv.envs import archs
 
-from ..context import Context, probe
+from .context import Context, probe
 
 
 @dataclass(frozen=True)

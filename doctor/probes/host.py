@@ -7,7 +7,7 @@ import platform
 import re
 from dataclasses import dataclass, field
 
-from ..context import Context, probe
+from .context import Context, probe
 
 
 @dataclass(frozen=True)

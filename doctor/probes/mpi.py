@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..context import Context, probe
+from .context import Context, probe
 
 # -- the MPI behind mpirun / mpiexec ------------------------------------------------------------
 

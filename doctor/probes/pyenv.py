@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dsenv.data import load_table
 
-from ..context import Context, probe
+from .context import Context, probe
 
 TRAINING_PACKAGES: tuple[str, ...] = tuple(
     load_table("dsenv.envs", "training_stack.toml")["python"]["training_packages"])

@@ -17,7 +17,7 @@ from dsenv.envs import archs
 
 from dsenv.data import load_table
 
-from ..context import Context, probe
+from .context import Context, probe
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..context import Context, probe
 from . import gpus as gpu_probe
 from . import pyenv
+from .context import Context, probe
 from .pyfiles import package_dir, read_assignments
 
 

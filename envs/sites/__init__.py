@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from dsenv.data import load_table
+from dsenv.errors import UsageError
+from dsenv.redact import is_secret_name
+
+from ..stacks import load_stacks
+from ..targets import resolve_arch
 
 KINDS = ("venv", "container", "conda")
 CONTAINER_RUNTIMES = ("singularity", "apptainer", "sarus", "podman", "docker")
@@ -69,10 +74,6 @@ def site_names() -> list[str]:
 
 
 def _problems(name: str, raw: dict) -> list[str]:
-    from dsenv.provision.targets import load_stacks, resolve_arch
-
-    from dsenv.redact import is_secret_name
-
     found = []
     if raw.get("name") != name:
         found.append(f"name = {raw.get('name')!r}, but the file is {name}.toml")
@@ -90,7 +91,7 @@ def _problems(name: str, raw: dict) -> list[str]:
     if raw.get("default_arch"):
         try:
             target = resolve_arch(raw["default_arch"])
-        except Exception as exc:  # ProvisionError: the message says why
+        except UsageError as exc:
             found.append(f"default_arch: {exc}")
         else:
             if raw.get("vendor") and target.vendor != raw["vendor"]:
@@ -123,18 +124,16 @@ def _problems(name: str, raw: dict) -> list[str]:
 
 
 def load_site(name: str | None = None) -> Site:
-    """The profile ``name`` (default: generic). ProvisionError for an unknown or broken one."""
-    from dsenv.provision import ProvisionError
-
+    """The profile ``name`` (default: generic). UsageError for an unknown or broken one."""
     name = name or DEFAULT_SITE
     names = site_names()
     if name not in names:
-        raise ProvisionError(f"--site {name}: unknown site; known sites: {', '.join(names)} "
+        raise UsageError(f"--site {name}: unknown site; known sites: {', '.join(names)} "
                              "(or add envs/sites/<name>.toml)")
     raw = load_table(__name__, f"{name}.toml")
     problems = _problems(name, raw)
     if problems:
-        raise ProvisionError(f"envs/sites/{name}.toml is broken: " + "; ".join(problems))
+        raise UsageError(f"envs/sites/{name}.toml is broken: " + "; ".join(problems))
     container = raw.get("container")
     return Site(
         name=raw["name"], title=raw.get("title", name), sources=tuple(raw.get("sources", ())),

@@ -136,8 +136,8 @@ def test_prefix_through_a_symlink_is_resolved(tmp_path, tiny_lock, tiny_wheels):
 
 
 def test_too_little_free_space_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    from dsenv.envs.stacks import get_stack
     from dsenv.provision import ProvisionError, command
-    from dsenv.provision.targets import get_stack
 
     monkeypatch.setitem(command.NEEDED_GIB, "cpu", 10**6)  # a million GiB: never free
     with pytest.raises(ProvisionError, match=r"no space for the environment: .* GiB free"):
