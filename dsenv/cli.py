@@ -10,6 +10,7 @@ from dsenv import __version__
 from dsenv.argtypes import csv_list, positive_float, positive_int
 from dsenv.doctor.distributed import add_distributed_arguments
 from dsenv.doctor.registry import AREAS
+from dsenv.envs.launchers import LAUNCHERS
 from dsenv.errors import UsageError, run_command
 from dsenv.provision.command import add_parsers as add_provision_parsers
 from dsenv.provision.command import run_lock, run_provision
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--target", choices=("login", "compute", "auto"), default="auto",
                         help="login node or compute node (auto: compute inside a Slurm "
                              "allocation or with visible GPUs)")
-    doctor.add_argument("--launcher", choices=("srun", "mpirun", "deepspeed", "torchrun"),
+    doctor.add_argument("--launcher", choices=LAUNCHERS,
                         help="the launcher the job will use")
     doctor.add_argument("--nodes", type=positive_int, metavar="N", help="planned node count")
     doctor.add_argument("--gpus-per-node", type=positive_int, metavar="G",

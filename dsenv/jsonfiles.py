@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from dsenv.staging import write_file_atomically
 
 
 class JsonFileError(ValueError):
@@ -30,15 +30,4 @@ def read_json(path: str | Path, what: str) -> object:
 
 def write_json_atomically(path: str | Path, data: object, **dump_options) -> Path:
     """Write ``data`` to a temporary file beside ``path``, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, **dump_options)
-            out.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_file_atomically(path, json.dumps(data, **dump_options) + "\n")

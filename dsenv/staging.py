@@ -1,4 +1,8 @@
-"""Folders built beside their target and renamed into place.
+"""Files and folders written beside their target and renamed into place.
+
+Readers see the old file or the whole new one, never half of it:
+
+    write_file_atomically(path, text)   # str or bytes; mode 0o644 unless told
 
 An interrupted build leaves only a hidden ``.NAME.tmp-PID`` beside the target, never a
 half-written target; the next build clears such leftovers before it starts.
@@ -13,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,3 +55,20 @@ def staged_dir(target: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def write_file_atomically(path: str | os.PathLike, data: str | bytes, mode: int = 0o644) -> Path:
+    """``data`` at ``path`` through a uniquely named temporary file beside it and a rename
+    (two writers never share the temporary file; the last rename wins whole)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

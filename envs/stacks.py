@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from dsenv.data import load_table
 from dsenv.errors import UsageError
+from dsenv.versions import version_tuple
 
 from . import archs
 from .targets import sm_name, vendor_of
-
-
-def version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text or ""))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import re
 import shlex
 from pathlib import Path
 
+from dsenv.envs.launchers import OFFLINE_VARIABLES
 from dsenv.envs.sites import Site
 from dsenv.envs.stacks import Stack
 from dsenv.envs.targets import Target
@@ -32,7 +33,6 @@ from . import ProvisionError
 
 ACTIVATE_NAME = "activate"
 EXTENSIONS_DIR = "torch_extensions"
-OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 # A ${NAME}, ${NAME:-default} or $NAME expansion: the only shell syntax site values may use.
 _EXPANSION = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::?[-=+][^}$`\\\"]*)?\}"
                         r"|\$[A-Za-z_][A-Za-z0-9_]*")

@@ -30,10 +30,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from dsenv.envs.stacks import Stack, version_tuple
+from dsenv.envs.stacks import Stack
 from dsenv.envs.targets import Target, describe_arch, known_archs, sm_name
 
 from dsenv import proc
+from dsenv.versions import major_minor, version_tuple
 
 from . import ProvisionError
 
@@ -291,8 +292,8 @@ def _gpu_toolchain_reason(target: Target, stack: Stack | None, tools: Toolchain,
             return refusal
         torch_cuda = stack.toolkit if stack else torch.get("cuda")
         if torch_cuda:
-            nvcc_mm = ".".join(str(p) for p in version_tuple(nvcc.version)[:2])
-            torch_mm = ".".join(str(p) for p in version_tuple(torch_cuda)[:2])
+            nvcc_mm = major_minor(nvcc.version)
+            torch_mm = major_minor(torch_cuda)
             major = str(version_tuple(nvcc.version)[0])
             accepted = report.cuda_minor_mismatch_ok.get(major, [])
             if nvcc_mm != torch_mm and not (nvcc_mm in accepted and torch_mm in accepted):

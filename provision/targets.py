@@ -14,10 +14,11 @@ from dsenv.doctor.probes import toolkit
 from dsenv.doctor.probes.context import Context, Options
 from dsenv.envs import archs
 from dsenv.envs import targets as arch_targets
-from dsenv.envs.stacks import Stack, get_stack, load_stacks, version_tuple
+from dsenv.envs.stacks import Stack, get_stack, load_stacks
 from dsenv.envs.targets import Target, arch_key, describe_arch, generation, known_archs, sm_name
 
 from dsenv.data import load_table
+from dsenv.versions import major_minor, version_tuple
 
 from . import ProvisionError
 
@@ -50,10 +51,6 @@ def _unserved(stack: Stack, target: Target) -> list[str]:
     return [a for a in target.archs if not stack.serves(a)]
 
 
-def _major_minor(version: str) -> str:
-    return ".".join(str(p) for p in version_tuple(version)[:2])
-
-
 def _dropped_by(arch: str) -> str | None:
     """'CUDA 13 dropped sm_50–sm_72': the toolkit release that stopped building ``arch``."""
     rows = sorted(load_table("dsenv.envs", "cuda_toolkits.toml")["toolkit"],
@@ -73,7 +70,7 @@ def _dropped_by(arch: str) -> str | None:
 
 def _nvcc_refusal(toolkit_version: str, target: Target, serving: list[Stack]) -> str | None:
     """Why this node's nvcc cannot compile ops for the target (None when it can)."""
-    label = f"CUDA {_major_minor(toolkit_version)}"
+    label = f"CUDA {major_minor(toolkit_version)}"
     row = toolkit.toolkit_row(toolkit_version)
     fix_stack = next((s for s in serving if (r := toolkit.toolkit_row(s.toolkit)) is not None
                       and all(toolkit.can_build(r, a) for a in target.archs)), None)

@@ -22,9 +22,9 @@ import yaml
 from dsenv.envs.sites import load_site
 from dsenv.provision.activation import write_activation
 from dsenv.provision.targets import resolve_arch
-from dsenv.workloads.launch import write_atomically
 
 from dsenv.cli import main
+from dsenv.staging import write_file_atomically as write_atomically
 from tests.conftest import fixture_text
 
 PY = sys.executable

@@ -23,13 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dsenv.envs.launchers import OFFLINE_VARIABLES
 from dsenv.workloads.launch_env import WorkloadError
 
 from dsenv.data import load_table
 
 _TABLE = load_table("dsenv.workloads", "assets.toml")
 WORKLOAD_NAMES: tuple[str, ...] = tuple(_TABLE)
-OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
+from dsenv.envs.launchers import HUB_OFFLINE_VARIABLES
 from dsenv.workloads.assets import WORKLOAD_NAMES, Asset, CacheLayout, assets_for
 
 from dsenv import __version__
@@ -43,7 +44,6 @@ from dsenv.staging import staged_dir
 SCHEMA = "dsenv.fetch/1"
 # huggingface_hub reads these at import; fetch sets them when the user has not.
 DEFAULT_TIMEOUTS = {"HF_HUB_ETAG_TIMEOUT": "10", "HF_HUB_DOWNLOAD_TIMEOUT": "60"}
-HUB_OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
 CHUNK = 1 << 20
 _HEX64 = re.compile(r"[0-9a-f]{64}")

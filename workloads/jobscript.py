@@ -23,8 +23,9 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from dsenv.envs.launchers import OFFLINE_VARIABLES
 from dsenv.envs.sites import Container, Site
-from dsenv.provision.activation import ACTIVATE_NAME, OFFLINE_VARIABLES, sh_value
+from dsenv.provision.activation import ACTIVATE_NAME, sh_value
 
 from dsenv import __version__
 from dsenv.data import load_table

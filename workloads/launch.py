@@ -18,16 +18,16 @@ import shlex
 import sys
 from pathlib import Path
 
+from dsenv.envs.launchers import LAUNCHERS
 from dsenv.envs.mpi_launch import mpi_profile, working_plugins
 
 from dsenv import proc
 from dsenv.argtypes import positive_float, positive_int
 from dsenv.errors import DsenvError
 from dsenv.redact import Redactor
+from dsenv.staging import write_file_atomically
 
 from .cli import FULL_WORKLOADS, SMOKE_WORKLOADS, add_workload_parsers
-
-LAUNCHERS = ("srun", "mpirun", "deepspeed", "torchrun")
 
 
 class LaunchError(DsenvError):
@@ -252,20 +252,6 @@ def build_plan(args, env=None):
         extra_binds=binds)
 
 
-def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
-    """``text`` at ``path`` through a temporary file beside it and a rename: readers see the
-    old file or the whole new one, never half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        temp.write_text(text, encoding="utf-8")
-        temp.chmod(mode)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-
-
 def submit(script: Path, timeout: float) -> str:
     """sbatch the script from its folder; the job id, or LaunchError with sbatch's reason."""
     result = proc.run(["sbatch", "--parsable", str(script)], timeout=timeout,
@@ -316,7 +302,7 @@ def run_launch(args, argv: list[str] | None = None) -> int:
         sys.stdout.write(text)
         return 0
     path = Path(_absolute(args.out or f"{DEFAULT_SCRIPT_DIR}/{default}"))
-    write_atomically(path, text, 0o644 if args.k8s else 0o755)
+    write_file_atomically(path, text, 0o644 if args.k8s else 0o755)
     print(path)
     if args.submit:
         print(f"submitted job {submit(path, args.sbatch_timeout)}")

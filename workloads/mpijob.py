@@ -13,7 +13,8 @@ import json
 import os
 import re
 
-from dsenv.provision.activation import ACTIVATE_NAME, OFFLINE_VARIABLES
+from dsenv.envs.launchers import OFFLINE_VARIABLES
+from dsenv.provision.activation import ACTIVATE_NAME
 
 from dsenv.data import load_table
 

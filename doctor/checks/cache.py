@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dsenv.envs.launchers import OFFLINE_VARIABLES
 from packaging.version import InvalidVersion, Version
 
 from ..probes import hfcache, pyenv
@@ -13,7 +14,7 @@ from ..registry import check
 
 GIB = 1 << 30
 MIN_FREE_BYTES = 20 * GIB  # a 7B model's safetensors alone are ~15 GB
-OFFLINE_FIX = "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
+OFFLINE_FIX = "export " + " ".join(f"{name}=1" for name in OFFLINE_VARIABLES)
 
 
 def _describe(role: str, source: str, state: hfcache.DirState) -> str:

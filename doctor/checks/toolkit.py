@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dsenv.versions import version_tuple
+
 from ..probes import gpus as gpu_probe
 from ..probes import toolkit as tk
 from ..probes import torch_info as tp
@@ -136,4 +138,4 @@ def arch_support(ctx: Context):
                     *(f"{a}: {w}" for a, w in sorted(bad.items())))
     if not targets:
         return info(f"{span}; no GPU or TORCH_CUDA_ARCH_LIST to check against")
-    return ok(f"{span}: covers {', '.join(sorted(targets, key=tk.version_tuple))}")
+    return ok(f"{span}: covers {', '.join(sorted(targets, key=version_tuple))}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dsenv.versions import version_tuple
+
 from ..probes import gpus as gpu_probe
 from ..probes import toolkit
 from ..probes import torch_info as tp
@@ -93,11 +95,11 @@ def driver(ctx: Context):
     evidence = [f"driver {have}; CUDA {found.cuda} needs >= {floor} (minor-version "
                 f"compatibility), >= {row.min_driver} for everything (CUDA {row.version} GA)",
                 "source: NVIDIA CUDA Toolkit release notes, driver table"]
-    have_t = toolkit.version_tuple(have)
-    if have_t < toolkit.version_tuple(floor):
+    have_t = version_tuple(have)
+    if have_t < version_tuple(floor):
         return fail(f"driver {have} is too old for {found.describe()}: CUDA fails to initialise",
                     _wheel_fix(ctx, gpus), *evidence)
-    if have_t < toolkit.version_tuple(row.min_driver):
+    if have_t < version_tuple(row.min_driver):
         return warn(f"driver {have} runs CUDA {found.cuda} only through minor-version "
                     "compatibility: PTX JIT (and Triton kernels) can fail", _wheel_fix(ctx, gpus),
                     *evidence)

@@ -23,7 +23,6 @@ from dsenv import proc
 T = TypeVar("T")
 
 TARGETS = ("login", "compute", "auto")
-LAUNCHERS = ("srun", "mpirun", "deepspeed", "torchrun")
 DEFAULT_PROBE_TIMEOUT = 10.0
 
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from dsenv.envs.launchers import OFFLINE_VARIABLES
+
 TRUE_VALUES = {"1", "ON", "YES", "TRUE"}  # huggingface_hub.constants.ENV_VARS_TRUE_VALUES
 DEFAULT_ENDPOINT = "https://huggingface.co"
-OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 CONNECT_TIMEOUT = 2.0
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from dsenv.envs import archs
 
 from dsenv.data import load_table
+from dsenv.versions import version_tuple
 
 from .context import Context, probe
 
@@ -140,10 +141,6 @@ def ninja(ctx: Context) -> Tool:
 # -- what a CUDA toolkit can do (envs/cuda_toolkits.toml) ----------------------------------
 def _table() -> dict:
     return load_table("dsenv.envs", "cuda_toolkits.toml")
-
-
-def version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text))
 
 
 @dataclass(frozen=True)

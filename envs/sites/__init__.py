@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
+from dsenv.envs.launchers import LAUNCHERS
+
 from dsenv.data import load_table
 from dsenv.errors import UsageError
 from dsenv.redact import is_secret_name
@@ -22,7 +24,6 @@ from ..targets import resolve_arch
 
 KINDS = ("venv", "container", "conda")
 CONTAINER_RUNTIMES = ("singularity", "apptainer", "sarus", "podman", "docker")
-LAUNCHERS = ("", "srun", "mpirun", "deepspeed", "torchrun")
 BUSBW_SCOPES = ("intra_node", "inter_node")  # all ranks on one node | ranks on several nodes
 MODULE_SUBCOMMANDS = ("load", "swap", "switch", "unload", "use", "purge", "restore")
 DEFAULT_SITE = "generic"
@@ -79,8 +80,8 @@ def _problems(name: str, raw: dict) -> list[str]:
         found.append(f"name = {raw.get('name')!r}, but the file is {name}.toml")
     if raw.get("default_kind") not in KINDS:
         found.append(f"default_kind {raw.get('default_kind')!r} is not one of {', '.join(KINDS)}")
-    if raw.get("launcher", "") not in LAUNCHERS:
-        found.append(f"launcher {raw.get('launcher')!r} is not one of {', '.join(LAUNCHERS[1:])}")
+    if raw.get("launcher", "") not in ("", *LAUNCHERS):
+        found.append(f"launcher {raw.get('launcher')!r} is not one of {', '.join(LAUNCHERS)}")
     stack = raw.get("default_stack", "")
     stacks = load_stacks()
     if stack and stack not in stacks:
