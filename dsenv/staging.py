@@ -21,6 +21,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from dsenv import targetlock
+
 
 def clear_leftovers(target: Path) -> None:
     """Remove what an interrupted earlier build left next to ``target``."""
@@ -41,20 +43,25 @@ def replace_dir(tmp: Path, target: Path) -> None:
 
 
 @contextlib.contextmanager
-def staged_dir(target: Path) -> Iterator[Path]:
+def staged_dir(target: Path, command: str = "dsenv") -> Iterator[Path]:
     """A fresh hidden folder beside ``target``, renamed to ``target`` when the block ends
-    without an exception and removed when it raises."""
+    without an exception and removed when it raises. The target's lock is held throughout
+    (taken here, refusing at once, unless this process holds it already), so the leftovers
+    cleared first can only be a dead run's."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    clear_leftovers(target)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.mkdir()
-    try:
-        yield tmp
-        replace_dir(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    locked = (contextlib.nullcontext() if targetlock.held_here(target)
+              else targetlock.hold(target, command, wait=0))
+    with locked:
+        clear_leftovers(target)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        tmp.mkdir()
+        try:
+            yield tmp
+            replace_dir(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def write_file_atomically(path: str | os.PathLike, data: str | bytes, mode: int = 0o644) -> Path:
