@@ -23,6 +23,9 @@ from pathlib import Path
 
 from dsenv import targetlock
 
+# How long another run's build of the same target is waited for before one line ends it.
+DEFAULT_WAIT = 600.0
+
 
 def clear_leftovers(target: Path) -> None:
     """Remove what an interrupted earlier build left next to ``target``."""
@@ -43,15 +46,16 @@ def replace_dir(tmp: Path, target: Path) -> None:
 
 
 @contextlib.contextmanager
-def staged_dir(target: Path, command: str = "dsenv") -> Iterator[Path]:
+def staged_dir(target: Path, command: str = "dsenv",
+               wait: float | None = DEFAULT_WAIT) -> Iterator[Path]:
     """A fresh hidden folder beside ``target``, renamed to ``target`` when the block ends
     without an exception and removed when it raises. The target's lock is held throughout
-    (taken here, refusing at once, unless this process holds it already), so the leftovers
-    cleared first can only be a dead run's."""
+    (taken here, waiting up to ``wait`` seconds for another run, unless this process holds
+    it already), so the leftovers cleared first can only be a dead run's."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     locked = (contextlib.nullcontext() if targetlock.held_here(target)
-              else targetlock.hold(target, command, wait=0))
+              else targetlock.hold(target, command, wait=wait))
     with locked:
         clear_leftovers(target)
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")

@@ -110,7 +110,7 @@ def test_staging_refuses_while_a_live_run_builds_and_never_touches_its_folder(tm
     child = start_holder(target, 30, mode="stage")
     live_tmp = Path(child.ready_line.split()[1])
     try:
-        with pytest.raises(targetlock.TargetBusy), staged_dir(target):
+        with pytest.raises(targetlock.TargetBusy), staged_dir(target, wait=0):
             pass
         assert (live_tmp / "made-by").read_text() == "holder"
         assert not target.exists()
