@@ -2,7 +2,8 @@
 
 ``.NAME.lock`` next to ``NAME`` is locked with flock(2) for the whole run, so the kernel
 releases it when the process dies however it dies (SIGKILL included), and Linux NFS clients
-turn it into a POSIX lock the server sees. The file holds who owns it (pid, host, since,
+turn it into a POSIX lock the server sees. The holder removes the file as it releases it
+(a killed holder leaves it, empty of meaning: the next run locks it and carries on). The file holds who owns it (pid, host, since,
 command) so a second run can say whom it waits for. What a dead run left beside the target
 (its staging folder, its log) may be cleared by whoever holds the lock next: a live run
 always holds the lock while it has files there.
@@ -108,30 +109,50 @@ class TargetLock:
         None: no limit). ``on_wait`` is called once, with the holder, when we must wait.
         TargetBusy names the holder when the wait ends without the lock."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = None if wait is None else time.monotonic() + wait
         told = False
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                        raise
-                owner = read_owner(self.target)
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise TargetBusy(self._busy_message(owner, wait))
-                if not told and on_wait is not None:
-                    on_wait(owner)
-                    told = True
-                time.sleep(POLL_SECONDS)
-        except BaseException:
-            os.close(fd)
-            raise
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                got = self._try_lock(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            if got and self._still_the_lock_file(fd):
+                break
+            os.close(fd)  # not ours, or the holder removed that file as it released
+            if got:
+                continue
+            owner = read_owner(self.target)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TargetBusy(self._busy_message(owner, wait))
+            if not told and on_wait is not None:
+                on_wait(owner)
+                told = True
+            time.sleep(POLL_SECONDS)
         self._fd = fd
         self._write_owner()
         _HELD[self.path.absolute()] = self
+
+    @staticmethod
+    def _try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return False
+            raise
+
+    def _still_the_lock_file(self, fd: int) -> bool:
+        """The holder unlinks the lock file before it lets go (nothing stays beside the
+        target), so a lock won on a file that is no longer at the path counts for nothing."""
+        try:
+            on_disk = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(fd)
+        return (on_disk.st_ino, on_disk.st_dev) == (mine.st_ino, mine.st_dev)
 
     def _busy_message(self, owner: Owner | None, wait: float | None) -> str:
         who = owner.describe() if owner else "another dsenv run"
@@ -155,7 +176,7 @@ class TargetLock:
         fd, self._fd = self._fd, None
         _HELD.pop(self.path.absolute(), None)
         try:
-            os.ftruncate(fd, 0)  # no stale owner for the next reader
+            os.unlink(self.path)  # while still locked: waiters retry on a fresh file
         except OSError:
             pass
         os.close(fd)  # closing releases the flock
