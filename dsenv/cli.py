@@ -12,8 +12,7 @@ from dsenv.doctor.distributed import add_distributed_arguments
 from dsenv.doctor.registry import AREAS
 from dsenv.envs.launchers import LAUNCHERS
 from dsenv.errors import UsageError, run_command
-from dsenv.provision.command import add_parsers as add_provision_parsers
-from dsenv.provision.command import run_lock, run_provision
+from dsenv.provision.parsers import add_parsers as add_provision_parsers
 from dsenv.workloads.cli import add_launcher_arguments, add_workload_parsers, run_workload_command
 from dsenv.workloads.fetch import add_fetch_parser, run_fetch
 from dsenv.workloads.launch import add_launch_parser, run_launch, split_workload_args
@@ -96,17 +95,20 @@ def command_label(args) -> str:
 
 def dispatch(args, argv: list[str]) -> int:
     if args.command == "doctor":
-        from dsenv.doctor.command import run_doctor  # keeps the checks' modules off --help
+        from dsenv.doctor.command import run_doctor  # dsenv.doctor.checks: off --help
 
         return run_doctor(args)
     if args.command in ("smoke", "run"):
         return run_workload_command(args)
     if args.command == "fetch":
         return run_fetch(args)
-    if args.command == "provision":
+    if args.command in ("provision", "lock"):
+        # rich, yaml and the node-facts probes the builders read: off --help
+        from dsenv.provision.command import run_lock, run_provision
+
+        if args.command == "lock":
+            return run_lock(args)
         return run_provision(args, ["dsenv", *argv])
-    if args.command == "lock":
-        return run_lock(args)
     if args.command == "launch":
         return run_launch(args, argv)
     raise UsageError(f"unknown command {args.command}")

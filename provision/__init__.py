@@ -1,30 +1,55 @@
 """``dsenv provision``: locked environments with DeepSpeed ops precompiled (issue #4).
 
-How the pieces fit (each module has one job; command.py composes them into a plan, prints it
-for --dry-run, or carries it out in a staging folder renamed into place at the end):
+How the pieces fit (each module has one job). ``dsenv provision`` reads as plan, then act:
+its arguments become a Plan in one step (plan.py), printed for --dry-run or carried out in a
+staging folder renamed into place at the end (build.py).
 
-    targets.py     --arch SPEC -> Target (vendor, archs, GPU names, bf16), `auto` through the
-                   doctor's GPU probes; Target + toolkit -> Stack (envs/stacks.toml: cpu, CUDA
-                   and ROCm stacks, which torch build, which lock), refusals with a way out
-    ops.py         --ops auto|none|all|LIST -> OpsChoice (ops to build, omitted ops with
-                   their reasons), from the op builders of the deepspeed package itself
-    locks.py       `dsenv lock`: uv pip compile --generate-hashes per stack -> envs/locks/
-    venv.py        --kind venv: uv venv + uv pip sync --require-hashes from a lock
-    container.py   --kind container: venv --system-site-packages inside a vendor image,
-                   installing only what the image lacks; import and shared-library checks
-    conda.py       --kind conda: conda-lock recipes (envs/conda/), install from
-                   conda-lock.yml with hash checks (py-rattler), pip part through uv
-    build_ops.py   DS_BUILD_<OP>=1 reinstall of deepspeed in the env (--no-build-isolation),
-                   then installed_ops must equal the requested set
-    activation.py  the env's activate script (site modules, HF offline, NCCL/RCCL variables,
-                   TORCH_EXTENSIONS_DIR inside the env)
-    manifest.py    the env's manifest (lock hash, arch, ops, versions, command, host, date),
-                   read back by `dsenv doctor` to report drift
-    command.py     the `dsenv provision` / `dsenv lock` commands
-    openmpi.py     `dsenv provision openmpi`: an EasyBuild easyconfig for Open MPI with Slurm
-                   and PMIx (envs/openmpi.toml), eb run offline with --sourcepath, the
-                   doctor's verdict on the result, the module recorded in an environment
-                   (command line in openmpi_cli.py)
+    parsers.py        the `dsenv provision` (and `openmpi`) / `dsenv lock` command lines:
+                      argparse and data files only, light for `dsenv --help`
+    command.py        running them: run_provision, run_openmpi, run_lock
+    plan.py           arguments -> Plan: site, Target, Stack, lock, prefix, sources, steps;
+                      checked before anything is written
+    build.py          Plan -> environment: install, ops, checks, activate, manifest, rename
+    targets.py        --arch SPEC -> Target (`auto` through the node-facts GPU probes);
+                      Target + this node's nvcc -> Stack (envs/stacks.toml), refusals with a
+                      way out
+    prefix.py         where the environment goes: --prefix resolved, the site's default, the
+                      free space it needs
+    uvcmd.py          running uv; Sources (where packages come from, a stack's included);
+                      uv's errors as one line
+    locks.py          `dsenv lock`: uv pip compile --generate-hashes per stack -> envs/locks/;
+                      reading a lock
+    venv.py           --kind venv: uv venv + uv pip sync --require-hashes from a lock
+    container.py      --kind container: venv --system-site-packages inside a vendor image,
+                      installing only what the image lacks
+    import_check.py   every module of every locked package imports in the environment
+    shared_libs.py    shared libraries the loader cannot find, each with its fix
+    conda.py          --kind conda: the recipes (envs/conda/) and the conda-lock.yml read
+    conda_locking.py  `dsenv lock --kind conda`: conda-lock with micromamba/mamba/conda
+    conda_install.py  installing a conda-lock.yml: every archive's sha256/md5 checked, linked
+                      by py-rattler for the final prefix
+    conda_rattler.py  the linking subprocess (python -m dsenv.provision.conda_rattler)
+    conda_pip.py      the lock's pip packages through uv --require-hashes
+    ops_builders.py   what the installed DeepSpeed's op builders say, asked in a subprocess
+    ops_reasons.py    why an op cannot be built: for the target, or on this node
+    ops.py            --ops auto|none|all|LIST -> OpsChoice (ops to build, omitted ops with
+                      their reasons)
+    build_ops.py      DS_BUILD_<OP>=1 reinstall of deepspeed in the env (--no-build-isolation),
+                      then installed_ops must equal the requested set
+    activation.py     the env's activate script (site modules, HF offline, NCCL/RCCL
+                      variables, TORCH_EXTENSIONS_DIR inside the env)
+    manifest.py       the env's manifest (lock hash, arch, ops, versions, command, host, date),
+                      read back by `dsenv doctor` to report drift
+
+`dsenv provision openmpi` (an Open MPI that Slurm can launch, built by EasyBuild):
+
+    openmpi.py         arguments -> OpenMpiBuild (checked before any write), then eb, the
+                       node-facts verdict on the result, the record in an environment
+    openmpi_options.py the choices (toolchain, PMIx, source tarball, modules tool) against
+                       envs/openmpi.toml
+    easyconfig.py      OpenMpiBuild: EasyBuild's names, the easyconfig, the eb command
+    eb_run.py          eb run offline with --sourcepath, output into a log, no leftovers
+    openmpi_record.py  the module lines in an environment's activate script and manifest
 
 Errors are :class:`ProvisionError`: one line saying what is wrong and how to fix it.
 """

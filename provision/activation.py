@@ -28,6 +28,7 @@ from dsenv.envs.targets import Target
 
 from dsenv import __version__
 from dsenv.redact import is_secret_name
+from dsenv.staging import write_file_atomically
 
 from . import ProvisionError
 
@@ -147,10 +148,10 @@ def render_activation(env_dir: Path, site: Site, target: Target, stack: Stack | 
                   _export_default("HF_HOME", sh_value(site.hf_home)), ""]
     if compute_offline and site.offline_on_compute:
         lines += [
-            "# Compute nodes have no internet on these clusters (seeds 000, 002, 003): inside a",
-            "# Slurm job (SLURM_JOB_ID set) the Hugging Face libraries stay offline instead of",
-            "# hanging on retries; on the login node they may download (`dsenv fetch` runs",
-            "# there). A job not run by Slurm is treated as a login session.",
+            "# Compute nodes of this site have no internet: inside a Slurm job (SLURM_JOB_ID",
+            "# set) the Hugging Face libraries stay offline instead of hanging on retries; on",
+            "# the login node they may download (`dsenv fetch` runs there). A job not run by",
+            "# Slurm is treated as a login session.",
             'if [ -n "${SLURM_JOB_ID:-}" ]; then',
             "    export " + " ".join(f"{v}=1" for v in OFFLINE_VARIABLES),
             "fi", ""]
@@ -169,9 +170,4 @@ def write_activation(env_dir: Path, site: Site, target: Target, stack: Stack | N
     """Write ``<env_dir>/activate`` (atomically: temporary file, then rename)."""
     env_dir = Path(env_dir)
     text = render_activation(env_dir, site, target, stack, compute_offline, kind=kind)
-    path = env_dir / ACTIVATE_NAME
-    temp = path.with_name(f".{ACTIVATE_NAME}.tmp")
-    temp.write_text(text, encoding="utf-8")
-    temp.chmod(0o644)
-    temp.replace(path)
-    return path
+    return write_file_atomically(env_dir / ACTIVATE_NAME, text)

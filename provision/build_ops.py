@@ -35,7 +35,6 @@ SIGILL (illegal instruction) on an older CPU.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -139,11 +138,7 @@ def read_deepspeed(python: str | os.PathLike, *, env: Mapping[str, str] | None =
     ``git_version_info_installed.py``, and ``variables`` ({DS_BUILD_X: [op names]}) from its
     op builders. None when deepspeed is not installed there."""
     result = proc.run([os.fspath(python), "-c", _READ_DEEPSPEED], timeout=timeout, env=env)
-    payload = None
-    for line in reversed(result.stdout.splitlines()):
-        if line.startswith("@@dsenv@@"):
-            payload = json.loads(line[len("@@dsenv@@"):])
-            break
+    payload = proc.marked_json(result.stdout, "@@dsenv@@")
     if not result.ok or (payload is None and "@@dsenv@@null" not in result.stdout):
         raise ProvisionError(f"DeepSpeed ops: cannot read deepspeed's install info with "
                              f"{python}: {result.describe()}")
@@ -209,10 +204,7 @@ def build_ops(
     log: str | os.PathLike,
     jobs: int | None = None,
     timeout: float = DEFAULT_BUILD_TIMEOUT,
-    find_links: Iterable[str | os.PathLike] = (),
-    index_url: str | None = None,
-    extra_index_urls: Iterable[str] = (),
-    no_index: bool = False,
+    sources: Sources | None = None,
     compile_bytecode: bool = True,
     env: Mapping[str, str] | None = None,
     console=None,
@@ -224,8 +216,9 @@ def build_ops(
     ``DS_ACCELERATOR``, ``CUDA_HOME``, ``ROCM_PATH``). ``deepspeed_requirement``: what to
     reinstall, normally the lock's line with its hashes (``locks.locked_requirement(lock,
     "deepspeed").line()``; the hashes are then required) or ``deepspeed==0.19.8``.
-    ``log``: build output is appended there. ``jobs``: ``MAX_JOBS`` (default: the CPUs this
-    process may use). ``console``: a rich Console for a spinner line (None: silent).
+    ``log``: build output is appended there. ``sources``: where uv finds the deepspeed sdist
+    (default PyPI). ``jobs``: ``MAX_JOBS`` (default: the CPUs this process may use).
+    ``console``: a rich Console for a spinner line (None: silent).
 
     Returns :class:`BuiltOps` (with the build's seconds). Raises :class:`ProvisionError`
     naming the log, with its last error lines, when the build fails or times out, or when
@@ -247,12 +240,12 @@ def build_ops(
                 f"DeepSpeed ops: {', '.join(unknown)} is not a switch of DeepSpeed "
                 f"{before.get('version', '?')} (known: "
                 f"{', '.join(sorted(before['variables']))[:300]}): fix the op name")
-    jobs = jobs or _cpus()
+    jobs = jobs or available_cpus()
     variables = {**{k: str(v) for k, v in arch_env.items()},
                  **{k: str(v) for k, v in ops_env.items()}}
     variables.setdefault("MAX_JOBS", str(jobs))
     build_env = _build_env(env, python, variables)
-    sources = Sources.of(find_links, index_url, extra_index_urls, no_index)
+    sources = sources or Sources()
 
     log.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dsenv-ops-") as scratch:
@@ -311,7 +304,8 @@ def build_ops(
                     variables=variables, command=tuple(["uv", *args]))
 
 
-def _cpus() -> int:
+def available_cpus() -> int:
+    """The CPUs this process may use (its affinity mask): MAX_JOBS of a build."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):

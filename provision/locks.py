@@ -43,6 +43,8 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from dsenv.staging import write_file_atomically
+
 from . import ProvisionError
 from .uvcmd import Sources, index_of, run_uv, unreachable_index, uv_env, uv_error, uv_version
 
@@ -73,10 +75,7 @@ def compile_lock(
     *,
     python_version: str = "3.11",
     python_platform: str | None = None,
-    find_links: Iterable[str | os.PathLike] = (),
-    index_url: str | None = None,
-    extra_index_urls: Iterable[str] = (),
-    no_index: bool = False,
+    sources: Sources | None = None,
     constraints: Iterable[str | os.PathLike] = (),
     regenerate: str | None = None,
     upgrade: bool = False,
@@ -88,8 +87,8 @@ def compile_lock(
     ``requirements``: a ``.in`` file, or requirement strings (written to ``<out stem>.in`` in
     a temporary folder). ``python_platform``: uv's target platform, e.g.
     ``"x86_64-manylinux_2_28"`` (:data:`LINUX_X86_64`); None resolves for this machine.
-    ``find_links``/``index_url``/``extra_index_urls``/``no_index``: the package sources
-    (uv ignores pip's configuration, so pass them explicitly); ``index_url`` None is PyPI.
+    ``sources``: where packages come from (uv ignores pip's configuration, so pass them
+    explicitly); the default is PyPI.
     ``constraints``: constraint files (``-c``). ``regenerate``: the command that rebuilds
     this lock (``dsenv lock --stack cpu``), recorded in the header.
 
@@ -97,7 +96,7 @@ def compile_lock(
     reached, nothing satisfies the requirements, or uv fails.
     """
     out = Path(out).resolve()
-    sources = Sources.of(find_links, index_url, extra_index_urls, no_index)
+    sources = sources or Sources()
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dsenv-lock-") as scratch:
         if isinstance(requirements, (str, os.PathLike)):
@@ -130,7 +129,7 @@ def compile_lock(
     header = lock_header(infile.name, python_version, python_platform, sources,
                          constraints=[Path(c).name for c in constraints],
                          regenerate=regenerate)
-    _write_atomically(out, header + body)
+    write_file_atomically(out, header + body)
     return out
 
 
@@ -162,18 +161,6 @@ def lock_header(input_name: str, python_version: str, python_platform: str | Non
     if constraints:
         lines.append(f"# Constraints: {', '.join(constraints)}")
     return "".join(f"{line}\n" for line in lines)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ----------------------------------------------------------------------------- reading

@@ -5,12 +5,13 @@ Written at the end of ``dsenv provision``: which lock the environment was instal
 target, the ops asked for and the ops DeepSpeed reports as installed, the versions of
 python/torch/deepspeed/transformers, the command line (secrets masked), host, date and dsenv
 version. ``dsenv doctor`` reads it back (python.env-drift) and :func:`drift` says what has
-changed since. Light imports only: the doctor loads this module.
+changed since.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import socket
 import sys
@@ -19,9 +20,14 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from dsenv.doctor.probes.deepspeed_info import read_deepspeed
+from dsenv.doctor.probes.pyenv import parse_pyvenv_cfg
+from dsenv.doctor.probes.pyenv import site_dirs as prefix_site_dirs
+
 from dsenv import __version__
 from dsenv.jsonfiles import JsonFileError, read_json, write_json_atomically
 from dsenv.redact import MASK, Redactor, is_secret_name
+from dsenv.versions import same_version
 
 from . import ProvisionError
 
@@ -55,8 +61,6 @@ def redact_command(argv: list[str], env=None) -> list[str]:
     """The command line with secrets masked: values of secret-named environment variables
     wherever they appear, ``NAME=value`` / ``--name=value`` with a secret-looking name, and
     the argument after a secret-looking ``--option``."""
-    import os
-
     redactor = Redactor(os.environ if env is None else env)
     out: list[str] = []
     mask_next = False
@@ -172,8 +176,6 @@ def read_manifest(env_dir: Path) -> EnvManifest | None:
 # -- what is installed --------------------------------------------------------------------
 def site_dirs(env_dir: Path) -> list[str]:
     """site-packages folders of an environment prefix (venv, conda, container venv)."""
-    from dsenv.doctor.probes.pyenv import site_dirs as prefix_site_dirs
-
     return [str(p) for p in prefix_site_dirs(Path(env_dir))]
 
 
@@ -190,8 +192,6 @@ def installed_versions(path: list[str]) -> dict[str, str]:
 
 def env_versions(env_dir: Path) -> dict[str, str | None]:
     """python (pyvenv.cfg or lib/pythonX.Y) and torch/deepspeed/transformers of an env."""
-    from dsenv.doctor.probes.pyenv import parse_pyvenv_cfg
-
     env_dir = Path(env_dir)
     python = None
     cfg = env_dir / "pyvenv.cfg"
@@ -209,22 +209,11 @@ def env_versions(env_dir: Path) -> dict[str, str | None]:
 
 def installed_ops_in(path: list[str]) -> dict[str, bool] | None:
     """DeepSpeed's installed_ops as recorded by its setup.py (None: no DeepSpeed on path)."""
-    from dsenv.doctor.probes.deepspeed_info import read_deepspeed
-
     ds = read_deepspeed(list(path))
     return None if ds is None else dict(ds.installed_ops)
 
 
 # -- drift ------------------------------------------------------------------------------
-def _same_version(a: str, b: str) -> bool:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(a) == Version(b)
-    except InvalidVersion:
-        return a == b
-
-
 def drift(env_dir_or_manifest, installed: dict[str, str], lock_text: str | None,
           installed_ops=None) -> list[str]:
     """What differs from the environment as provisioned, one line each.
@@ -258,7 +247,7 @@ def drift(env_dir_or_manifest, installed: dict[str, str], lock_text: str | None,
         current = have.get(canonical(name))
         if current is None:
             found.append(f"{name}: not installed (lock has {version})")
-        elif not _same_version(current, version):
+        elif not same_version(current, version):
             found.append(f"{name}: {current} installed, lock has {version}")
     if installed_ops is None and env_dir is not None:
         installed_ops = installed_ops_in(site_dirs(env_dir))

@@ -30,7 +30,7 @@ def resolve_arch(spec: str, detect=None) -> Target:
 
 
 def detect_gpus(env=None) -> list:
-    """The GPUs a job started here would see, through the doctor's probes."""
+    """The GPUs a job started here would see, through the node-facts GPU probes."""
     return _detect_here(env)[0]
 
 
@@ -68,7 +68,7 @@ def _dropped_by(arch: str) -> str | None:
     return None
 
 
-def _nvcc_refusal(toolkit_version: str, target: Target, serving: list[Stack]) -> str | None:
+def nvcc_refusal(toolkit_version: str, target: Target, serving: list[Stack]) -> str | None:
     """Why this node's nvcc cannot compile ops for the target (None when it can)."""
     label = f"CUDA {major_minor(toolkit_version)}"
     row = toolkit.toolkit_row(toolkit_version)
@@ -128,7 +128,7 @@ def _stack_problem(stack: Stack, target: Target, toolkit_version: str | None) ->
         return (f"torch {stack.torch_version} ships kernels for {stack.describe_archs()}; "
                 f"{', '.join(describe_arch(a) for a in missing)} is not among them")
     if target.vendor == "nvidia" and toolkit_version:
-        return (_nvcc_refusal(toolkit_version, target, [stack])
+        return (nvcc_refusal(toolkit_version, target, [stack])
                 or _major_refusal(toolkit_version, [stack]))
     return None
 
@@ -168,7 +168,7 @@ def choose_stack(target: Target, toolkit_version: str | None = None,
             f"{', '.join(describe_arch(a) for a in missing)} ({offered}): provision for newer "
             "GPUs with --arch, build torch from source for these, or use `--arch cpu`")
     if target.vendor == "nvidia" and toolkit_version:
-        refusal = _nvcc_refusal(toolkit_version, target, serving)
+        refusal = nvcc_refusal(toolkit_version, target, serving)
         if refusal:
             raise ProvisionError(refusal)
         refusal = _major_refusal(toolkit_version, serving)
@@ -180,9 +180,7 @@ def choose_stack(target: Target, toolkit_version: str | None = None,
 
 
 def node_nvcc_version(env=None) -> str | None:
-    """The version of the nvcc DeepSpeed would compile with here (the doctor's probe)."""
-
-
+    """The version of the nvcc DeepSpeed would compile with here (the node-facts probe)."""
     ctx = Context(options=Options(target="login"),
                   env=dict(env if env is not None else os.environ))
     tool = toolkit.nvcc(ctx)

@@ -14,9 +14,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsenv.envs.stacks import Stack
+
 from dsenv import proc
 
 from . import ProvisionError
+
+try:
+    from uv import find_uv_bin  # the PyPI package ships the binary
+except ImportError:  # no uv package: uv on PATH
+    find_uv_bin = None
 
 PYPI = "https://pypi.org/simple"
 
@@ -31,12 +38,11 @@ SOURCE_VARIABLES = (
 
 def uv_binary() -> str:
     """The uv executable: the ``uv`` Python package's binary, else ``uv`` on PATH."""
-    try:
-        from uv import find_uv_bin  # the PyPI package ships the binary
-
-        return find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        pass
+    if find_uv_bin is not None:
+        try:
+            return find_uv_bin()
+        except FileNotFoundError:
+            pass
     found = proc.which("uv")
     if found:
         return found
@@ -101,6 +107,17 @@ class Sources:
             parts += [f"extra index {url}" for url in self.extra_index_urls]
         parts += [f"find-links {link}" for link in self.find_links]
         return "; ".join(parts)
+
+
+def stack_sources(stack: Stack, find_links: Iterable[str | os.PathLike] | None = None,
+                  index_url: str | None = None, no_index: bool = False) -> Sources:
+    """Where a stack's packages come from: PyPI (or ``index_url``), plus torch's own index
+    (download.pytorch.org/whl/cu126 ...) as an extra index, which uv asks first, unless
+    the stack's torch is on PyPI or in a local wheel folder (CI keeps the CPU wheel there)."""
+    links = list(find_links or stack.available_find_links())
+    torch_index = stack.index_url.rstrip("/")
+    extra = [] if torch_index in (PYPI.rstrip("/"), "") or links else [stack.index_url]
+    return Sources.of(links, index_url, extra, no_index)
 
 
 def _local_or_url(link: str | os.PathLike) -> str:

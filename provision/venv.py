@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -78,10 +78,7 @@ def create_venv(
     lock: str | os.PathLike,
     *,
     python: str | os.PathLike = sys.executable,
-    find_links: Iterable[str | os.PathLike] = (),
-    index_url: str | None = None,
-    extra_index_urls: Iterable[str] = (),
-    no_index: bool = False,
+    sources: Sources | None = None,
     system_site_packages: bool = False,
     compile_bytecode: bool = True,
     offline: bool | None = None,
@@ -92,9 +89,9 @@ def create_venv(
     """Create a relocatable venv at ``prefix`` (the empty STAGING folder; rename it into place
     afterwards) for the interpreter ``python`` and install exactly ``lock`` into it.
 
-    ``find_links``/``index_url``/``extra_index_urls``/``no_index``: package sources (uv
-    ignores pip's configuration; ``index_url`` None is PyPI). ``compile_bytecode``: write
-    .pyc files now (slower install, faster first import on a shared file system).
+    ``sources``: where packages come from (uv ignores pip's configuration; default PyPI).
+    ``compile_bytecode``: write .pyc files now (slower install, faster first import on a
+    shared file system).
     ``offline``: True never touches the network (uv's cache only); None (default) tries the
     indexes and falls back to the cache when they cannot be reached; False never falls back.
     ``log``: a file that uv's output is appended to.
@@ -108,8 +105,7 @@ def create_venv(
                              "`dsenv lock --stack NAME`")
     python_in_env = make_venv(prefix, python=python, system_site_packages=system_site_packages,
                               env=env, log=log)
-    sources = Sources.of(find_links, index_url, extra_index_urls, no_index)
-    sync_lock(python_in_env, lock, sources=sources, compile_bytecode=compile_bytecode,
+    sync_lock(python_in_env, lock, sources=sources or Sources(), compile_bytecode=compile_bytecode,
               offline=offline, env=env, log=log, timeout=timeout)
 
 

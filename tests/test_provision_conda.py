@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from dsenv.provision import ProvisionError
 from dsenv.provision import conda as pc
+from dsenv.provision.conda_install import InstallReport, install_conda
+from dsenv.provision.conda_locking import find_conda_exe, lock_conda
 
 from dsenv.staging import staged_dir
 
@@ -107,7 +109,7 @@ def world(tmp_path_factory):
     with serve(www) as url:
         recipe = _recipe(root / "demo.yml", url, [f"python {PY}.*", "greet >=2", "greetpy"],
                          pip=["tinyhello >=0.3"])
-        lock = pc.lock_conda(recipe, root / "locks" / "demo.conda-lock.yml",
+        lock = lock_conda(recipe, root / "locks" / "demo.conda-lock.yml",
                              conda_exe=str(bindir / "micromamba"), pypi_to_conda_lookup=mapping,
                              timeout=120, env=env)
         yield World(root, www, url, bindir, mapping, lock, env)
@@ -117,9 +119,9 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _install(world: World, lockfile: Path, prefix: Path, **kwargs) -> pc.InstallReport:
+def _install(world: World, lockfile: Path, prefix: Path, **kwargs) -> InstallReport:
     kwargs.setdefault("cache_dir", prefix.parent / f"{prefix.name}-pkgs")
-    return pc.install_conda(lockfile, prefix, timeout=120, env=world.env, **kwargs)
+    return install_conda(lockfile, prefix, timeout=120, env=world.env, **kwargs)
 
 
 def _edit_lock(src: Path, dst: Path, edit) -> Path:
@@ -158,7 +160,7 @@ def test_lock_conda_unsolvable_recipe_is_one_line_naming_the_package(world, tmp_
     recipe = _recipe(tmp_path / "bad.yml", world.url, [f"python {PY}.*", "nosuchpkg >=1"])
     out = tmp_path / "out" / "bad.conda-lock.yml"
     with pytest.raises(ProvisionError) as err:
-        pc.lock_conda(recipe, out, conda_exe=str(world.bindir / "micromamba"), timeout=120,
+        lock_conda(recipe, out, conda_exe=str(world.bindir / "micromamba"), timeout=120,
                       env=world.env)
     message = str(err.value)
     assert "nosuchpkg" in message and "bad.yml" in message and "\n" not in message
@@ -171,14 +173,14 @@ def test_lock_conda_offers_cuda_from_the_recipes_cuda_version_pin(world, tmp_pat
     micromamba = str(world.bindir / "micromamba")
     recipe = _recipe(tmp_path / "gpu.yml", world.url, ["cuda-version 12.6.*", "gpukernel"])
     assert pc.recipe_cuda(recipe) == "12.6"
-    lock = pc.lock_conda(recipe, tmp_path / "gpu.conda-lock.yml", conda_exe=micromamba,
+    lock = lock_conda(recipe, tmp_path / "gpu.conda-lock.yml", conda_exe=micromamba,
                          timeout=120, env=world.env)
     names = {p.name for p in pc.read_conda_lock(lock).packages}
     assert names == {"cuda-version", "gpukernel"}  # no virtual package in the lock
     # Without a cuda-version pin the solve assumes no CUDA at all (--without-cuda).
     recipe = _recipe(tmp_path / "cpu.yml", world.url, ["gpukernel"])
     with pytest.raises(ProvisionError, match="could not lock cpu.yml .*__cuda"):
-        pc.lock_conda(recipe, tmp_path / "cpu.conda-lock.yml", conda_exe=micromamba,
+        lock_conda(recipe, tmp_path / "cpu.conda-lock.yml", conda_exe=micromamba,
                       timeout=120, env=world.env)
 
 
@@ -190,7 +192,7 @@ def test_lock_conda_without_any_conda_executable(tmp_path, monkeypatch):
     recipe = tmp_path / "r.yml"
     recipe.write_text("channels: [conda-forge]\ndependencies: [python 3.11.*]\n")
     with pytest.raises(ProvisionError) as err:
-        pc.lock_conda(recipe, tmp_path / "r.conda-lock.yml")
+        lock_conda(recipe, tmp_path / "r.conda-lock.yml")
     message = str(err.value)
     assert "micromamba, mamba or conda" in message and "commit" in message
     assert "install micromamba" in message and "\n" not in message
@@ -201,9 +203,9 @@ def test_lock_conda_named_executable_missing(tmp_path):
     recipe = tmp_path / "r.yml"
     recipe.write_text("channels: [conda-forge]\ndependencies: [python 3.11.*]\n")
     with pytest.raises(ProvisionError, match="'/nowhere/micromamba' not found"):
-        pc.lock_conda(recipe, tmp_path / "out.yml", conda_exe="/nowhere/micromamba")
+        lock_conda(recipe, tmp_path / "out.yml", conda_exe="/nowhere/micromamba")
     with pytest.raises(ProvisionError, match="recipe .*missing.yml not found"):
-        pc.lock_conda(tmp_path / "missing.yml", tmp_path / "out.yml")
+        lock_conda(tmp_path / "missing.yml", tmp_path / "out.yml")
 
 
 def test_find_conda_exe_prefers_explicit_then_env_then_path(tmp_path):
@@ -213,9 +215,9 @@ def test_find_conda_exe_prefers_explicit_then_env_then_path(tmp_path):
     conda.write_text("#!/bin/sh\n")
     conda.chmod(0o755)
     env = {"PATH": str(bindir)}
-    assert pc.find_conda_exe(None, env) == str(bindir / "micromamba")
-    assert pc.find_conda_exe(None, {**env, "CONDA_EXE": str(conda)}) == str(conda)
-    assert pc.find_conda_exe("micromamba", {**env, "CONDA_EXE": str(conda)}) == str(
+    assert find_conda_exe(None, env) == str(bindir / "micromamba")
+    assert find_conda_exe(None, {**env, "CONDA_EXE": str(conda)}) == str(conda)
+    assert find_conda_exe("micromamba", {**env, "CONDA_EXE": str(conda)}) == str(
         bindir / "micromamba")
 
 
@@ -253,8 +255,8 @@ def test_install_into_staging_writes_the_final_path_everywhere(world, tmp_path):
 
 
 def test_paths_written_are_real_paths_not_through_a_symlink(world, tmp_path):
-    # seed 003: an environment reached through the /home symlink could not be activated on
-    # compute nodes; the files name the real path.
+    # an environment reached through a /home symlink cannot be activated on compute nodes
+    # that lack the link (the HPC5 guide, github.com/chrissark/ds-HPC5); files name the real path
     (tmp_path / "real").mkdir()
     (tmp_path / "home").symlink_to(tmp_path / "real")
     target = tmp_path / "home" / "env"
@@ -321,13 +323,13 @@ def test_tampered_pip_hash_is_refused_naming_the_package(world, tmp_path):
 def test_missing_lockfile_and_wrong_platform(world, tmp_path):
     with pytest.raises(ProvisionError, match="conda lock .*nope.yml not found: make it with "
                                              "`dsenv lock --kind conda"):
-        pc.install_conda(tmp_path / "nope.yml", tmp_path / "prefix")
+        install_conda(tmp_path / "nope.yml", tmp_path / "prefix")
     with pytest.raises(ProvisionError, match="no packages for osx-arm64 .*made for linux-64"):
-        pc.install_conda(world.lock, tmp_path / "prefix", platform="osx-arm64")
+        install_conda(world.lock, tmp_path / "prefix", platform="osx-arm64")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(ProvisionError, match="is not empty"):
-        pc.install_conda(world.lock, tmp_path / "full")
+        install_conda(world.lock, tmp_path / "full")
 
 
 def test_read_conda_lock_rejects_what_is_not_a_v1_lock(tmp_path):

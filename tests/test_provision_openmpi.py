@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from dsenv.provision import openmpi
-from dsenv.provision.openmpi import contradictions, find_system_pmix
+from dsenv.provision import ProvisionError, openmpi, openmpi_options, openmpi_record
+from dsenv.provision.openmpi_options import contradictions, find_system_pmix
 
 from .clirun import dsenv
 from .clirun import one_line as _one_line
@@ -31,7 +31,8 @@ from .clirun import one_line as _one_line
 EB = shutil.which("eb")
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 DEBIAN_OMPI = Path("/usr/bin/ompi_info")
-needs_eb = pytest.mark.skipif(EB is None or openmpi.find_modules_tool(os.environ) is None,
+needs_eb = pytest.mark.skipif(EB is None
+                              or openmpi_options.find_modules_tool(os.environ) is None,
                               reason="EasyBuild (pip install easybuild) or Lmod (apt-get "
                                      "install lmod) missing")
 OFFLINE = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
@@ -202,12 +203,12 @@ def test_upstream_checksums_are_easybuilds_own():
                 if isinstance(entry, dict):
                     stock.update(entry)
     compared = 0
-    for version, entry in openmpi.table()["versions"].items():
+    for version, entry in openmpi_options.table()["versions"].items():
         for source in entry["sources"]:
             if source["file"] == f"openmpi-{version}.tar.bz2":
                 assert stock.get(source["file"]) == source["sha256"], source["file"]
                 compared += 1
-    assert compared == len(openmpi.table()["versions"])
+    assert compared == len(openmpi_options.table()["versions"])
 
 
 # -- real eb, offline -------------------------------------------------------------------------
@@ -355,7 +356,7 @@ def test_root_without_easybuilds_consent_variable(tmp_path, eb_env):
                            "--installpath", str(tmp_path / "inst")], capture_output=True,
                           text=True, timeout=60, env=env)
     line = one_line(done)
-    if EB and openmpi.find_modules_tool(os.environ):
+    if EB and openmpi_options.find_modules_tool(os.environ):
         assert "running as root, which EasyBuild refuses" in line
         assert "EASYBUILD_ALLOW_USE_AS_ROOT_AND_ACCEPT_CONSEQUENCES=1" in line
 
@@ -372,18 +373,19 @@ def _args(**overrides):
 
 
 def test_no_lmod_is_one_clear_error(monkeypatch, tmp_path):
-    data = {**openmpi.table(), "lmod": {"commands": [str(tmp_path / "no-lmod")]}}
-    monkeypatch.setattr(openmpi, "table", lambda: data)
+    data = {**openmpi_options.table(), "lmod": {"commands": [str(tmp_path / "no-lmod")]}}
+    monkeypatch.setattr(openmpi_options, "table", lambda: data)
     env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
-    assert openmpi.find_modules_tool(env) is None
+    assert openmpi_options.find_modules_tool(env) is None
     eb = tmp_path / "eb"
     eb.write_text("#!/bin/sh\n")
     eb.chmod(0o755)
-    with pytest.raises(openmpi.ProvisionError, match=r"^no Lmod for EasyBuild's modules .*"
+    with pytest.raises(ProvisionError, match=r"^no Lmod for EasyBuild's modules .*"
                                                      r"apt-get install lmod"):
         openmpi.make_build(_args(pmix="internal", eb=str(eb)), env=env)
     # a site that configured another modules tool is trusted
-    tool = openmpi.find_modules_tool({**env, "EASYBUILD_MODULES_TOOL": "EnvironmentModules"})
+    tool = openmpi_options.find_modules_tool({**env,
+                                              "EASYBUILD_MODULES_TOOL": "EnvironmentModules"})
     assert tool.tool == "EnvironmentModules" and tool.command == ""
 
 
@@ -398,11 +400,11 @@ def test_system_pmix_is_found_by_header_or_reported_missing(monkeypatch, tmp_pat
         "#define PMIX_VERSION_RELEASE 2L\n")
     assert find_system_pmix(empty_path, candidates=[str(tmp_path / "x"), str(prefix)]) == \
         (str(prefix), "4.2.2", "include/pmix.h found")
-    data = {**openmpi.table()}
+    data = {**openmpi_options.table()}
     data["pmix"] = {**data["pmix"], "system": {**data["pmix"]["system"],
                                                "candidates": [str(tmp_path / "nothing")]}}
-    monkeypatch.setattr(openmpi, "table", lambda: data)
-    with pytest.raises(openmpi.ProvisionError, match=r"^--pmix system: no PMIx found .*"
+    monkeypatch.setattr(openmpi_options, "table", lambda: data)
+    with pytest.raises(ProvisionError, match=r"^--pmix system: no PMIx found .*"
                                                      r"apt-get install libpmix-dev"):
         openmpi.make_build(_args(), env={**empty_path, "HOME": str(tmp_path)})
 
@@ -494,10 +496,11 @@ def test_env_records_the_module_and_bash_loads_it(tmp_path, eb_env):
     assert f'modules = ["use {installpath}/modules/all", "{SYSTEM_MODULE}"]' in out
 
     activate = (prefix / "activate").read_text()
-    assert activate.count(openmpi.BLOCK_BEGIN) == 1 and activate.count(openmpi.BLOCK_END) == 1
+    assert activate.count(openmpi_record.BLOCK_BEGIN) == 1
+    assert activate.count(openmpi_record.BLOCK_END) == 1
     assert "export DSENV_ENV=" in activate  # the environment's own lines are kept
     manifest = read_manifest(prefix)  # the doctor's reader still accepts the manifest
-    record = manifest.extra[openmpi.MANIFEST_KEY]
+    record = manifest.extra[openmpi_record.MANIFEST_KEY]
     assert record["module"] == SYSTEM_MODULE
     assert record["modulepath"] == str(installpath / "modules" / "all")
     assert record["ompi_support"].startswith("ok: Open MPI 4.1.4")

@@ -14,7 +14,8 @@ import sys
 import pytest
 from dsenv.envs.stacks import get_stack
 from dsenv.provision import ProvisionError
-from dsenv.provision.ops import OpsChoice, choose_ops, inspect_ops, parse_mode
+from dsenv.provision.ops import OpsChoice, choose_ops, parse_mode
+from dsenv.provision.ops_builders import inspect_ops
 from dsenv.provision.targets import resolve_arch
 
 from tests.conftest import fixture_text
@@ -174,7 +175,7 @@ def test_mode_parsing():
         parse_mode(" , ")
 
 
-# -- the seed 003 note: DS_BUILD_OPS=1 fails for TORCH_CUDA_ARCH_LIST=3.7, works for 7.0 -----
+# -- DS_BUILD_OPS=1 fails for TORCH_CUDA_ARCH_LIST=3.7, works for 7.0 (github.com/chrissark/ds-HPC5)
 def arch_omitted(choice: OpsChoice) -> dict[str, str]:
     return {n: r for n, r in choice.omitted.items() if "filter_ccs" in r}
 

@@ -1,5 +1,5 @@
-"""envs/sites: the shipped profiles load, agree with the stacks and archs, and say what the
-seeds did; broken profiles are refused."""
+"""envs/sites: the shipped profiles load, agree with the stacks and archs, and say what their
+public sources did; broken profiles are refused."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_lumi_rocm_singularity_slingshot():
     assert get_stack(site.default_stack).vendor == "amd"
     assert choose_stack(resolve_arch(site.default_arch)).name == site.default_stack
     assert site.container.runtime == "singularity" and "$SCRATCH:/scratch" in site.container.binds
-    assert site.module_commands() == [["swap", "PrgEnv-cray", "PrgEnv-gnu"]]  # seed 000
+    assert site.module_commands() == [["swap", "PrgEnv-cray", "PrgEnv-gnu"]]  # LUMI's BERT example
     assert site.env["NCCL_SOCKET_IFNAME"] == "hsn"
     assert {"FI_CXI_DISABLE_CQ_HUGETLB", "MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR",
             "CXI_FORK_SAFE"} <= set(site.env)
@@ -50,8 +50,8 @@ def test_daint_sarus_host_openmpi():
                                                                     "cuda12.6")
     assert choose_stack(resolve_arch(site.default_arch)).name == "cuda12.6"  # P100
     assert site.container.runtime == "sarus"
-    assert site.container.image == "nvcr.io/nvidia/pytorch:22.08-py3"  # seed 001
-    assert site.modules == ("daint-gpu", "sarus", "OpenMPI/4.1.2")  # seed 001's job script
+    assert site.container.image == "nvcr.io/nvidia/pytorch:22.08-py3"  # CSCS's example
+    assert site.modules == ("daint-gpu", "sarus", "OpenMPI/4.1.2")  # its job script
     assert site.launcher == "mpirun" and site.srun_mpi == "pmi2"
     assert site.env["NCCL_SOCKET_IFNAME"] == "ipogif0" and site.env["NCCL_IB_DISABLE"] == "1"
 
@@ -60,7 +60,7 @@ def test_hpc5_conda_cuda_module():
     site = load_site("hpc5")
     assert (site.default_kind, site.default_arch, site.default_stack) == ("conda", "7.0",
                                                                           "cuda12.6")
-    assert site.module_commands() == [["load", "cuda/12.6"]]  # seed 003's cuda/<version>
+    assert site.module_commands() == [["load", "cuda/12.6"]]  # the HPC5 guide's cuda/<version>
     assert site.hf_home.startswith("/s/ls4/") and site.env_root.startswith("/s/ls4/")
     with pytest.raises(DsenvError):  # its K80 nodes: no torch 2.13 stack
         choose_stack(resolve_arch("K80"))

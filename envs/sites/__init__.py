@@ -3,7 +3,7 @@
 A profile names the cluster's defaults (GPU arch, environment kind, stack), the modules to
 load, the container runtime and image, the launcher, the Hugging Face cache and offline
 policy, and the NCCL/RCCL/libfabric variables its network needs. Each TOML file documents
-every field with the seed guide it comes from. ``dsenv.envs.sites`` is a package (not a
+every field with the public source it comes from. ``dsenv.envs.sites`` is a package (not a
 module beside the folder) so the TOML files install with it.
 """
 

@@ -15,6 +15,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from dsenv.provision.locks import compile_lock
+from dsenv.provision.uvcmd import Sources
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,6 +60,11 @@ def tiny_wheels(tmp_path_factory) -> Path:
     return out
 
 
+def offline(wheels: Path) -> Sources:
+    """Packages from the ``wheels`` folder only (--no-index --find-links)."""
+    return Sources.of([wheels], no_index=True)
+
+
 def wheel_hash(folder: Path, name: str) -> str:
     wheel = next(folder.glob(f"{name.replace('-', '_')}-*.whl"))
     return "sha256:" + hashlib.sha256(wheel.read_bytes()).hexdigest()
@@ -66,10 +73,8 @@ def wheel_hash(folder: Path, name: str) -> str:
 @pytest.fixture(scope="session")
 def tiny_lock(tiny_wheels, tmp_path_factory) -> Path:
     """A hashed lock of dsenv-tiny-b (and so dsenv-tiny-a), written by compile_lock."""
-    from dsenv.provision.locks import compile_lock
-
     out = tmp_path_factory.mktemp("tiny-lock") / "tiny.txt"
-    return compile_lock(["dsenv-tiny-b==1.0"], out, find_links=[tiny_wheels], no_index=True,
+    return compile_lock(["dsenv-tiny-b==1.0"], out, sources=offline(tiny_wheels),
                         regenerate="dsenv lock --stack tiny")
 
 

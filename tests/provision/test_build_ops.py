@@ -24,6 +24,8 @@ from dsenv.provision.build_ops import (
 )
 from dsenv.provision.venv import make_venv
 
+from .conftest import offline
+
 SETUP_PY = '''
 import json, os, sys
 from setuptools import setup
@@ -103,15 +105,15 @@ def env_python(tmp_path, fake_deepspeed):
     """A --system-site-packages venv (setuptools from the base) with the fake deepspeed."""
     python = make_venv(tmp_path / "env", python=sys.executable, system_site_packages=True)
     build_ops(python, {}, {}, deepspeed_requirement="deepspeed==0.0.1",
-              log=tmp_path / "install.log", find_links=[fake_deepspeed], no_index=True,
+              log=tmp_path / "install.log", sources=offline(fake_deepspeed),
               compile_bytecode=False)
     return python
 
 
 def _build(python, ops, tmp_path, fake_deepspeed, arch=None, **kw):
     return build_ops(python, ops, arch or {}, deepspeed_requirement="deepspeed==0.0.1",
-                     log=tmp_path / "logs" / "build.log", find_links=[fake_deepspeed],
-                     no_index=True, compile_bytecode=False, **kw)
+                     log=tmp_path / "logs" / "build.log", sources=offline(fake_deepspeed),
+                     compile_bytecode=False, **kw)
 
 
 def _build_env(python) -> dict:

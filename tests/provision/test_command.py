@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from dsenv.envs.stacks import get_stack
+from dsenv.provision import ProvisionError
+from dsenv.provision.prefix import NEEDED_GIB, free_space_check
 
 from ..clirun import dsenv
 from ..clirun import one_line as _one_line
@@ -127,7 +130,7 @@ def test_existing_prefix_needs_force_and_a_failed_rebuild_leaves_it_untouched(
 def test_prefix_through_a_symlink_is_resolved(tmp_path, tiny_lock, tiny_wheels):
     real = tmp_path / "scratch" / "users"
     real.mkdir(parents=True)
-    (tmp_path / "home").symlink_to(real)  # seed 003: /home -> /s/ls4/users
+    (tmp_path / "home").symlink_to(real)  # as on clusters whose /home links to the storage
     done = tiny(tmp_path / "home" / "tiny", tiny_lock, tiny_wheels)
     assert done.returncode == 0, done.stderr
     manifest = json.loads((real / "tiny" / "dsenv-env.json").read_text())
@@ -136,12 +139,9 @@ def test_prefix_through_a_symlink_is_resolved(tmp_path, tiny_lock, tiny_wheels):
 
 
 def test_too_little_free_space_is_refused_before_anything_is_written(tmp_path, monkeypatch):
-    from dsenv.envs.stacks import get_stack
-    from dsenv.provision import ProvisionError, command
-
-    monkeypatch.setitem(command.NEEDED_GIB, "cpu", 10**6)  # a million GiB: never free
+    monkeypatch.setitem(NEEDED_GIB, "cpu", 10**6)  # a million GiB: never free
     with pytest.raises(ProvisionError, match=r"no space for the environment: .* GiB free"):
-        command._free_space_check(tmp_path / "env", get_stack("cpu"))
+        free_space_check(tmp_path / "env", get_stack("cpu"))
 
 
 def test_kind_container_installs_only_what_the_image_lacks(tmp_path, tiny_lock, tiny_wheels):

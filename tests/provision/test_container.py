@@ -12,19 +12,13 @@ from pathlib import Path
 
 import pytest
 from dsenv.provision import ProvisionError
-from dsenv.provision.container import (
-    create_container_env,
-    import_check,
-    import_check_lock,
-    import_names,
-    missing_shared_libraries,
-    plan_container,
-    plan_missing,
-)
+from dsenv.provision.container import create_container_env, plan_container, plan_missing
+from dsenv.provision.import_check import import_check, import_check_lock, import_names
 from dsenv.provision.locks import read_lock
+from dsenv.provision.shared_libs import missing_shared_libraries
 from dsenv.provision.venv import make_venv, venv_python
 
-from .conftest import wheel_hash
+from .conftest import offline, wheel_hash
 
 PACKAGING = metadata.version("packaging")
 RICH = metadata.version("rich")
@@ -65,7 +59,7 @@ def test_container_env_installs_only_the_missing_packages_and_imports_everything
     final = tmp_path / "final"
     staging = tmp_path / ".final.tmp"
     plan = create_container_env(staging, lock, base_python=sys.executable,
-                                find_links=[tiny_wheels], no_index=True, compile_bytecode=False)
+                                sources=offline(tiny_wheels), compile_bytecode=False)
     staging.rename(final)
     assert plan.present == {"packaging": PACKAGING}
     site = next(final.glob("lib/python*/site-packages"))
@@ -82,7 +76,7 @@ def test_container_env_installs_only_the_missing_packages_and_imports_everything
 def test_import_names_come_from_top_level_or_record(tiny_lock, tiny_wheels, tmp_path):
     prefix = tmp_path / "env"
     create_container_env(prefix, tiny_lock, base_python=sys.executable,
-                         find_links=[tiny_wheels], no_index=True, compile_bytecode=False)
+                         sources=offline(tiny_wheels), compile_bytecode=False)
     names = import_names(venv_python(prefix), ["dsenv-tiny-a", "py-cpuinfo", "PyYAML",
                                                "no-such-dist"])
     assert names["dsenv-tiny-a"] == ["dsenvtinya"]
@@ -136,7 +130,7 @@ def _gcc(*args):
 
 @pytest.fixture
 def image_with_extension(tmp_path):
-    """A fake image library folder (``image/lib64/libdsenvtest.so``, like the seed's
+    """A fake image library folder (``image/lib64/libdsenvtest.so``, like the NGC image's
     /opt/conda/lib/libxgboost.so) and a container venv whose site-packages holds a C
     extension linked against it, with RUNPATH ``$ORIGIN/../../..`` (= the venv's lib)."""
     image_lib = tmp_path / "image" / "lib64"

@@ -17,8 +17,9 @@ from dsenv.provision.locks import (
     read_lock,
     requirements_path,
 )
+from dsenv.provision.uvcmd import Sources
 
-from .conftest import wheel_hash
+from .conftest import offline, wheel_hash
 
 
 def test_compile_lock_pins_every_package_with_its_hash(tiny_lock, tiny_wheels):
@@ -38,11 +39,11 @@ def test_compile_lock_pins_every_package_with_its_hash(tiny_lock, tiny_wheels):
 
 def test_compile_lock_is_byte_stable_and_leaves_no_temporary_files(tiny_lock, tiny_wheels,
                                                                    tmp_path):
-    again = compile_lock(["dsenv-tiny-b==1.0"], tmp_path / "tiny.txt", find_links=[tiny_wheels],
-                         no_index=True, regenerate="dsenv lock --stack tiny")
+    again = compile_lock(["dsenv-tiny-b==1.0"], tmp_path / "tiny.txt",
+                         sources=offline(tiny_wheels), regenerate="dsenv lock --stack tiny")
     assert again.read_bytes() == tiny_lock.read_bytes()
     # Again over the existing file (uv prefers its pins): still the same bytes.
-    compile_lock(["dsenv-tiny-b==1.0"], again, find_links=[tiny_wheels], no_index=True,
+    compile_lock(["dsenv-tiny-b==1.0"], again, sources=offline(tiny_wheels),
                  regenerate="dsenv lock --stack tiny")
     assert again.read_bytes() == tiny_lock.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.txt"]
@@ -52,8 +53,8 @@ def test_compile_lock_from_an_in_file_names_it_by_file_name(tiny_wheels, tmp_pat
     reqs = tmp_path / "reqs" / "mystack.in"
     reqs.parent.mkdir()
     reqs.write_text("# comment\ndsenv-tiny-a==1.0\n")
-    out = compile_lock(reqs, tmp_path / "locks" / "mystack.txt", find_links=[tiny_wheels],
-                       no_index=True, python_platform="x86_64-manylinux_2_28")
+    out = compile_lock(reqs, tmp_path / "locks" / "mystack.txt", sources=offline(tiny_wheels),
+                       python_platform="x86_64-manylinux_2_28")
     text = out.read_text()
     assert "# via -r mystack.in" in text and str(tmp_path / "reqs") not in text
     assert "platform x86_64-manylinux_2_28" in text
@@ -64,7 +65,8 @@ def test_unreachable_index_is_one_line_naming_the_index_and_where_to_run(
     out = tmp_path / "cuda12.6.txt"
     out.write_text("# the previous lock\n")
     with pytest.raises(ProvisionError) as err:
-        compile_lock(["torch==2.13.0"], out, index_url="http://127.0.0.1:9/simple",
+        compile_lock(["torch==2.13.0"], out,
+                     sources=Sources.of(index_url="http://127.0.0.1:9/simple"),
                      regenerate="dsenv lock --stack cuda12.6", timeout=60)
     message = str(err.value)
     assert "\n" not in message
@@ -77,8 +79,7 @@ def test_unreachable_index_is_one_line_naming_the_index_and_where_to_run(
 
 def test_unsatisfiable_requirements_are_one_line(tiny_wheels, tmp_path):
     with pytest.raises(ProvisionError) as err:
-        compile_lock(["dsenv-tiny-a==9.9"], tmp_path / "x.txt", find_links=[tiny_wheels],
-                     no_index=True)
+        compile_lock(["dsenv-tiny-a==9.9"], tmp_path / "x.txt", sources=offline(tiny_wheels))
     assert "\n" not in str(err.value) and "dsenv-tiny-a" in str(err.value)
     with pytest.raises(ProvisionError, match="does not exist"):
         compile_lock(tmp_path / "missing.in", tmp_path / "x.txt")
@@ -154,12 +155,12 @@ def test_constraints_are_applied_and_recorded_by_file_name(tiny_wheels, tmp_path
     cons = tmp_path / "constraints" / "site.txt"
     cons.parent.mkdir()
     cons.write_text("dsenv-tiny-a==1.0\n")
-    out = compile_lock(reqs, tmp_path / "c.txt", find_links=[tiny_wheels], no_index=True,
+    out = compile_lock(reqs, tmp_path / "c.txt", sources=offline(tiny_wheels),
                        constraints=[cons])
     text = out.read_text()
     assert "# Constraints: site.txt" in text and str(tmp_path) not in text.split("# Sources")[0]
     assert parse_lock(text) == {"dsenv-tiny-a": "1.0", "dsenv-tiny-b": "1.0"}
     cons.write_text("dsenv-tiny-a<1.0\n")
     with pytest.raises(ProvisionError, match="dsenv-tiny-a"):
-        compile_lock(reqs, tmp_path / "c.txt", find_links=[tiny_wheels], no_index=True,
+        compile_lock(reqs, tmp_path / "c.txt", sources=offline(tiny_wheels),
                      constraints=[cons])

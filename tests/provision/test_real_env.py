@@ -19,15 +19,17 @@ from pathlib import Path
 import pytest
 from dsenv.provision import ProvisionError
 from dsenv.provision.build_ops import build_ops, verify_installed_ops
-from dsenv.provision.container import import_check_lock, missing_shared_libraries
+from dsenv.provision.import_check import import_check_lock
 from dsenv.provision.locks import lock_path
+from dsenv.provision.shared_libs import missing_shared_libraries
+from dsenv.provision.uvcmd import Sources
 from dsenv.provision.venv import make_venv, venv_python
 
 pytestmark = pytest.mark.slow
 
 LOCAL_TORCH = Path("/opt/wheels")
-TORCH_SOURCES = ({"find_links": [LOCAL_TORCH]} if LOCAL_TORCH.is_dir()
-                 else {"extra_index_urls": ["https://download.pytorch.org/whl/cpu"]})
+TORCH_SOURCES = (Sources.of([LOCAL_TORCH]) if LOCAL_TORCH.is_dir()
+                 else Sources.of(extra_index_urls=["https://download.pytorch.org/whl/cpu"]))
 
 STEP = r"""
 import json, sys, time

@@ -8,9 +8,12 @@ import subprocess
 
 import pytest
 from dsenv.provision import ProvisionError
+from dsenv.provision.uvcmd import Sources
 from dsenv.provision.venv import create_venv, venv_python
 
 from dsenv.staging import staged_dir
+
+from .conftest import offline
 
 
 def _run(argv, **kw):
@@ -21,7 +24,7 @@ def test_venv_built_in_staging_works_after_the_rename(tiny_lock, tiny_wheels, tm
     final = tmp_path / "envs" / "tiny"
     log = tmp_path / "provision.log"
     with staged_dir(final) as staging:
-        create_venv(staging, tiny_lock, find_links=[tiny_wheels], no_index=True, log=log)
+        create_venv(staging, tiny_lock, sources=offline(tiny_wheels), log=log)
         staged_path = str(staging)
     assert final.is_dir() and not os.path.exists(staged_path)
     assert "+ dsenv-tiny-a==1.0" in log.read_text()
@@ -53,7 +56,7 @@ def test_a_tampered_hash_fails_with_one_line_naming_the_package(tiny_lock, tiny_
     tampered = tmp_path / "tampered.txt"
     tampered.write_text(text[:at] + ("0" if digit != "0" else "1") + text[at + 1:])
     with pytest.raises(ProvisionError) as err:
-        create_venv(tmp_path / "env", tampered, find_links=[tiny_wheels], no_index=True,
+        create_venv(tmp_path / "env", tampered, sources=offline(tiny_wheels),
                     compile_bytecode=False)
     message = str(err.value)
     assert "\n" not in message
@@ -65,7 +68,7 @@ def test_a_lock_without_hashes_is_refused(tiny_wheels, tmp_path):
     lock = tmp_path / "nohash.txt"
     lock.write_text("dsenv-tiny-a==1.0\n")
     with pytest.raises(ProvisionError, match="must have a hash") as err:
-        create_venv(tmp_path / "env", lock, find_links=[tiny_wheels], no_index=True)
+        create_venv(tmp_path / "env", lock, sources=offline(tiny_wheels))
     assert "\n" not in str(err.value)
 
 
@@ -73,12 +76,11 @@ def test_unreachable_index_falls_back_to_uvs_cache_and_find_links(tiny_lock, tin
                                                                    tmp_path, no_retries):
     # The index is a closed port: the first sync fails on the network, the offline retry
     # installs from the local wheels (and uv's cache) without UV_OFFLINE being set.
-    create_venv(tmp_path / "env", tiny_lock, find_links=[tiny_wheels],
-                index_url="http://127.0.0.1:9/simple", compile_bytecode=False)
+    closed = Sources.of([tiny_wheels], "http://127.0.0.1:9/simple")
+    create_venv(tmp_path / "env", tiny_lock, sources=closed, compile_bytecode=False)
     assert _run([str(venv_python(tmp_path / "env")), "-c", "import dsenvtinyb"]).returncode == 0
     with pytest.raises(ProvisionError) as err:
-        create_venv(tmp_path / "env2", tiny_lock, find_links=[tiny_wheels],
-                    index_url="http://127.0.0.1:9/simple", offline=False)
+        create_venv(tmp_path / "env2", tiny_lock, sources=closed, offline=False)
     assert "cannot reach the package index" in str(err.value) and "\n" not in str(err.value)
 
 

@@ -1,0 +1,126 @@
+"""Why a DeepSpeed op cannot be built: for the target itself (DeepSpeed's own rules, wherever
+it is built) or on this node (no C++ compiler, no nvcc/hipcc, an nvcc that cannot build the
+archs or whose CUDA major is not torch's (DeepSpeed's ``cuda_minor_mismatch_ok``), a torch
+build that does not match the target). Each reason is one line that says how to fix it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from dsenv.doctor.probes import toolkit
+from dsenv.doctor.probes.context import Context, Options
+from dsenv.envs.stacks import Stack
+from dsenv.envs.targets import Target, describe_arch, sm_name
+
+from dsenv.versions import major_minor, version_tuple
+
+from .ops_builders import OpInfo, OpsReport
+from .targets import nvcc_refusal
+
+LINK_HINTS = {
+    "dskernels": "pip install deepspeed-kernels (prebuilt CUTLASS kernels, NVIDIA only)",
+}
+
+
+def target_reason(op: OpInfo, target: Target) -> str | None:
+    """Why DeepSpeed's rules exclude ``op`` for the target itself (anywhere it is built)."""
+    if op.sources == 0:
+        return (f"not a buildable op: {op.builder} ({op.where}) has no sources (a placeholder "
+                "for ops this accelerator does not implement)")
+    if target.vendor == "nvidia" and op.gpu and op.arch_rule.get("error"):
+        minimum = op.minimum_arch
+        needs = f"needs {sm_name(minimum)} or newer" if minimum else "no target arch left"
+        dropped = ", ".join(describe_arch(a) for a in target.archs)
+        return (f"{needs}: {op.builder}.filter_ccs ({op.arch_rule.get('filter_where')}) drops "
+                f"{dropped}, so DeepSpeed's build stops with \"{op.arch_rule['error']}\"")
+    if target.vendor == "amd" and op.rocm_only_refusal:
+        said = "; ".join(op.compat_warnings) or "is_compatible() is False on ROCm"
+        return f"not supported on ROCm: {op.builder}.is_compatible ({op.where}): {said}"
+    return None
+
+
+def _link_reason(op: OpInfo) -> str:
+    hint = next((h for key, h in LINK_HINTS.items() if key in (op.link_error or "")), None)
+    return (f"cannot be linked here: {op.builder}.extra_ldflags() raises "
+            f"{op.link_error}" + (f" ({hint})" if hint else ""))
+
+
+@dataclass(frozen=True)
+class Compilers:
+    """The compilers on this node (the node-facts toolkit probes)."""
+
+    cxx: object
+    nvcc: object
+    hipcc: object
+
+
+def compilers_here(env=None) -> Compilers:
+    ctx = Context(options=Options(target="login"),
+                  env=dict(env if env is not None else os.environ))
+    return Compilers(toolkit.cxx(ctx), toolkit.nvcc(ctx), toolkit.hipcc(ctx))
+
+
+def _gpu_compiler_reason(target: Target, stack: Stack | None, tools: Compilers,
+                          report: OpsReport, judge_torch: bool) -> str | None:
+    """Why GPU (nvcc/hipcc) ops cannot be compiled here; None when they can."""
+    torch = report.torch
+    if target.vendor == "nvidia":
+        nvcc = tools.nvcc
+        if not nvcc.found:
+            major = stack.toolkit_major if stack and stack.toolkit_major else 12
+            return (f"no nvcc here ({nvcc.how}): load a CUDA {major}.x module (e.g. `module "
+                    f"load cuda/{stack.toolkit if stack else '12.6'}`) or set CUDA_HOME")
+        if not nvcc.version:
+            return f"nvcc at {nvcc.path} did not say its version ({nvcc.how})"
+        refusal = nvcc_refusal(nvcc.version, target, [stack] if stack else [])
+        if refusal:
+            return refusal
+        torch_cuda = stack.toolkit if stack else torch.get("cuda")
+        if torch_cuda:
+            nvcc_mm = major_minor(nvcc.version)
+            torch_mm = major_minor(torch_cuda)
+            major = str(version_tuple(nvcc.version)[0])
+            accepted = report.cuda_minor_mismatch_ok.get(major, [])
+            if nvcc_mm != torch_mm and not (nvcc_mm in accepted and torch_mm in accepted):
+                return (f"nvcc {nvcc.version} is CUDA {nvcc_mm} and torch is built with CUDA "
+                        f"{torch_mm}: DeepSpeed refuses that pair (assert_no_cuda_mismatch, "
+                        f"{report.builder_where.get('assert_no_cuda_mismatch')}; its "
+                        f"cuda_minor_mismatch_ok for CUDA {major}: "
+                        f"{', '.join(accepted) or 'none'}): load a CUDA {torch_mm} module (or "
+                        "set DS_SKIP_CUDA_CHECK=1 and accept the risk)")
+        if judge_torch and not torch.get("cuda"):
+            wanted = stack.torch_version if stack else "a CUDA build"
+            return (f"torch {torch.get('version')} in this interpreter is not a CUDA build: "
+                    f"CUDA ops are compiled against the environment's torch ({wanted})")
+        return None
+    hipcc = tools.hipcc
+    if not hipcc.found:
+        return f"no hipcc here ({hipcc.how}): load the ROCm module or set ROCM_PATH"
+    if judge_torch and not torch.get("hip"):
+        wanted = stack.torch_version if stack else "a ROCm build"
+        return (f"torch {torch.get('version')} in this interpreter is not a ROCm build: "
+                f"HIP ops are compiled against the environment's torch ({wanted})")
+    return None
+
+
+def here_reasons(report: OpsReport, target: Target, stack: Stack | None, tools: Compilers,
+                 judge_torch: bool = True) -> dict[str, str]:
+    """op -> why it cannot be built on this node (ops DeepSpeed allows for the target)."""
+    gpu_reason = None
+    if target.is_gpu and any(op.gpu for op in report.ops.values()):
+        gpu_reason = _gpu_compiler_reason(target, stack, tools, report, judge_torch)
+    reasons = {}
+    for name, op in report.ops.items():
+        if not tools.cxx.found:
+            reasons[name] = (f"no C++ compiler here ({tools.cxx.how}): install g++ or load a "
+                             "GCC module")
+        elif not op.compatible and not op.rocm_only_refusal:
+            said = "; ".join(op.compat_warnings) or "no reason given"
+            reasons[name] = f"DeepSpeed's {op.builder}.is_compatible() is False here: {said}"
+        elif op.link_error:
+            reasons[name] = _link_reason(op)
+        elif op.gpu and gpu_reason:
+            reasons[name] = gpu_reason
+    return reasons

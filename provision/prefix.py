@@ -1,0 +1,51 @@
+"""Where an environment goes on disk: ``--prefix`` made absolute with its symlinks resolved,
+the site's default when none is given, and the free space it needs there."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from dsenv.envs.sites import Site
+from dsenv.envs.stacks import Stack
+
+from . import ProvisionError
+
+# Disk an environment of each vendor's stack takes once installed, with headroom for the op
+# build (measured here: the CPU stack's venv is ~1.5 GB; CUDA and ROCm torch wheels with their
+# libraries are 5-15 GB installed).
+NEEDED_GIB = {"cpu": 3, "nvidia": 12, "amd": 20}
+
+
+def resolve_prefix(text: str) -> Path:
+    """The absolute prefix with every symlink on the way resolved: an environment reached
+    through a symlink (a /home that links to the real storage) cannot be activated on
+    compute nodes that see only the real path."""
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    parent = path.parent.resolve()  # strict=False: a missing parent is created later
+    return parent / path.name
+
+
+def default_prefix(site: Site, kind: str, stack: Stack) -> str:
+    """``<site env root or ./dsenv-envs>/<stack>-<kind>``."""
+    root = os.path.expandvars(site.env_root) if site.env_root else "dsenv-envs"
+    return os.path.join(root, f"{stack.name}-{kind}")
+
+
+def free_space_check(prefix: Path, stack: Stack) -> str:
+    """``"120 GiB free (needs ~3 GiB)"``, or ProvisionError when the file system of
+    ``prefix`` has less room than a ``stack`` environment takes."""
+    needed = NEEDED_GIB.get(stack.vendor, 12)
+    probe = prefix.parent
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free / 2**30
+    if free < needed:
+        raise ProvisionError(
+            f"no space for the environment: {free:.1f} GiB free on the file system of "
+            f"{probe}, a {stack.name} environment needs about {needed} GiB: free some space "
+            "or pass --prefix on another file system")
+    return f"{free:.0f} GiB free (needs ~{needed} GiB)"
