@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dsenv.argtypes import non_negative_float
 from dsenv.errors import DsenvError
 
 POLL_SECONDS = 0.2
@@ -198,3 +199,13 @@ def waiting_line(target: str | os.PathLike, owner: Owner | None) -> str:
     """The line a run prints when it must wait."""
     who = owner.describe() if owner else "another dsenv run"
     return f"waiting for {who} to finish with {target} ..."
+
+
+def add_wait_arguments(parser, default: float, what: str) -> None:
+    """``--wait SECONDS`` / ``--no-wait`` for a command that builds ``what``; ``args.wait``."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--wait", type=non_negative_float, default=default, metavar="SECONDS",
+                       help=f"when another dsenv run is building the same {what}, wait this "
+                            f"long for it (default {default:.0f})")
+    group.add_argument("--no-wait", dest="wait", action="store_const", const=0.0,
+                       help=f"refuse at once when another dsenv run builds the same {what}")

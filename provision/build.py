@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
 
-from dsenv import proc
+from dsenv import proc, targetlock
 from dsenv.jsonfiles import read_json, write_json_atomically
 from dsenv.staging import staged_dir
 
@@ -28,11 +29,12 @@ from .activation import ACTIVATE_NAME, render_activation
 from .build_ops import BuiltOps, build_ops, read_deepspeed
 from .conda_install import install_conda
 from .container import create_container_env
-from .import_check import import_check_lock
+from .import_check import import_check, import_check_lock, import_names
 from .locks import locked_requirement
 from .manifest import env_versions, manifest_path, write_manifest
 from .ops import OpsChoice, choose_ops
 from .plan import Plan, make_plan
+from .prefix import check_absent, out_of_space_message
 from .shared_libs import missing_shared_libraries
 from .venv import create_venv
 
@@ -46,14 +48,15 @@ def provision_command(args, argv: list[str]) -> int:
         return 0
     for line in plan.header():
         console.print(line, markup=False)
-    try:
+
+    def say_wait(owner) -> None:
+        console.print(targetlock.waiting_line(plan.prefix, owner), markup=False)
+
+    with targetlock.hold(plan.prefix, "dsenv provision", wait=plan.wait, on_wait=say_wait):
+        # another run may have built the prefix while this one waited for it
+        check_absent(plan.prefix, plan.force, " (another dsenv run built it meanwhile)")
+        clear_dead_logs(plan.prefix)  # we hold the lock: their runs are gone
         result = provision(plan, argv, console)
-    except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            raise ProvisionError(f"no space left on the device ({exc.filename or ''}): "
-                                 "nothing was installed at the prefix; free space or pass "
-                                 "--prefix on another file system") from None
-        raise
     console.print(f"[bold green]environment ready[/]: {plan.prefix} in "
                   f"{result['timings']['total_s']:.0f} s; activate with "
                   f"`. {plan.prefix}/activate`")
@@ -65,27 +68,106 @@ def provision(plan: Plan, argv: list[str], console: Console) -> dict:
     started = time.perf_counter()
     timings: dict[str, float] = {}
     # the build log lives beside the prefix, so a failed build's log outlives the staging
-    # folder; a finished environment keeps it as dsenv-build.log
-    log = plan.prefix.with_name(f"{plan.prefix.name}.build.log")
+    # folder (one per run: two runs never write one log); a finished environment keeps it
+    # as dsenv-build.log
+    log = run_log(plan.prefix)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(f"# dsenv provision {' '.join(argv[2:])}\n")
-    with staged_dir(plan.prefix) as staging:
-        python = _create(plan, staging, log, console, timings)
-        choice, built = _ops(plan, python, log, console, timings)
-        if plan.kind == "container":
-            _container_checks(plan, python, staging, console)
-        (staging / ACTIVATE_NAME).write_text(render_activation(
-            plan.prefix, plan.site, plan.target, plan.stack, kind=_activation_kind(plan.kind)))
-        installed = built.installed_ops if built else _installed_ops(python)
-        manifest = write_manifest(
-            staging, kind=plan.kind, site=plan.site.name, stack=plan.stack,
-            target=plan.target, lock_file=plan.lock, ops_mode=plan.ops_mode,
-            ops_requested=list(choice.build), ops_installed=installed,
-            ops_omitted=choice.omitted, versions=env_versions(staging), command=argv)
-        _relocate_manifest(staging, plan.prefix)
-        os.replace(log, staging / "dsenv-build.log")
+    step = Step(f"installing {plan.lock.name}")
+    try:
+        with staged_dir(plan.prefix, "dsenv provision") as staging:
+            python = _create(plan, staging, log, console, timings)
+            step.now = "building DeepSpeed ops"
+            choice, built = _ops(plan, python, log, console, timings)
+            step.now = "checking the environment"
+            if plan.kind == "container":
+                _container_checks(plan, python, staging, console)
+            _ready_check(plan, python, console, timings)
+            step.now = "writing the activate script and manifest"
+            (staging / ACTIVATE_NAME).write_text(render_activation(
+                plan.prefix, plan.site, plan.target, plan.stack,
+                kind=_activation_kind(plan.kind)))
+            installed = built.installed_ops if built else _installed_ops(python)
+            manifest = write_manifest(
+                staging, kind=plan.kind, site=plan.site.name, stack=plan.stack,
+                target=plan.target, lock_file=plan.lock, ops_mode=plan.ops_mode,
+                ops_requested=list(choice.build), ops_installed=installed,
+                ops_omitted=choice.omitted, versions=env_versions(staging), command=argv)
+            _relocate_manifest(staging, plan.prefix)
+            os.replace(log, staging / "dsenv-build.log")
+            step.now = f"moving the environment to {plan.prefix}"
+    except (OSError, ProvisionError) as exc:
+        if out_of_space(exc, log):
+            raise ProvisionError(out_of_space_message(plan.prefix, plan.stack,
+                                                      step.now)) from None
+        raise
     timings["total_s"] = time.perf_counter() - started
     return {"manifest": manifest, "ops": choice, "built": built, "timings": timings}
+
+
+class Step:
+    """What the build is doing now, for the one line a full disk gets."""
+
+    def __init__(self, now: str):
+        self.now = now
+
+
+def run_log(prefix: Path) -> Path:
+    """This run's build log beside the prefix: ``NAME.build-PID.log``."""
+    return prefix.with_name(f"{prefix.name}.build-{os.getpid()}.log")
+
+
+def clear_dead_logs(prefix: Path) -> None:
+    """Logs earlier runs left beside ``prefix``; call only while holding its lock (every
+    other run that wrote one is then gone)."""
+    for pattern in (f"{prefix.name}.build-*.log", f"{prefix.name}.build.log"):
+        for stale in prefix.parent.glob(pattern):
+            stale.unlink(missing_ok=True)
+
+
+def out_of_space(exc: BaseException, log: Path) -> bool:
+    """ENOSPC in this process, or a tool of the build that died of it (its log says so)."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    if NO_SPACE in str(exc):
+        return True
+    try:
+        return NO_SPACE in log.read_text(errors="replace")[-20000:]
+    except OSError:
+        return False
+
+
+NO_SPACE = "No space left on device"  # strerror(ENOSPC), as tools print it
+READY_TIMEOUT = 300.0  # seconds for the whole import of the key packages
+
+# The packages a training job imports first; each one the lock holds must import in the
+# staged environment before it is called ready.
+READY_DISTRIBUTIONS = ("torch", "deepspeed", "transformers", "datasets", "accelerate",
+                       "tokenizers", "mpi4py")
+
+
+def _ready_check(plan: Plan, python: Path, console, timings: dict) -> None:
+    """The staged env's interpreter starts and the lock's key packages import, in the env's
+    own interpreter with a timeout (never in this process)."""
+    begin = time.perf_counter()
+    lock_text = plan.lock.read_text(errors="replace").lower()
+    wanted = [d for d in READY_DISTRIBUTIONS
+              if re.search(rf"(?m)^\s*(-\s*)?(name:\s*)?{d}\s*(==|:|=|\s|$)", lock_text)]
+    names = import_names(python, wanted)
+    missing = [d for d, tops in names.items() if tops is None]
+    if missing:
+        raise ProvisionError(f"the staged environment lacks {', '.join(missing)}, which the "
+                             f"lock {plan.lock.name} holds: the install did not finish; see "
+                             "the build log")
+    modules = wanted  # each of these distributions imports under its own name
+    failures = import_check(python, modules, timeout=READY_TIMEOUT)
+    if failures:
+        raise ProvisionError(f"the staged environment does not import what the lock holds: "
+                             f"{failures[0]}" + (f" (and {len(failures) - 1} more)"
+                                                 if len(failures) > 1 else ""))
+    timings["ready_check_s"] = time.perf_counter() - begin
+    console.print(f"[green]✓[/] the environment imports {', '.join(modules) or 'its packages'} "
+                  f"({timings['ready_check_s']:.0f} s)")
 
 
 def _activation_kind(kind: str) -> str:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from dsenv.envs.stacks import get_stack
 
+from dsenv import targetlock
+
 from . import ProvisionError
 from .conda import lock_path as conda_lock_path
 from .conda import recipe_path
@@ -38,19 +40,28 @@ def run_provision(args, argv: list[str]) -> int:
 
 def run_lock(args) -> int:
     stack = get_stack(args.stack)
+    out = Path(args.out or (conda_lock_path(stack.name) if args.kind == "conda"
+                            else lock_path(stack.name)))
+
+    def say_wait(owner) -> None:
+        print(targetlock.waiting_line(out, owner), flush=True)
+
+    with targetlock.hold(out, "dsenv lock", wait=getattr(args, "wait", None),
+                         on_wait=say_wait):
+        return _run_lock(args, stack, out)
+
+
+def _run_lock(args, stack, out: Path) -> int:
     if args.kind == "conda":
-        out = lock_conda(recipe_path(stack.name), Path(args.out or conda_lock_path(stack.name)),
-                         conda_exe=args.conda)
+        out = lock_conda(recipe_path(stack.name), out, conda_exe=args.conda)
     else:
         sources = stack_sources(stack, args.find_links, args.index_url)
         command = ["dsenv lock --stack", stack.name]
         command += [f"--find-links {link}" for link in sources.find_links]
         if args.index_url:
             command.append(f"--index-url {args.index_url}")
-        out = compile_lock(requirements_path(stack.name),
-                           Path(args.out or lock_path(stack.name)),
-                           python_platform=LINUX_X86_64, sources=sources,
-                           regenerate=" ".join(command), upgrade=args.upgrade)
+        out = compile_lock(requirements_path(stack.name), out, python_platform=LINUX_X86_64,
+                           sources=sources, regenerate=" ".join(command), upgrade=args.upgrade)
     print(f"dsenv lock: wrote {out}")
     return 0
 
@@ -68,4 +79,4 @@ def run_openmpi(args, argv: list[str]) -> int:
         return 0
     for line in build.header():
         print(line)
-    return provision_openmpi(build, argv)
+    return provision_openmpi(build, argv, getattr(args, "wait", None))

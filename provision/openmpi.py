@@ -25,7 +25,7 @@ from dsenv.doctor.probes.context import Context, Options
 from dsenv.doctor.probes.ompi_verdict import ompi_support
 from dsenv.doctor.probes.result import Finding, Status
 
-from dsenv import proc
+from dsenv import proc, targetlock
 
 from . import ProvisionError
 from .activation import ACTIVATE_NAME
@@ -145,7 +145,21 @@ def judge_install(build: OpenMpiBuild) -> Finding:
     return ompi_support(ctx)
 
 
-def provision_openmpi(build: OpenMpiBuild, argv: list[str]) -> int:
+def provision_openmpi(build: OpenMpiBuild, argv: list[str], wait: float | None = None) -> int:
+    """Build (unless installed), judge and record; one run at a time per install folder: a
+    second run waits for the first, then finds the module installed."""
+
+    def say_wait(owner) -> None:
+        print(targetlock.waiting_line(build.software_dir, owner), flush=True)
+
+    # the lock sits beside the easyconfig in the install path's dsenv/ folder, which stays,
+    # rather than in software/, which a failed build leaves as it found it
+    with targetlock.hold(build.easyconfig_path, "dsenv provision openmpi", wait=wait,
+                         on_wait=say_wait):
+        return _provision_openmpi(build, argv)
+
+
+def _provision_openmpi(build: OpenMpiBuild, argv: list[str]) -> int:
     existing = installed_module(build)
     if existing and not build.rebuild:
         print(f"{build.module_name} is already installed ({existing}); --rebuild builds it "

@@ -7,10 +7,14 @@ from __future__ import annotations
 from dsenv.envs.sites import site_names
 
 from dsenv.argtypes import positive_float, positive_int
+from dsenv.targetlock import add_wait_arguments
 
 from .openmpi_options import table
 
 KINDS = ("venv", "container", "conda")
+# How long a run waits for another run building the same prefix (an op build takes minutes
+# on a CPU node, a CUDA one longer) before it says so in one line.
+DEFAULT_WAIT = 3600.0
 
 
 def add_parsers(subparsers) -> None:
@@ -49,6 +53,7 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan: every step, command and variable; write nothing")
     p.add_argument("--force", action="store_true", help="replace an existing --prefix")
+    add_wait_arguments(p, DEFAULT_WAIT, "--prefix")
     what = p.add_subparsers(dest="provision_what", metavar="WHAT", required=False,
                             title="also provisions (optional)")
     _add_openmpi_parser(what)
@@ -64,6 +69,7 @@ def add_parsers(subparsers) -> None:
     lock.add_argument("--out", metavar="FILE", help="write here instead of envs/")
     lock.add_argument("--upgrade", action="store_true", help="re-resolve to newest versions")
     lock.add_argument("--conda", metavar="EXE", help="conda/mamba/micromamba for conda-lock")
+    add_wait_arguments(lock, DEFAULT_WAIT, "lock file")
 
 
 def _add_openmpi_parser(subparsers) -> None:
@@ -109,3 +115,4 @@ def _add_openmpi_parser(subparsers) -> None:
                    help="build again although the module exists")
     p.add_argument("--dry-run", dest="ompi_dry_run", action="store_true",
                    help="print the easyconfig and the eb command; write nothing")
+    add_wait_arguments(p, DEFAULT_WAIT, "EasyBuild install path")

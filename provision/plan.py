@@ -27,7 +27,7 @@ from . import ProvisionError
 from .build_ops import available_cpus
 from .conda import lock_path as conda_lock_path
 from .ops import preview_ops
-from .prefix import default_prefix, free_space_check, resolve_prefix
+from .prefix import check_absent, default_prefix, free_space_check, resolve_prefix
 from .targets import choose_stack, node_nvcc_version, resolve_arch
 from .uvcmd import Sources, stack_sources
 
@@ -64,6 +64,7 @@ class Plan:
     force: bool
     bytecode: bool = True
     dry_run: bool = False  # print the plan, write nothing
+    wait: float | None = None  # seconds to wait for another run building the prefix
     notes: list[str] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
 
@@ -101,13 +102,11 @@ def make_plan(args) -> Plan:
     stack = choose_stack(target, toolkit_version, args.stack or site.default_stack or None)
     lock = _lock(kind, stack, args.lock)
     prefix = resolve_prefix(args.prefix or default_prefix(site, kind, stack))
-    if (prefix.exists() or prefix.is_symlink()) and not args.force:
-        raise ProvisionError(f"{prefix} already exists: pass --force to replace it (the new "
-                             "environment is built beside it and swapped in only when "
-                             "complete), or choose another --prefix")
+    check_absent(prefix, args.force)
     sources = stack_sources(stack, args.find_links, args.index_url, args.no_index)
     plan = Plan(kind, site, target, stack, lock.resolve(), prefix, args.python or sys.executable,
-                args.ops, sources, args.force, not args.no_bytecode, args.dry_run)
+                args.ops, sources, args.force, not args.no_bytecode, args.dry_run,
+                getattr(args, "wait", None))
     if toolkit_version:
         plan.notes.append(f"ops compile with this node's nvcc {toolkit_version}")
     if plan.dry_run:

@@ -3,6 +3,7 @@ the site's default when none is given, and the free space it needs there."""
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from pathlib import Path
@@ -27,6 +28,34 @@ def resolve_prefix(text: str) -> Path:
         path = Path.cwd() / path
     parent = path.parent.resolve()  # strict=False: a missing parent is created later
     return parent / path.name
+
+
+def check_absent(prefix: Path, force: bool, why: str = "") -> None:
+    """ProvisionError unless ``prefix`` is free or ``force`` replaces it."""
+    if (prefix.exists() or prefix.is_symlink()) and not force:
+        raise ProvisionError(f"{prefix} already exists{why}: pass --force to replace it (the "
+                             "new environment is built beside it and swapped in only when "
+                             "complete), or choose another --prefix")
+
+
+def file_system_of(path: Path) -> Path:
+    """The mount point that holds ``path`` (its nearest existing ancestor's)."""
+    probe = Path(path)
+    while not probe.exists():
+        probe = probe.parent
+    probe = probe.resolve()
+    while not os.path.ismount(probe):
+        probe = probe.parent
+    return probe
+
+
+def out_of_space_message(prefix: Path, stack: Stack, step: str) -> str:
+    """One line for ENOSPC: where, during what, and how much to free."""
+    mount = file_system_of(prefix.parent)
+    free = shutil.disk_usage(mount).free / 2**30
+    needed = max(1, math.ceil(NEEDED_GIB.get(stack.vendor, 12) - free))
+    return (f"no space left on {mount} while {step}: free {needed} GiB or choose another "
+            "--prefix (nothing was changed at the prefix)")
 
 
 def default_prefix(site: Site, kind: str, stack: Stack) -> str:
