@@ -586,3 +586,37 @@ def test_real_build_has_slurm_and_pmix_components(tmp_path, eb_env):
                                env={**os.environ, "PATH": path}))
     assert result.status is Status.OK, result
     assert "ext3x" in result.summary
+
+
+@needs_eb
+def test_two_runs_sharing_an_install_path_take_turns(tmp_path, eb_env):
+    """Issue 13: two `dsenv provision openmpi` runs on one install path at once: the second
+    waits for the first (one eb at a time, one log at a time), both end in their one line,
+    and the install path is left as one failed run leaves it. Two --dry-run runs write
+    nothing and never wait."""
+    sources = tmp_path / "src"
+    tiny_tarball(sources, "openmpi_4.1.4.orig.tar.xz", "openmpi-4.1.4")
+    installpath = tmp_path / "inst"
+    dry = [subprocess.Popen([sys.executable, "-m", "dsenv", "provision", "openmpi",
+                             "--sourcepath", str(sources), "--installpath", str(installpath),
+                             "--dry-run"], env={**os.environ, **eb_env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for _ in range(2)]
+    for child in dry:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0 and "waiting for" not in out, err
+    assert not installpath.exists()
+    runs = [subprocess.Popen([sys.executable, "-m", "dsenv", "provision", "openmpi",
+                              "--sourcepath", str(sources), "--installpath", str(installpath)],
+                             env={**os.environ, **eb_env}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(child.communicate(timeout=300), child.returncode) for child in runs]
+    for (_, err), code in results:
+        assert code == 2 and "Traceback" not in err, err
+        assert err.strip().startswith("dsenv provision openmpi: eb exited "), err
+    assert any("waiting for " in out for (out, _), _ in results)
+    log = (installpath / "dsenv" / "OpenMPI-4.1.4-slurm-pmix.log").read_text()
+    assert log.count("# dsenv provision openmpi") == 1  # one run's log, whole
+    left = sorted(str(p.relative_to(installpath)) for p in installpath.rglob("*"))
+    assert left == ["dsenv", "dsenv/OpenMPI-4.1.4-slurm-pmix.eb",
+                    "dsenv/OpenMPI-4.1.4-slurm-pmix.log"]

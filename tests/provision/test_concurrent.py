@@ -236,3 +236,20 @@ def test_a_disk_that_fills_during_the_install_is_one_line_and_leaves_no_staging(
     left = (out / "left").read_text().split()
     assert "cpu" not in left and not [n for n in left if n.startswith(".cpu.")], left
     assert not list(mount_point.iterdir())  # the tmpfs lived only in the namespace
+
+
+@pytest.mark.slow
+def test_two_dsenv_lock_runs_writing_one_lock_file_take_turns(tmp_path):
+    out = tmp_path / "cpu.txt"
+    command = [sys.executable, "-m", "dsenv", "lock", "--stack", "cpu", "--find-links",
+               "/opt/wheels", "--out", str(out)]
+    if not Path("/opt/wheels").is_dir():
+        command = command[:5] + command[7:]
+    children = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for _ in range(2)]
+    results = [finish(child) for child in children]
+    assert [code for code, _, _ in results] == [0, 0], results
+    assert any("waiting for dsenv lock (pid " in o for _, o, _ in results), results
+    text = out.read_text()
+    assert text.count("\ntorch==") == 1 and "--hash=sha256:" in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cpu.txt"]
