@@ -5,7 +5,7 @@ all_reduce loop at the same size, alternating, in one run.
                                       [--size 64M] [--nprocs 2] [--threads 1]
 
 inprocess: N ranks (torchrun) of this file's worker share one process group and alternate,
-    round by round, between dsenv's timing (dsenv.doctor.distributed_rank.timed_allreduce,
+    round by round, between dsenv's timing (dsenv.doctor.distributed_allreduce.timed_allreduce,
     what the doctor's ranks run) and a bare loop written here (warm-up all_reduces, a
     barrier, timed all_reduces). Same processes, same size, the order swapped every round:
     the comparison the machine's load disturbs least.
@@ -28,13 +28,16 @@ import subprocess
 import sys
 import time
 
+from dsenv.doctor.distributed_allreduce import timed_allreduce
+from dsenv.doctor.ranks import algorithm_bandwidth, bus_bandwidth, format_size, parse_size
+
 from dsenv.net import free_port
 
 
 def bare_seconds(x, warmup: int, iters: int) -> float:
     """The bare loop: what someone would write with torch.distributed alone."""
-    import torch
-    import torch.distributed as dist
+    import torch  # torch: only the ranks need it
+    import torch.distributed as dist  # torch, as above
 
     for _ in range(warmup):
         dist.all_reduce(x)
@@ -52,10 +55,8 @@ def bare_seconds(x, warmup: int, iters: int) -> float:
 def worker(args, size: int) -> None:
     """One rank (run by torchrun): --mode launch runs the bare loop once; inprocess
     alternates dsenv's timing and the bare loop --rounds times."""
-    import torch
-    import torch.distributed as dist
-    from dsenv.doctor.distributed_rank import timed_allreduce
-    from dsenv.doctor.ranks import algorithm_bandwidth, bus_bandwidth
+    import torch  # torch: only the ranks need it
+    import torch.distributed as dist  # torch, as above
 
     on_gpu = torch.cuda.is_available()
     if on_gpu:
@@ -130,8 +131,6 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from dsenv.doctor.ranks import format_size, parse_size
-
     size = parse_size(args.size)
     if args.worker:
         worker(args, size)

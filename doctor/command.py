@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import sys
 
+from dsenv.workloads.assets import WORKLOAD_NAMES
+
 from dsenv.errors import UsageError
 
 from .distributed import validate_usage
+from .distributed_launch import run_distributed
 from .probes.context import Context, Options
 from .registry import AREAS, all_checks
 from .render import exit_code, render_json, render_text
@@ -33,12 +36,9 @@ def run_doctor(args) -> int:
         raise UsageError(f"--deepspeed-config: {args.deepspeed_config} is not a file; "
                          "give the path of your ds_config JSON")
     validate_usage(args)
-    if args.workload:
-        from dsenv.workloads.assets import WORKLOAD_NAMES
-
-        if args.workload not in WORKLOAD_NAMES:
-            raise UsageError(f"--for: unknown workload {args.workload!r}; "
-                             f"choose one of {', '.join(WORKLOAD_NAMES)}")
+    if args.workload and args.workload not in WORKLOAD_NAMES:
+        raise UsageError(f"--for: unknown workload {args.workload!r}; "
+                         f"choose one of {', '.join(WORKLOAD_NAMES)}")
 
     options = Options(target=args.target, launcher=args.launcher, nodes=args.nodes,
                       gpus_per_node=args.gpus_per_node, deepspeed_config=args.deepspeed_config,
@@ -48,8 +48,6 @@ def run_doctor(args) -> int:
     selected = [c for c in checks
                 if (not args.only or c.area in args.only) and c.id not in args.skip]
     if args.distributed:
-        from .distributed import run_distributed
-
         return run_distributed(args, selected, ctx)
     results = run_checks(selected, ctx)
     if args.json:

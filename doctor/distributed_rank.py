@@ -1,21 +1,21 @@
-"""One rank of ``dsenv doctor --distributed``: rendezvous, torch.distributed, exact all-reduce
-checks and nccl-tests timings, under a deadline that no peer can break.
+"""One rank of ``dsenv doctor --distributed``: rendezvous, torch.distributed, the all-reduce
+checks and timings (:mod:`.distributed_allreduce`), under a deadline that no peer can break.
 
 Side channel (keys under ``dsenv-doctor/<restart>/`` in the job's TCPStore: rank 0 serves it
 on MASTER_PORT, or torchrun's agent does):
 
 ==============  ============================================================================
-identity/<r>    rank r's record (host, ranks, device and its UUID, NUMA, interface), JSON
+identity/<r>    rank r's record (:mod:`.distributed_record`), JSON
 step/<r>        index of the step rank r last entered (rendezvous, init, check 1 MiB, ...)
 rank0           rank 0's liveness port and its deadline (epoch seconds), JSON
 go              rank 0's word after the rendezvous: the random seed, or why the run stops
 ==============  ============================================================================
 
-Liveness: every rank keeps one TCP connection to rank 0. The kernel closes it the moment a
-process ends, however it ends, so rank 0 knows at once which rank exited (and the ranks know
-when rank 0 did). A rank that is alive but stuck is found when the deadline comes: it is the
-one whose step is behind the others'. Rank 0 then names it, tells the others to stop (an
-``abort`` line on their connection) and exits 1.
+Liveness (:mod:`.distributed_liveness`): every rank keeps one TCP connection to rank 0, so
+rank 0 knows at once which rank exited (and the ranks know when rank 0 did). A rank that is
+alive but stuck is found when the deadline comes: it is the one whose step is behind the
+others'. Rank 0 then names it, tells the others to stop (an ``abort`` line on their
+connection) and exits 1.
 
 Nothing waits without a deadline: the watchdog thread ends the run at the deadline whatever
 the main thread is blocked in (torch releases the GIL in collectives and store calls),
@@ -25,31 +25,28 @@ itself cannot run. Every ending goes through :meth:`RankRun.end`: one report, th
 ``os._exit``.
 
 Fault injection for tests, never set by dsenv: ``DSENV_DISTRIBUTED_TEST_FAULT`` (see
-:func:`parse_fault`).
+:func:`.distributed.parse_fault`).
 """
 
 from __future__ import annotations
 
+import datetime
 import faulthandler
 import json
 import os
-import re
 import secrets
-import selectors
 import signal
-import socket
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 
 from . import ranks
+from .distributed_allreduce import check_and_time
+from .distributed_liveness import LivenessClient, LivenessServer
+from .distributed_record import local_record
 
-FAULT_VARIABLE = "DSENV_DISTRIBUTED_TEST_FAULT"
-FAULT_STAGES = ("start", "init", "check", "bandwidth")
 # Ranks other than 0 stop this long after rank 0's deadline, so that rank 0 names the
 # culprit first (a rank that reported first would look like one that exited).
 PEER_LAG_S = 2.0
@@ -58,104 +55,6 @@ HARD_STOP_AFTER_S = 4.0
 # After a collective raised, how long to wait for the liveness channel to say who left.
 SETTLE_S = 1.0
 POLL_S = 0.1
-VISIBILITY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A fault the test suite injects into one rank: ``action`` before ``stage``."""
-
-    action: str  # "exit" (os._exit(code)) or "hang" (the main thread sleeps forever)
-    rank: int
-    stage: str  # start (before the rendezvous), init, check (first all-reduce), bandwidth
-    code: int = 1
-
-    def describe(self) -> str:
-        what = f"exits with code {self.code}" if self.action == "exit" else "sleeps forever"
-        return f"{FAULT_VARIABLE}: rank {self.rank} {what} before '{self.stage}'"
-
-
-_FAULT = re.compile(r"(exit|hang)(?:=(\d+))?:(\d+)(?:@([a-z]+))?")
-
-
-def parse_fault(value: str | None) -> Fault | None:
-    """``DSENV_DISTRIBUTED_TEST_FAULT=ACTION[=CODE]:RANK[@STAGE]``, a test-only hook.
-
-    ``exit=3:1@check``: rank 1 exits with code 3 before its first all-reduce;
-    ``hang:1@init``: rank 1's main thread sleeps forever before init_process_group.
-    ACTION is exit or hang, CODE defaults to 1, STAGE to check. Anything else is a
-    ValueError: a mistyped value never passes silently, and no other variable triggers it.
-    """
-    if value is None or not value.strip():
-        return None
-    match = _FAULT.fullmatch(value.strip())
-    if not match or (match.group(4) or "check") not in FAULT_STAGES:
-        raise ValueError(f"{FAULT_VARIABLE}={value!r}: write ACTION[=CODE]:RANK[@STAGE] with "
-                         f"ACTION exit|hang and STAGE {'|'.join(FAULT_STAGES)} (a test hook)")
-    action, code, rank, stage = match.groups()
-    return Fault(action, int(rank), stage or "check", int(code or 1))
-
-
-# -- this rank's record ------------------------------------------------------------------------
-def socket_interface(master_addr: str, env: Mapping[str, str], backend: str
-                     ) -> tuple[str, str | None]:
-    """(interface, local address) this rank's sockets use towards ``master_addr``: the one
-    NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME names, else the one the routing table picks."""
-    import psutil
-
-    variable = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
-    addresses = {name: [a.address for a in entries if a.family in (socket.AF_INET,
-                                                                    socket.AF_INET6)]
-                 for name, entries in psutil.net_if_addrs().items()}
-    chosen = env.get(variable, "").strip()
-    if chosen:
-        first = chosen.split(",")[0].lstrip("^=")
-        found = addresses.get(first) or [None]
-        return f"{chosen} ({variable})", found[0]
-    try:
-        family = socket.AF_INET6 if ":" in master_addr else socket.AF_INET
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect((master_addr, 9))  # UDP connect sends nothing: it only routes
-            local = probe.getsockname()[0]
-    except OSError:
-        return "?", None
-    name = next((n for n, addrs in addresses.items() if local in addrs), "?")
-    return name, local
-
-
-def local_record(info, env: Mapping[str, str], backend: str) -> dict:
-    """What this rank reports about itself (see doctor/probes/ranks.py)."""
-    visible = next((f"{v}={env[v]}" for v in VISIBILITY_VARIABLES if v in env), "")
-    record = {"rank": info.rank, "local_rank": info.local_rank, "world_size": info.world_size,
-              "local_size": info.local_size, "launcher": info.launcher,
-              "host": socket.gethostname(), "pid": os.getpid(), "visible": visible,
-              "device": "cpu", "device_name": None, "device_uuid": None,
-              "device_bus_id": None, "device_numa": None}
-    if backend == "nccl":
-        import torch
-
-        index = torch.cuda.current_device()
-        props = torch.cuda.get_device_properties(index)
-        uuid = getattr(props, "uuid", None)
-        bus = None
-        if getattr(props, "pci_bus_id", None) is not None:
-            bus = (f"{getattr(props, 'pci_domain_id', 0):04x}:{props.pci_bus_id:02x}:"
-                   f"{getattr(props, 'pci_device_id', 0):02x}.0")
-        record.update(device=f"cuda:{index}", device_name=props.name,
-                      device_uuid=str(uuid) if uuid is not None else None, device_bus_id=bus)
-        if bus:
-            try:
-                record["device_numa"] = int(Path(f"/sys/bus/pci/devices/{bus}/numa_node")
-                                            .read_text())
-            except (OSError, ValueError):
-                pass
-    try:
-        record["numa"] = ranks.numa_nodes_of(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        record["numa"] = []
-    record["interface"], record["address"] = socket_interface(info.master_addr or "127.0.0.1",
-                                                              env, backend)
-    return record
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -209,8 +108,6 @@ class RankRun:
         faulthandler.dump_traceback_later(self.remaining() + HARD_STOP_AFTER_S, exit=True)
 
     def _timedelta(self, extra: float = 0.0):
-        import datetime
-
         return datetime.timedelta(seconds=self.remaining() + extra)
 
     # -- steps -----------------------------------------------------------------------------
@@ -245,7 +142,7 @@ class RankRun:
         self.end("ok")
 
     def _run(self) -> None:
-        import torch
+        import torch  # torch: only the ranks need it, never `dsenv --help` or a plain doctor run
 
         if torch.cuda.is_available():  # CUDA or ROCm; RCCL answers to "nccl"
             torch.cuda.set_device(self.info.local_rank % torch.cuda.device_count())
@@ -266,13 +163,13 @@ class RankRun:
         self.timing["rendezvous_s"] = time.monotonic() - started
         self.fault_point("init")
         self.enter("init")
-        import torch.distributed as dist
+        import torch.distributed as dist  # torch: only the ranks need it
 
         started = time.monotonic()
         dist.init_process_group(self.backend, store=self.store, rank=self.rank,
                                 world_size=self.world, timeout=self._timedelta(5.0))
         self.timing["init_s"] = time.monotonic() - started
-        self._collectives(go["seed"])
+        check_and_time(self, go["seed"])
         self.step_index = self.step_names.index("done")  # not in the store: rank 0 may be gone
         if self.rank == 0:  # keep the store up until every rank is through
             self._liveness.wait_done(self.world - 1)
@@ -282,7 +179,7 @@ class RankRun:
 
     # -- rendezvous ----------------------------------------------------------------------------
     def _open_store(self) -> None:
-        import torch.distributed as dist
+        import torch.distributed as dist  # torch: only the ranks need it
 
         agent = self.env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
         serve = self.rank == 0 and not agent
@@ -346,66 +243,6 @@ class RankRun:
     def hosts(self) -> dict[int, str]:
         return {r: rec.get("host") for r, rec in self.records.items()}
 
-    # -- the collectives -------------------------------------------------------------------------
-    def _collectives(self, seed: int) -> None:
-        import torch
-        import torch.distributed as dist
-
-        device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" \
-            else torch.device("cpu")
-
-        def sync():
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-
-        n = self.world
-        bound = ranks.exact_value_bound(n)
-        generator = torch.Generator(device=device)
-        buffers = []
-        for i, size in enumerate(self.sizes):
-            if i == 0:
-                self.fault_point("check")
-            self.enter(f"all-reduce check {ranks.format_size(size)}")
-            count = max(1, size // 4)
-            generator.manual_seed(seed + i)  # the same A and B on every rank
-            a = torch.randint(-bound, bound + 1, (count,), generator=generator, device=device,
-                              dtype=torch.int32).to(torch.float32)
-            b = torch.randint(1, bound + 1, (count,), generator=generator, device=device,
-                              dtype=torch.int32).to(torch.float32)
-            b *= torch.randint(0, 2, (count,), generator=generator, device=device,
-                               dtype=torch.int32).to(torch.float32) * 2 - 1
-            x = a + ranks.rank_coefficient(self.rank) * b  # differs per rank, never all 0
-            dist.all_reduce(x)
-            sync()
-            expected = n * a + ranks.coefficient_sum(n) * b
-            wrong = x != expected
-            count_wrong = int(wrong.sum())
-            row = {"bytes": count * 4, "count": count, "type": "float", "redop": "sum",
-                   "wrong": count_wrong}
-            if count_wrong:
-                at = int(wrong.nonzero()[0])
-                row["first_wrong"] = {"index": at, "got": float(x[at]),
-                                      "expected": float(expected[at])}
-            self.rows.append(row)
-            del a, b, expected, wrong
-            buffers.append(x)
-        times = []
-        for i, size in enumerate(self.sizes):
-            if i == 0:
-                self.fault_point("bandwidth")
-            self.enter(f"bandwidth {ranks.format_size(size)}")
-            times.append(timed_allreduce(buffers[i], self.plan.warmup_for(self.backend),
-                                         self.plan.iters_for(self.backend)))
-        self.enter("gather")
-        # nccl-tests reports the time averaged over the ranks (its -a 1 default)
-        gathered = torch.tensor(times, dtype=torch.float64, device=device)
-        dist.all_reduce(gathered)
-        for row, total in zip(self.rows, gathered.tolist(), strict=True):
-            seconds = total / n
-            algbw = ranks.algorithm_bandwidth(row["bytes"], seconds)
-            row.update(time_us=seconds * 1e6, algbw_gbps=algbw,
-                       busbw_gbps=ranks.bus_bandwidth(algbw, n))
-
     # -- endings -------------------------------------------------------------------------------
     def _watchdog(self) -> None:
         while not self._finished.wait(POLL_S):
@@ -447,8 +284,6 @@ class RankRun:
         steps = {}
         try:
             store = self.store.clone()
-            import datetime
-
             store.set_timeout(datetime.timedelta(seconds=2))
             for rank in range(self.world) if only is None else only:
                 key = f"{self.prefix}step/{rank}"
@@ -537,32 +372,6 @@ class RankRun:
         return outcome
 
 
-def timed_allreduce(x, warmup: int, iters: int) -> float:
-    """Seconds per in-place all-reduce of ``x`` as nccl-tests times it: ``warmup`` untimed
-    ones, a barrier, then ``iters`` back to back, timed to the completion of the last."""
-    import torch
-    import torch.distributed as dist
-
-    on_gpu = x.device.type == "cuda"
-
-    def sync():
-        if on_gpu:
-            torch.cuda.synchronize(x.device)
-
-    for _ in range(warmup):
-        dist.all_reduce(x)
-    sync()
-    if on_gpu:
-        dist.barrier(device_ids=[x.device.index])
-    else:
-        dist.barrier()
-    sync()
-    start = time.perf_counter()
-    for _ in range(iters):
-        dist.all_reduce(x)
-    sync()
-    return (time.perf_counter() - start) / iters
-
 
 def message_of(text: str) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
@@ -571,116 +380,3 @@ def message_of(text: str) -> str:
 def _first_line(exc: BaseException) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return message_of(lines[0].strip()) if lines else type(exc).__name__
-
-
-# -- liveness ----------------------------------------------------------------------------------
-class LivenessServer(threading.Thread):
-    """Rank 0's end: one connection per rank; a close without 'done' is a rank that left."""
-
-    def __init__(self, run: RankRun):
-        super().__init__(daemon=True, name="liveness")
-        self.run_ = run
-        if socket.has_dualstack_ipv6():
-            self.sock = socket.create_server(("", 0), family=socket.AF_INET6,
-                                             dualstack_ipv6=True)
-        else:
-            self.sock = socket.create_server(("", 0))
-        self.port = self.sock.getsockname()[1]
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.sock, selectors.EVENT_READ)
-        self.peers: dict[socket.socket, dict] = {}
-        self.gone_done = 0  # ranks that said done and closed their connection
-        self.lock = threading.Lock()
-
-    def run(self) -> None:
-        while True:
-            for key, _ in self.selector.select(timeout=0.5):
-                if key.fileobj is self.sock:
-                    conn, _ = self.sock.accept()
-                    conn.setblocking(False)
-                    with self.lock:
-                        self.peers[conn] = {"rank": None, "buffer": b"", "done": False}
-                    self.selector.register(conn, selectors.EVENT_READ)
-                    continue
-                self._read(key.fileobj)
-
-    def _read(self, conn: socket.socket) -> None:
-        peer = self.peers[conn]
-        try:
-            data = conn.recv(4096)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self.selector.unregister(conn)
-            with self.lock:
-                self.peers.pop(conn, None)
-                self.gone_done += peer["done"]
-            conn.close()
-            if peer["rank"] is not None and not peer["done"]:
-                self.run_.peer_exited(peer["rank"])
-            return
-        peer["buffer"] += data
-        while b"\n" in peer["buffer"]:
-            line, peer["buffer"] = peer["buffer"].split(b"\n", 1)
-            word, _, rest = line.decode(errors="replace").partition(" ")
-            if word == "rank" and rest.strip().isdigit():
-                peer["rank"] = int(rest)
-            elif word == "done":
-                peer["done"] = True
-
-    def wait_done(self, peers: int) -> None:
-        """Until ``peers`` ranks said done (the watchdog ends a wait that never ends)."""
-        while True:
-            with self.lock:
-                done = sum(p["done"] for p in self.peers.values()) + self.gone_done
-            if done >= peers:
-                return
-            time.sleep(0.005)
-
-    def broadcast(self, line: str) -> None:
-        with self.lock:
-            peers = list(self.peers)
-        for conn in peers:
-            try:
-                conn.send((line + "\n").encode())
-            except OSError:
-                pass
-
-
-class LivenessClient(threading.Thread):
-    """A peer's end: an 'abort' line from rank 0 stops this rank; so does rank 0's exit."""
-
-    def __init__(self, run: RankRun, host: str, port: int):
-        super().__init__(daemon=True, name="liveness")
-        self.run_ = run
-        self.sock = socket.create_connection((host, port), timeout=run.remaining())
-        self.sock.settimeout(None)
-        self.send(f"rank {run.rank}")
-
-    def send(self, line: str) -> None:
-        try:
-            self.sock.sendall((line + "\n").encode())
-        except OSError:
-            pass
-
-    def run(self) -> None:
-        buffer = b""
-        while True:
-            try:
-                data = self.sock.recv(4096)
-            except OSError:
-                data = b""
-            if not data:
-                if not self.run_.rank0_done:
-                    self.run_.rank0_lost()
-                return
-            buffer += data
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                word, _, rest = line.decode(errors="replace").partition(" ")
-                if word == "done":
-                    self.run_.rank0_done = True
-                elif word == "abort":
-                    self.run_.end("aborted", "rank 0 stopped the run: " + json.loads(rest))

@@ -1,4 +1,9 @@
-"""The check registry: ``@check("area.name", "Title")`` on a function ``(ctx) -> Finding``."""
+"""The check registry: ``@check("area.name", "Title")`` on a function ``(ctx) -> Finding``.
+
+The checks themselves live in doctor/checks/ (one module per area); :func:`all_checks`
+imports that package, which registers them all. ``dsenv --help`` reads only :data:`AREAS`
+from here, so it imports none of them.
+"""
 
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ def check(check_id: str, title: str):
 
 
 def all_checks() -> list[Check]:
-    from . import checks  # noqa: F401  (importing the package registers every check)
+    """Every check, in report order (by area, then as its module defines them)."""
+    from . import checks  # noqa: F401  (dsenv.doctor.checks: registers every check; off --help)
 
     return sorted(CHECKS.values(), key=lambda c: AREAS.index(c.area))

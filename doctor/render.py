@@ -49,10 +49,11 @@ def summary_line(results: list[Result]) -> str:
 
 def render_text(results: list[Result], ctx: Context, *, color: bool | None = None,
                 width: int = 100) -> str:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.padding import Padding
-    from rich.table import Table
+    # rich: only the text report needs it (`dsenv doctor --json` never imports it)
+    from rich.console import Console  # rich, as above
+    from rich.markup import escape  # rich, as above
+    from rich.padding import Padding  # rich, as above
+    from rich.table import Table  # rich, as above
 
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=color, no_color=color is False,

@@ -105,7 +105,7 @@ def test_offline_compute_reachable_ok(make_ctx, run_one):
 def test_offline_set_ok_and_partial_warns(make_ctx, run_one):
     full = {"HF_ENDPOINT": CLOSED, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     assert run_one("cache.offline", make_ctx(env=full, target="compute")).status == Status.OK
-    # seeds 000/002 set TRANSFORMERS_OFFLINE + HF_DATASETS_OFFLINE: offline for every library
+    # the older pair TRANSFORMERS_OFFLINE + HF_DATASETS_OFFLINE is offline for every library too
     seeds = {"HF_ENDPOINT": CLOSED, "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     assert run_one("cache.offline", make_ctx(env=seeds, target="compute")).status == Status.OK
     partial = {"HF_ENDPOINT": CLOSED, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "0"}

@@ -17,8 +17,8 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
-from dsenv.doctor import distributed, ranks, registry
-from dsenv.doctor.distributed_rank import FAULT_VARIABLE, parse_fault
+from dsenv.doctor import distributed, distributed_report, ranks, registry
+from dsenv.doctor.distributed import FAULT_VARIABLE, parse_fault
 from dsenv.doctor.probes.result import Status
 
 from dsenv import proc
@@ -221,7 +221,7 @@ def _outcome(**kw):
 @pytest.mark.parametrize("expected, status", [(22.0, Status.OK), (30.0, Status.WARN),
                                               (50.0, Status.FAIL)])
 def test_bandwidth_verdict_against_the_expectation(expected, status, tmp_path):
-    results = {r.id: r for r in distributed.results_from(
+    results = {r.id: r for r in distributed_report.results_from(
         _outcome(), _plan(expect_busbw=expected), prefix=tmp_path)}
     busbw = results["distributed.busbw"]
     assert busbw.status is status
@@ -232,12 +232,12 @@ def test_bandwidth_verdict_against_the_expectation(expected, status, tmp_path):
 
 def test_bandwidth_expectation_comes_from_the_site_profile(tmp_path):
     # two hosts: inter-node; lumi.toml says 50 GB/s
-    busbw = distributed.results_from(_outcome(), _plan(site="lumi"), prefix=tmp_path)[-1]
+    busbw = distributed_report.results_from(_outcome(), _plan(site="lumi"), prefix=tmp_path)[-1]
     assert busbw.status is Status.FAIL and "site lumi: expect_busbw_gbps.inter_node" in busbw.summary
-    none = distributed.results_from(_outcome(), _plan(site="hpc5"), prefix=tmp_path)[-1]
+    none = distributed_report.results_from(_outcome(), _plan(site="hpc5"), prefix=tmp_path)[-1]
     assert none.status is Status.INFO and "site hpc5 has no expect_busbw_gbps.inter_node" in none.summary
     # no --site, no provisioned environment: say how to give one
-    bare = distributed.results_from(_outcome(), _plan(), prefix=tmp_path)[-1]
+    bare = distributed_report.results_from(_outcome(), _plan(), prefix=tmp_path)[-1]
     assert bare.status is Status.INFO and "--expect-busbw" in bare.summary
 
 
@@ -254,14 +254,14 @@ def test_site_profiles_validate_expected_bandwidth():
 def test_wrong_sum_shared_gpu_and_later_stages():
     wrong = _outcome()
     wrong["allreduce"][1].update(wrong=3, first_wrong={"index": 7, "got": 1.0, "expected": 2.0})
-    results = {r.id: r for r in distributed.results_from(wrong, _plan(expect_busbw=1.0))}
+    results = {r.id: r for r in distributed_report.results_from(wrong, _plan(expect_busbw=1.0))}
     assert results["distributed.allreduce"].status is Status.FAIL
     assert results["distributed.allreduce"].summary == \
         "wrong sum at 64 MiB: 3 of 16777216 elements differ"
     shared = _outcome(allreduce=[], failure={
         "kind": "aborted", "step": "rendezvous", "culprits": [],
         "message": "ranks 0, 1 share one GPU (GPU u0 on n0): each rank needs its own"})
-    results = {r.id: r for r in distributed.results_from(shared, _plan())}
+    results = {r.id: r for r in distributed_report.results_from(shared, _plan())}
     assert results["distributed.devices"].status is Status.FAIL
     assert "--gpus-per-task=1" in results["distributed.devices"].fix
     assert results["distributed.launch"].status is Status.OK
@@ -269,13 +269,13 @@ def test_wrong_sum_shared_gpu_and_later_stages():
     stuck = _outcome(allreduce=[], failure={
         "kind": "timeout", "step": "all-reduce check 1 MiB", "message": "m",
         "culprits": [{"rank": 1, "host": "n1", "state": "stuck", "step": "init", "detail": "d"}]})
-    results = {r.id: r for r in distributed.results_from(stuck, _plan())}
+    results = {r.id: r for r in distributed_report.results_from(stuck, _plan())}
     assert results["distributed.allreduce"].status is Status.FAIL
     assert "py-spy dump --pid 101" in results["distributed.allreduce"].fix
 
 
 def test_distributed_modules_import_no_torch():
-    code = ("import sys, dsenv.doctor.distributed, dsenv.doctor.distributed_rank\n"
+    code = ("import sys, dsenv.doctor.distributed, dsenv.doctor.distributed_launch\n"
             "print([m for m in ('torch', 'deepspeed') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
@@ -333,7 +333,7 @@ def _under(launcher: str, env: dict) -> list[str]:
     if launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                 "--master_addr", "127.0.0.1", "--master_port", env["MASTER_PORT"], *dsenv]
-    if launcher == "deepspeed":  # --num_gpus, or it counts NUMA nodes (FACTS.md)
+    if launcher == "deepspeed":  # --num_gpus: without GPUs the launcher counts NUMA nodes
         return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2",
                 "--master_port", env["MASTER_PORT"], "--module", *dsenv[1:]]
     if shutil.which("mpirun", path=env.get("PATH")) is None:

@@ -1,4 +1,4 @@
-"""job area: real ds_config files (seed 000's fp16/ZeRO-2, eth-cscs t5, HF "auto")."""
+"""job area: real ds_config files (bert-squad fp16 and ZeRO-2, eth-cscs t5, HF "auto")."""
 
 from __future__ import annotations
 
@@ -44,8 +44,9 @@ def test_ds_config_syntax_error_names_line_and_column(tmp_path, make_ctx, run_on
                                                '"gradient_accumulation_steps": 1'))
     result = run_one("job.ds-config", make_ctx(deepspeed_config=broken))
     assert result.status == Status.FAIL
-    assert f"{broken}:4:5: line 4 column 5: Expecting ',' delimiter" == result.summary
-    assert "line 4 column 5" in result.fix
+    assert result.summary == (f"ds_config {broken}: not valid JSON (line 4, column 5: "
+                              "Expecting ',' delimiter)")
+    assert f"python -m json.tool {broken}" in result.fix
 
 
 def test_ds_config_duplicate_key_fails(tmp_path, make_ctx, run_one):
@@ -94,7 +95,7 @@ def test_workload_without_config_judges_its_default_preset(make_ctx, run_one):
 
 
 def test_batch_size_fits_planned_world(make_ctx, run_one):
-    # seed 000: train_batch_size 512 on 2 nodes x 4 MI100 = 8 ranks -> micro batch 64
+    # train_batch_size 512 on 2 nodes x 4 MI100 = 8 ranks -> micro batch 64
     result = run_one("job.batch-size", make_ctx(deepspeed_config=FP16, nodes=2, gpus_per_node=4))
     assert result.status == Status.OK and result.summary == "512 = 64 x 1 x 8 ranks"
 

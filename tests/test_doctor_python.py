@@ -45,7 +45,7 @@ def test_interpreter_conda(tmp_path, make_ctx, run_one):
 
 
 def test_venv_with_system_site_packages_shadowing_torch(tmp_path, make_ctx, run_one):
-    # seed 001: `python -m venv deepspeed-env --system-site-packages` inside an NGC container;
+    # a user's case: `python -m venv deepspeed-env --system-site-packages` inside an NGC container;
     # `pip install deepspeed` then may pull a second torch into the venv over the container's
     base_site = make_prefix(tmp_path / "opt" / "conda")
     write_dist(base_site, "torch", "1.13.0a0+d321be6")
@@ -74,7 +74,7 @@ def test_prefix_real_path(make_ctx, run_one):
 
 
 def test_prefix_through_symlink(tmp_path, make_ctx, run_one):
-    # seed 003: /home is a symlink to /s/ls4/users; a conda env under it fails in batch jobs
+    # a user's case: /home is a symlink to /s/ls4/users; a conda env under it fails in batch jobs
     real_home = tmp_path / "s" / "ls4" / "users"
     make_prefix(real_home / "kristina" / "anaconda3" / "envs" / "ds_env", kind="conda")
     (tmp_path / "home").symlink_to(real_home)

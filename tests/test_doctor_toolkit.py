@@ -80,7 +80,7 @@ def test_unknown_toolkit_has_no_row():
 def test_cuda_13_cannot_build_volta_but_12_can():
     assert not tk.can_build(tk.toolkit_row("13.0"), "7.0")
     assert tk.can_build(tk.toolkit_row("12.9"), "7.0")
-    assert tk.toolkits_for("3.7")[-1] == "11.8"  # K80 (seed 003): CUDA 11 is the last
+    assert tk.toolkits_for("3.7")[-1] == "11.8"  # K80: CUDA 11 is the last that builds for it
 
 
 @pytest.mark.parametrize("value,archs,unknown", [

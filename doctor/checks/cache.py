@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dsenv.envs.launchers import OFFLINE_VARIABLES
+from dsenv.workloads.assets import CacheLayout, assets_for
 from packaging.version import InvalidVersion, Version
 
 from ..probes import hfcache, pyenv
@@ -109,8 +110,6 @@ def assets(ctx: Context):
     workload = ctx.options.workload
     if not workload:
         return skip("no --for WORKLOAD given")
-    from dsenv.workloads.assets import CacheLayout, assets_for
-
     layout = CacheLayout.from_env(ctx.env)
     wanted = assets_for(workload)
     missing = [item for asset in wanted for item in asset.missing_in(layout)]

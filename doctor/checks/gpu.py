@@ -90,8 +90,7 @@ def devices(ctx: Context):
 def visible_devices(ctx: Context):
     view = probe.visibility(ctx)
     if not view.physical:
-        names = [n for n in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-                             "HIP_VISIBLE_DEVICES") if n in ctx.env]
+        names = [n for n in probe.VISIBILITY_NAMES if n in ctx.env]
         return skip("no GPU inventory to check " + (", ".join(names) or "the variables") + " against")
     if not view.settings:
         return ok(f"no *_VISIBLE_DEVICES set: all {len(view.physical)} GPU(s) visible")

@@ -1,11 +1,14 @@
-"""job: the DeepSpeed config parses, its batch sizes fit the planned world, its precision
-fits the GPUs."""
+"""job: the DeepSpeed config parses, its batch values are ones DeepSpeed takes and fit the
+planned world, its precision fits the GPUs. The file is read and judged by
+doctor/probes/dsconfig.py, the reader `dsenv smoke/run --deepspeed-config` use too."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from dsenv.envs import archs
+from dsenv.workloads import dsconfig as workload_configs
+from dsenv.workloads.cli import DEFAULT_PRESET, full_run_settings
 
 from ..probes import deepspeed_info, dsconfig, host
 from ..probes.context import Context
@@ -36,19 +39,13 @@ def ds_config(ctx: Context):
                   "dsenv derives from the world size", ", ".join(sorted(config.data)))
     config = dsconfig.loaded(ctx)
     if config.data is None:
-        where = f"{config.path}:{config.line}:{config.column}" if config.line else str(config.path)
-        fix = (f"fix line {config.line} column {config.column} of {config.path} "
-               f"(`python -m json.tool {config.path}` shows the spot)" if config.line
-               else f"make {config.path} one JSON object without repeated keys")
-        return fail(f"{where}: {config.error}", fix)
+        return fail(config.error, f"make {config.path} one JSON object, each key once "
+                    f"(`python -m json.tool {config.path}` points at a syntax error)")
     keys = ", ".join(sorted(config.data)[:12])
     return ok(f"{config.path}: valid JSON, {len(config.data)} top-level keys", keys)
 
 
 def _workload_default(ctx: Context) -> dsconfig.LoadedConfig | Finding:
-    from dsenv.workloads import dsconfig as workload_configs
-    from dsenv.workloads.cli import DEFAULT_PRESET, full_run_settings
-
     workload = ctx.options.workload
     settings = full_run_settings(workload)
     if settings is None:
@@ -87,6 +84,9 @@ def batch_size(ctx: Context):
     config = _config_or_skip(ctx)
     if isinstance(config, Finding):
         return config
+    refused = dsconfig.judge_values(config.data)  # NaN, "sixteen", 0: whatever the world
+    if refused:
+        return fail(refused.summary, refused.fix, f"in {config.path}")
     world, how = planned_world(ctx)
     if world is None:
         return skip("world size unknown: give --nodes N --gpus-per-node G (or run inside the "

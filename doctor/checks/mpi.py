@@ -14,7 +14,7 @@ from dsenv.envs.mpi_launch import (
     srun_outcome,
 )
 
-from ..probes import mpi, ompi_verdict
+from ..probes import mpi, mpi4py_abi, mpi_launch_probe, ompi_verdict, slurm
 from ..probes.context import Context
 from ..probes.result import Finding, fail, info, ok, skip, warn
 from ..registry import check
@@ -65,25 +65,25 @@ def ompi_support(ctx: Context):
 def srun_plugins(ctx: Context):
     if not ctx.which("srun"):
         return skip("srun not found on PATH")
-    listing, how = mpi.srun_mpi_list(ctx)
+    listing, how = slurm.srun_mpi_list(ctx)
     if listing is None:
         return (warn if ctx.is_compute else info)(
             f"srun cannot list its MPI plugins: {how}",
             *(["point SLURM_CONF at the cluster's slurm.conf, or run on a Slurm login node"]
               if ctx.is_compute else []))
-    chosen, origin = mpi.srun_mpi_type(ctx)
+    chosen, origin = slurm.srun_mpi_type(ctx)
     evidence = [f"{how}: " + ", ".join(listing.plugins + listing.pmix_versions),
                 f"plugin in use: {chosen} ({origin})"]
     kinds = listing.kinds
-    if mpi.normalize_plugin(chosen) not in kinds:
+    if slurm.normalize_plugin(chosen) not in kinds:
         return _severe(ctx)(f"srun will use --mpi={chosen}, which this Slurm does not offer",
                             f"export SLURM_MPI_TYPE={_first_offered(kinds)}", *evidence)
     if "pmix" in kinds:
-        lib = mpi.find_pmix_library(ctx)
+        lib = slurm.find_pmix_library(ctx)
         if lib.plugin:
             evidence.append(f"pmix plugin: {lib.plugin}")
         if lib.found is None:
-            finding = _severe(ctx) if mpi.normalize_plugin(chosen) == "pmix" else warn
+            finding = _severe(ctx) if slurm.normalize_plugin(chosen) == "pmix" else warn
             return finding("srun lists pmix, but the PMIx library its plugin loads is missing: "
                            "`srun --mpi=pmix` fails (\"can not load PMIx library\")",
                            "install the PMIx library Slurm was built against (Debian/Ubuntu: "
@@ -163,9 +163,9 @@ def _root_refusal(ctx: Context, row: dict) -> list[str]:
 
 
 def _srun_verdict(ctx, install, parsed, row, table, explicit, subject, why) -> Finding:
-    chosen, origin = mpi.srun_mpi_type(ctx)
-    plugin = mpi.normalize_plugin(chosen)
-    listing = mpi.srun_mpi_list(ctx)[0] if ctx.which("srun") else None
+    chosen, origin = slurm.srun_mpi_type(ctx)
+    plugin = slurm.normalize_plugin(chosen)
+    listing = slurm.srun_mpi_list(ctx)[0] if ctx.which("srun") else None
     offered = listing.kinds if listing else None
     evidence = [f"launcher chosen: {why}", f"srun plugin: --mpi={chosen} ({origin})",
                 f"rule: [mpi.{mpi_profile(install, parsed)}] in envs/mpi_launch.toml"]
@@ -177,7 +177,7 @@ def _srun_verdict(ctx, install, parsed, row, table, explicit, subject, why) -> F
     if outcome == "ok" and offered is not None and plugin not in offered:
         outcome, says = "fails", f"this Slurm has no --mpi={chosen} plugin"
     if outcome == "ok" and plugin == "pmix" and offered is not None:
-        lib = mpi.find_pmix_library(ctx)
+        lib = slurm.find_pmix_library(ctx)
         if lib.found is None:
             outcome, says = "fails", ("srun lists pmix but its PMIx library is missing: "
                                       "\"can not load PMIx library\"")
@@ -220,13 +220,13 @@ def launch_probe(ctx: Context):
     path = ctx.which(launcher)
     if path is None:
         return skip(f"{launcher} not found on PATH")
-    if mpi.mpi4py_info(ctx) is None:
+    if mpi4py_abi.mpi4py_info(ctx) is None:
         return skip("mpi4py is not installed: the probe's ranks need it to call MPI_Init")
-    plugin = mpi.srun_mpi_type(ctx)[0] if launcher == "srun" else None
-    argv = mpi.probe_command(launcher, path, sys.executable, plugin)
+    plugin = slurm.srun_mpi_type(ctx)[0] if launcher == "srun" else None
+    argv = mpi_launch_probe.probe_command(launcher, path, sys.executable, plugin)
     result = ctx.run(argv)
-    outcome, ranks, detail = mpi.classify_launch(result.returncode, result.stdout, result.stderr,
-                                                 result.timed_out)
+    outcome, ranks, detail = mpi_launch_probe.classify_launch(
+        result.returncode, result.stdout, result.stderr, result.timed_out)
     shown = " ".join(argv[:-2] + ["-c", "<rank printer>"])
     predicted = launch(ctx)
     evidence = [f"`{shown}` ({why}), {result.seconds:.1f} s", detail,
@@ -247,7 +247,7 @@ REBUILD_FIX = "MPICC=mpicc pip install --no-binary mpi4py --force-reinstall mpi4
 
 @check("mpi.mpi4py", "mpi4py matches mpirun")
 def mpi4py_check(ctx: Context):
-    found = mpi.mpi4py_info(ctx)
+    found = mpi4py_abi.mpi4py_info(ctx)
     if found is None:
         if ctx.options.launcher in ("srun", "mpirun"):
             return warn("mpi4py is not installed: DeepSpeed's MPI discovery (no RANK/WORLD_SIZE "

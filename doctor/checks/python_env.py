@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dsenv.provision import ProvisionError
+from dsenv.provision import manifest as env_manifest
+
 from ..probes import deepspeed_info, pyenv
 from ..probes.context import Context
 from ..probes.result import fail, ok, skip, warn
@@ -79,9 +82,6 @@ def requirements(ctx: Context):
 @check("python.env-drift", "Environment matches its dsenv lock")
 def env_drift(ctx: Context):
     """The running environment against the manifest `dsenv provision` wrote into it."""
-    from dsenv.provision import ProvisionError
-    from dsenv.provision import manifest as env_manifest
-
     prefix = Path(ctx.python_prefix)
     try:
         recorded = env_manifest.read_manifest(prefix)

@@ -7,6 +7,7 @@ import platform
 import resource
 import sys
 
+import psutil
 from packaging.version import Version
 
 from dsenv.data import load_table
@@ -67,8 +68,6 @@ def cpu_flags(ctx: Context):
 
 @check("system.memory", "Memory")
 def memory(ctx: Context):
-    import psutil
-
     mem = psutil.virtual_memory()
     summary = f"{mem.total / GIB:.1f} GiB total, {mem.available / GIB:.1f} GiB available"
     if ctx.is_compute and mem.total < LOW_MEMORY_BYTES:

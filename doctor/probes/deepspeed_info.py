@@ -19,7 +19,10 @@ from pathlib import Path
 
 from dsenv import proc
 from dsenv.data import load_table
+from dsenv.jsonfiles import write_json_atomically
+from dsenv.versions import major_minor
 
+from . import gpus as gpu_probes
 from . import pyenv, torch_info
 from .context import Context, probe
 from .pyfiles import package_dir, read_assignments
@@ -28,13 +31,6 @@ from .torch_info import TorchBuild
 UNKNOWN_VERSION = "0.0"  # what DeepSpeed writes into torch_info when it built no ops
 CACHE_FILE = "deepspeed-ops.json"
 JSON_MARK = "DSENV-JSON "
-
-
-def major_minor(version: str | None) -> str | None:
-    if not version:
-        return None
-    parts = version.split("+")[0].split(".")
-    return ".".join(parts[:2])
 
 
 @dataclass(frozen=True)
@@ -116,10 +112,8 @@ def supported_accelerators(ds: DeepSpeedInstall) -> list[str] | None:
 
 def visible_gpus(ctx: Context) -> list | None:
     """The GPU area's inventory (None when that probe failed: the gpu area reports why)."""
-    from . import gpus
-
     try:
-        return list(gpus.visible_gpus(ctx))
+        return list(gpu_probes.visible_gpus(ctx))
     except Exception:
         return None
 
@@ -260,10 +254,7 @@ def probe_compatibility(ctx: Context, ds: DeepSpeedInstall, torch: TorchBuild
         reason = result["error"] if result else run.describe()
         return Compatibility({}, None, False, reason)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_suffix(f".{os.getpid()}.tmp")
-        temp.write_text(json.dumps({"fingerprint": key, "result": result}))
-        temp.replace(path)
+        write_json_atomically(path, {"fingerprint": key, "result": result})
     except OSError:
         pass  # an unwritable cache only costs the next run the same seconds
     return Compatibility(result["compatible"], result.get("accelerator"), False)

@@ -230,6 +230,9 @@ def inventory(ctx: Context) -> Inventory:
 
 
 # -- visibility ----------------------------------------------------------------------------
+# Every variable that hides GPUs from a process, in the order reports name them.
+VISIBILITY_NAMES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+# Which of them each vendor's runtime reads.
 VISIBILITY_VARIABLES = {"nvidia": ("CUDA_VISIBLE_DEVICES",),
                         "amd": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
                                 "CUDA_VISIBLE_DEVICES")}

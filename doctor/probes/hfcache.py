@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from dsenv.envs.launchers import OFFLINE_VARIABLES
+from dsenv.envs.launchers import HUB_OFFLINE_VARIABLES, OFFLINE_VARIABLES
 
 TRUE_VALUES = {"1", "ON", "YES", "TRUE"}  # huggingface_hub.constants.ENV_VARS_TRUE_VALUES
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -128,7 +128,7 @@ class OfflineState:
 
 def offline_state(env: Mapping[str, str]) -> OfflineState:
     """The rules of huggingface_hub.constants.HF_HUB_OFFLINE and datasets.config."""
-    hub = is_true(env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE"))
+    hub = is_true(next((env[name] for name in HUB_OFFLINE_VARIABLES if env.get(name)), None))
     datasets_value = env.get("HF_DATASETS_OFFLINE")
     datasets = hub if datasets_value is None else is_true(datasets_value)
     return OfflineState(hub, datasets, {k: env[k] for k in OFFLINE_VARIABLES if k in env})

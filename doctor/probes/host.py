@@ -41,7 +41,7 @@ def cpu(ctx: Context) -> CpuInfo:
         return CpuInfo(model or platform.processor() or "unknown", flags,
                        count or os.cpu_count() or 0, platform.machine())
     # No /proc (macOS login nodes, odd containers): py-cpuinfo's slower full probe.
-    import cpuinfo
+    import cpuinfo  # cpuinfo: ~20 ms to import (multiprocessing, ctypes); only this path needs it
 
     data = cpuinfo.get_cpu_info()
     return CpuInfo(data.get("brand_raw", "unknown"), frozenset(data.get("flags", [])),

@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
 from dsenv.data import load_table
 
 from .context import Context, probe
@@ -138,10 +143,6 @@ def check_requirements(path: list[str], roots: tuple[str, ...] = TRAINING_PACKAG
     Markers are evaluated for this interpreter with no extra requested, so requirements that
     belong to extras nobody asked for are ignored (pip check does the same).
     """
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-    from packaging.version import InvalidVersion, Version
-
     cache: dict[str, metadata.Distribution | None] = {}
 
     def lookup(name: str) -> metadata.Distribution | None:
@@ -192,10 +193,6 @@ def check_requirements(path: list[str], roots: tuple[str, ...] = TRAINING_PACKAG
 
 def pip_install_command(executable: str, problems: tuple[Problem, ...]) -> str:
     """One pip command that satisfies every problem (specifiers of one package merged)."""
-    from packaging.requirements import Requirement
-    from packaging.specifiers import SpecifierSet
-    from packaging.utils import canonicalize_name
-
     wanted: dict[str, SpecifierSet] = {}
     for problem in problems:
         req = Requirement(problem.requirement)

@@ -10,11 +10,12 @@ comes from ONE subprocess that imports torch, run only when GPUs are visible.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dsenv import proc
 
 from . import gpus as gpu_probe
 from . import pyenv
@@ -77,6 +78,7 @@ def torch_build(ctx: Context) -> TorchBuild:
 
 
 # -- the one subprocess that imports torch -------------------------------------------------
+MARKER = "DSENV_TORCH_PROBE "
 PROBE_SCRIPT = """\
 import json, torch
 c = torch.cuda
@@ -101,9 +103,8 @@ for i in range(out.get("device_count") or 0):
     except Exception as e:
         d["error"] = type(e).__name__ + ": " + str(e)
     out["devices"].append(d)
-print("DSENV_TORCH_PROBE " + json.dumps(out))
-"""
-MARKER = "DSENV_TORCH_PROBE "
+print(__MARK__ + json.dumps(out))
+""".replace("__MARK__", repr(MARKER))
 EXPECTED_SUM = 12.0  # 2 * (0 + 1 + 2 + 3)
 
 
@@ -143,10 +144,9 @@ class TorchRuntime:
 
 def parse_probe_output(stdout: str) -> TorchRuntime:
     """The probe's JSON line (after its marker; torch may print other lines) -> TorchRuntime."""
-    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(MARKER)), None)
-    if line is None:
-        raise ValueError("the torch probe printed no result line")
-    data = json.loads(line[len(MARKER):])
+    data = proc.marked_json(stdout, MARKER)
+    if not isinstance(data, dict):
+        raise ValueError("the torch probe printed no result line that parses")
     devices = tuple(DeviceRun(**{k: d.get(k) for k in DeviceRun.__dataclass_fields__})
                     for d in data.get("devices", []))
     return TorchRuntime(True, available=bool(data.get("available")),
@@ -172,7 +172,7 @@ def torch_runtime(ctx: Context) -> TorchRuntime:
         return TorchRuntime(False, result.describe(), hung=True)
     try:
         return parse_probe_output(result.stdout)
-    except ValueError:  # json.JSONDecodeError is a ValueError
+    except ValueError:  # no result line, or one that does not parse
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
         return TorchRuntime(False, result.describe(), evidence=tuple(tail))
 
