@@ -236,7 +236,7 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     import torch
     import transformers
-    from dsenv.workloads import bert_squad, dsconfig, engine
+    from dsenv.workloads import bert_squad, dsconfig, engine, runner, runtime
     from transformers import BertForQuestionAnswering
 
     transformers.logging.set_verbosity_error()
@@ -246,7 +246,7 @@ def main() -> int:
         from dataclasses import replace
 
         s = replace(s, steps=args.steps, warmup_steps=max(1, args.steps // 10))
-    rt = engine.start(quiet=True)
+    rt = runtime.start(quiet=True)
     if rt.on_gpu or rt.world_size != 1:
         print("this bench is for one process on CPU (fp32, stage 0)", file=sys.stderr)
         return 2
@@ -265,7 +265,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="dsenv-smoke-overhead-") as tmp:
         assets = Path(tmp) / "assets"
-        bert_squad.make_smoke_assets(assets, s, args.seed, None)
+        runner.make_smoke_assets(bert_squad, assets, s, args.seed, None)
         init_model = assets / "init-model"
         train_f = _smoke_train_features(bert_squad, assets, s, args.seed)
         keys = ("input_ids", "token_type_ids", "attention_mask", "start_positions",
@@ -379,7 +379,7 @@ def main() -> int:
             "rounds": args.rounds, "chunk": args.chunk, "warmup_steps": args.warmup_steps,
             "threads": torch.get_num_threads(), "device_type": rt.device_type,
             "backward_allreduce": checks["backward_allreduce"],
-            "versions": engine.versions(), "ds_config": config,
+            "versions": runtime.versions(), "ds_config": config,
             "times_s": times, "median_s": medians, "ms_per_step": ms,
             "ratios": ratios, "median_ratio": ratio, "goal": GOAL, "goal_met": ratio <= GOAL,
             "loss_check": checks, "max_abs_loss_diff_all_rounds": max(loss_diffs),
@@ -387,7 +387,7 @@ def main() -> int:
             "load_average_at_start": load_before,
             "ops_built": timings["ops_built"],
             "wall_s": wall_s}, indent=2)
-    engine.shutdown()
+    runtime.shutdown()
     return 0
 
 

@@ -94,10 +94,11 @@ def is_held(target: str | os.PathLike) -> bool:
 class TargetLock:
     """The exclusive lock on one target; see the module docstring."""
 
-    def __init__(self, target: str | os.PathLike, command: str):
+    def __init__(self, target: str | os.PathLike, command: str, advice: str = ""):
         self.target = Path(target)
         self.path = lock_path(self.target)
         self.command = command
+        self.advice = advice  # what a refused run should do instead, for its one line
         self._fd: int | None = None
 
     @property
@@ -157,6 +158,8 @@ class TargetLock:
 
     def _busy_message(self, owner: Owner | None, wait: float | None) -> str:
         who = owner.describe() if owner else "another dsenv run"
+        if self.advice:
+            return f"{self.target} is in use by {who}: {self.advice}"
         if not wait:
             return (f"{self.target} is being built by {who}: wait for it (drop --no-wait, or "
                     f"--wait SECONDS), or choose another target")

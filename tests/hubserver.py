@@ -415,14 +415,14 @@ def t5_xsum_repos(tmp_dir: Path, train_rows: int = 48, validation_rows: int = 12
     tokenizer.json when both are there); XSum-layout parquet files under EdinburghNLP/xsum
     at refs/convert/parquet."""
     import torch
-    from dsenv.workloads import runner, synthetic
+    from dsenv.workloads import synthetic, tiny
     from transformers import T5Config, T5ForConditionalGeneration
 
     splits = {"train": synthetic.xsum_rows(train_rows, 21),
               "validation": synthetic.xsum_rows(validation_rows, 22),
               "test": synthetic.xsum_rows(validation_rows, 23)}
-    tokenizer = runner.train_unigram(["summarize: " + r["document"] for r in splits["train"]]
-                                     + [r["summary"] for r in splits["train"]], 400)
+    tokenizer = tiny.train_unigram(["summarize: " + r["document"] for r in splits["train"]]
+                                   + [r["summary"] for r in splits["train"]], 400)
     torch.manual_seed(0)
     config = T5Config(vocab_size=len(tokenizer) + 100, d_model=32, d_ff=64, d_kv=16,
                       num_heads=2, num_layers=1, decoder_start_token_id=0)
@@ -446,13 +446,13 @@ def gpt2_wikitext_repos(tmp_dir: Path, articles: int = 30) -> Repos:
     import json
 
     import torch
-    from dsenv.workloads import runner, synthetic
+    from dsenv.workloads import synthetic, tiny
     from transformers import GPT2Config, GPT2LMHeadModel
 
     splits = {"train": synthetic.wikitext_rows(articles, 31),
               "validation": synthetic.wikitext_rows(max(articles // 5, 4), 32),
               "test": synthetic.wikitext_rows(max(articles // 5, 4), 33)}
-    tokenizer = runner.train_byte_bpe([r["text"] for r in splits["train"]], 400)
+    tokenizer = tiny.train_byte_bpe([r["text"] for r in splits["train"]], 400)
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=1,
                         n_head=2, bos_token_id=tokenizer.eos_token_id,

@@ -329,8 +329,8 @@ def test_requests_without_a_timeout_get_one(tmp_path):
     session bounds them (HF_HUB_DOWNLOAD_TIMEOUT as the read limit)."""
     code = """
 import os, time
-from dsenv.workloads import fetch
-fetch.open_hub()
+from dsenv.workloads import fetch_hub
+fetch_hub.open_hub()
 import huggingface_hub
 start = time.monotonic()
 try:

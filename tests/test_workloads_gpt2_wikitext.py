@@ -11,7 +11,7 @@ import re
 import sys
 
 import pytest
-from dsenv.workloads import gpt2_wikitext, runner, synthetic
+from dsenv.workloads import gpt2_wikitext, runner, synthetic, tiny
 
 from dsenv import proc
 
@@ -39,7 +39,7 @@ def test_synthetic_wikitext_has_the_layout_of_wikitext_raw(tmp_path):
 def test_lines_are_concatenated_and_cut_into_blocks():
     import datasets
 
-    tokenizer = runner.train_byte_bpe([r["text"] for r in synthetic.wikitext_rows(30, 1)], 400)
+    tokenizer = tiny.train_byte_bpe([r["text"] for r in synthetic.wikitext_rows(30, 1)], 400)
     split = datasets.Dataset.from_dict({"text": [r["text"] for r in
                                                  synthetic.wikitext_rows(5, 2)]})
     blocks = gpt2_wikitext.lm_blocks(split, tokenizer, 32)

@@ -36,7 +36,7 @@ def test_seed_002_table_is_what_the_configurations_build():
         assert next(model.parameters()).is_meta
         assert model.num_parameters() == SEED_002[name], name
         check = t5_xsum.parameter_check(model)
-        assert check == {"count": SEED_002[name], "variant": name, "seed_002": SEED_002[name],
+        assert check == {"count": SEED_002[name], "variant": name, "expected": SEED_002[name],
                          "matches": True}
 
 

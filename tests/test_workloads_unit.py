@@ -254,7 +254,7 @@ def test_malformed_squad_files(tmp_path, content, message):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from dsenv.workloads.runner import train_wordpiece
+    from dsenv.workloads.tiny import train_wordpiece
 
     examples = [ex for ex in _examples(40)]
     return train_wordpiece([e.context for e in examples] + [e.question for e in examples], 400)
@@ -405,7 +405,7 @@ def test_smoke_help_lists_presets_and_hides_test_flags():
 def test_jit_builds_use_this_environments_ninja(tmp_path, monkeypatch):
     """Debian's mpirun -x PATH puts /usr/bin (ninja 1.11) first; pip's ninja 1.13 built the
     cache; the two disagree on the build log, so each switch rebuilt every op."""
-    from dsenv.workloads import engine
+    from dsenv.workloads import runtime
 
     venv_bin, system_bin = tmp_path / "venv" / "bin", tmp_path / "usr" / "bin"
     for folder in (venv_bin, system_bin):
@@ -414,12 +414,12 @@ def test_jit_builds_use_this_environments_ninja(tmp_path, monkeypatch):
         (folder / "ninja").chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(venv_bin / "python"))
     env = {"PATH": f"{system_bin}:{venv_bin}"}
-    assert engine.prefer_env_ninja(env) == str(venv_bin)
+    assert runtime.prefer_env_ninja(env) == str(venv_bin)
     assert env["PATH"] == f"{venv_bin}:{system_bin}:{venv_bin}"
-    assert engine.prefer_env_ninja(env) is None  # already first: left alone
+    assert runtime.prefer_env_ninja(env) is None  # already first: left alone
     (venv_bin / "ninja").unlink()
     env = {"PATH": str(system_bin)}
-    assert engine.prefer_env_ninja(env) is None and env["PATH"] == str(system_bin)
+    assert runtime.prefer_env_ninja(env) is None and env["PATH"] == str(system_bin)
 
 
 # ----------------------------------------------------------------------------- shared by all
@@ -469,14 +469,14 @@ def test_no_gradient_sync_needs_stage_0_and_drops_clipping():
 
 def test_independent_micro_batches_cover_all_data_in_each_ranks_order():
     import torch
-    from dsenv.workloads import engine
+    from dsenv.workloads import engine, runtime
     from dsenv.workloads.launch_env import RankInfo
 
     data = {"x": torch.arange(64)}
 
     def first_epoch(rank: int, independent: bool) -> list[int]:
-        rt = engine.Runtime(RankInfo("env", rank, rank, 2, 2, "127.0.0.1", 1), False, "cpu",
-                            "cpu", "gloo", None)
+        rt = runtime.Runtime(RankInfo("env", rank, rank, 2, 2, "127.0.0.1", 1), False, "cpu",
+                             "cpu", "gloo", None)
         batches = engine.micro_batches(data, 8, rt, seed=3, independent=independent)
         per_epoch = 8 if independent else 4
         return [int(i) for _ in range(per_epoch) for i in next(batches)["x"]]

@@ -6,7 +6,8 @@ Where things live (the one layout fetch, the loaders and the doctor share):
 - models and dataset repositories: huggingface_hub's cache (HF_HUB_CACHE, else
   $HF_HOME/hub), in its own layout, so ``from_pretrained(repo, revision=...)`` finds them
   with HF_HUB_OFFLINE=1;
-- data sets prepared for the workloads (``datasets`` ``save_to_disk``, seed 003):
+- data sets prepared for the workloads (``datasets`` ``save_to_disk``, read back offline
+  with ``load_from_disk``):
   ``<datasets cache>/dsenv/<owner>--<name>/`` (HF_DATASETS_CACHE, else $HF_HOME/datasets);
 - one manifest per workload, every file with its size and sha256:
   ``<datasets cache>/dsenv/manifests/<workload>.json``.
@@ -23,8 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dsenv.doctor.probes.hfcache import resolve_dirs
 from dsenv.envs.launchers import OFFLINE_VARIABLES
-from dsenv.workloads.launch_env import WorkloadError
+from dsenv.workloads.errors import WorkloadError
 
 from dsenv.data import load_table
 
@@ -40,8 +42,6 @@ class CacheLayout:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CacheLayout:
         """The folders huggingface_hub and datasets would use with this environment."""
-        from dsenv.doctor.probes.hfcache import resolve_dirs
-
         dirs = resolve_dirs(os.environ if env is None else env)
         return cls(dirs.hub, dirs.datasets / "dsenv")
 
@@ -169,7 +169,7 @@ def load_dataset(workload: str, layout: CacheLayout | None = None):
     missing = asset.missing_in(layout)
     if missing:
         raise _not_fetched(workload, missing, layout)
-    import datasets
+    import datasets  # datasets: only once a full run reads it
 
     path = asset.saved_dir(layout)
     try:

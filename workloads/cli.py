@@ -13,7 +13,11 @@ smoke bert-squad`` (or through the ``dsenv`` script). ``smoke all`` runs every s
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+
+from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.smoke_all import run_all
 
 from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
 from dsenv.errors import run_command
@@ -27,13 +31,13 @@ SMOKE_WORKLOADS = {
 }
 SMOKE_ALL = "all"  # `dsenv smoke all`: the four above in turn, one table
 FULL_WORKLOADS = {
-    "bert-squad": "bert-base-uncased on SQuAD v1.1, 2 epochs (seeds 000, 001)",
-    "t5-xsum": "t5-small on XSum, ROUGE-1/2/L (seed 002; --preset zero3-offload for t5-3b "
-               "on one GPU)",
+    "bert-squad": "bert-base-uncased on SQuAD v1.1, 2 epochs, exact match and F1",
+    "t5-xsum": "t5-small on XSum, ROUGE-1/2/L (--preset zero3-offload for t5-3b on one "
+               "GPU)",
     "gpt2-wikitext": "distilgpt2 on wikitext-2-raw-v1 through the transformers Trainer, "
-                     "perplexity (seed 003)",
+                     "perplexity",
     "bert-mrpc": "bert-base-uncased on GLUE MRPC, accuracy and F1; --no-sync-gradients "
-                 "(seed 004)",
+                 "(each rank trains its own model)",
 }
 # each module has run(args, mode) and FULL (the full run's Settings)
 WORKLOAD_MODULES = {"bert-squad": "dsenv.workloads.bert_squad",
@@ -43,7 +47,7 @@ WORKLOAD_MODULES = {"bert-squad": "dsenv.workloads.bert_squad",
 DEFAULT_PRESET = "fp32"
 DATA_DIR_HELP = ("read the data from DIR: bert-squad: train-v1.1.json and dev-v1.1.json; the "
                  "others: a data set saved with datasets' save_to_disk in the real one's "
-                 "layout (seed 003)")
+                 "layout")
 LR_SCALINGS = ("none", "linear", "sqrt")  # kept in step with dsconfig.LR_SCALINGS
 PRESETS_HELP = "fp32, fp16, bf16, zero1, zero2, zero3, zero3-offload (workloads/presets.toml)"
 
@@ -76,7 +80,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                              "(default 3)")
     parser.add_argument("--no-sync-gradients", action="store_true",
                         help="bert-mrpc: every rank trains its own model without gradient "
-                             "all-reduce, the best one is kept (seed 004; needs a preset "
+                             "all-reduce, the best one is kept (needs a preset "
                              "without ZeRO)")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="keep DeepSpeed's own logging")
@@ -131,7 +135,7 @@ def add_workload_parsers(subparsers) -> None:
     run.add_argument("--max-eval-samples", type=positive_int, metavar="N",
                      help="evaluate on the first N validation samples only")
     evaluate = run.add_argument_group(
-        "bert-squad: evaluate a saved model (seed 001's test script)",
+        "bert-squad: evaluate a saved model",
         "no training: the model a run saved answers dev questions K..K+N-1, each printed "
         "with its answer highlighted, then exact match and F1 over them")
     evaluate.add_argument("--model-dir", metavar="DIR",
@@ -146,8 +150,6 @@ def add_workload_parsers(subparsers) -> None:
 def full_run_settings(workload: str):
     """The ``Settings`` of ``dsenv run WORKLOAD`` (micro-batch, lr, ...), None if it has no
     full run yet. Light: a workload module imports no torch at module import."""
-    import importlib
-
     module = WORKLOAD_MODULES.get(workload)
     return importlib.import_module(module).FULL if module else None
 
@@ -162,18 +164,12 @@ def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_workload_command(args) -> int:
     """Run what ``args`` asks for; WorkloadError (one line, exit 2) for bad input."""
-    from dsenv.workloads.launch_env import WorkloadError
-
     mode = getattr(args, "workload_mode", args.command)
     args.output_dir = args.output_dir.format(workload=args.workload, mode=mode)
     if mode == "smoke" and args.workload == SMOKE_ALL:
-        from dsenv.workloads.smoke_all import run_all
-
         return run_all(args, list(SMOKE_WORKLOADS))
     if args.workload not in WORKLOAD_MODULES:
         raise WorkloadError(f"unknown workload {args.workload!r}")
-    import importlib
-
     return importlib.import_module(WORKLOAD_MODULES[args.workload]).run(args, mode=mode)
 
 

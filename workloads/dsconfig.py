@@ -6,7 +6,9 @@ Pure Python (no torch): the batch arithmetic is checked before any engine starts
 
 is always derived here and never taken on trust from a file, so the same command works on
 1, 2 or 64 GPUs. A user ds_config whose train_batch_size contradicts the world size is
-rejected with the numbers.
+rejected with the numbers. The file itself is read and its batch values judged by the
+doctor's reader (doctor/probes/dsconfig.py), so `dsenv doctor --deepspeed-config` and
+`dsenv smoke/run --deepspeed-config` give one verdict on one file.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dsenv.workloads.launch_env import WorkloadError
+from dsenv.doctor.probes import dsconfig as ds_file
+from dsenv.workloads.errors import WorkloadError
 
 from dsenv.data import load_table
-from dsenv.jsonfiles import JsonFileError, read_json
 
 LR_SCALINGS = ("none", "linear", "sqrt")
 _ADAMS = ("adam", "adamw")
@@ -74,15 +76,12 @@ class PlannedConfig:
 
 
 def load_user_config(path: str | Path) -> dict:
-    path = Path(path)
+    """A user's ds_config, read and its batch values judged as the doctor's job check does
+    (one line naming the file and the key: NaN, "sixteen", 0, 2.5, true are refused)."""
     try:
-        data = read_json(path, "ds_config")
-    except JsonFileError as exc:
+        return ds_file.check_batch_values(ds_file.read_config(path), path)
+    except ds_file.DsConfigError as exc:
         raise WorkloadError(str(exc)) from None
-    if not isinstance(data, dict):
-        raise WorkloadError(f"ds_config {path}: expected a JSON object, got "
-                            f"{type(data).__name__}")
-    return data
 
 
 def merge(base: dict, override: dict) -> dict:
@@ -98,31 +97,29 @@ def merge(base: dict, override: dict) -> dict:
 
 def _given(config: dict, key: str) -> int | None:
     """A batch value from a user config; HF's "auto" counts as not given."""
-    value = config.get(key)
-    if value is None or value == "auto":
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise WorkloadError(f"ds_config: {key} must be a whole number >= 1, got {value!r}")
-    return value
+    try:
+        return ds_file.batch_value(config, key)
+    except ds_file.DsConfigError as exc:
+        raise WorkloadError(str(exc)) from None
 
 
 def plan_batch(world_size: int, default_micro_batch: int, user: dict,
                micro_batch: int | None = None, grad_accum: int | None = None) -> BatchPlan:
     """Micro-batch and accumulation from the command line, else the user config, else the
-    workload's default; the global batch is derived, and a contradicting one rejected."""
-    user_mb = _given(user, "train_micro_batch_size_per_gpu")
-    user_ga = _given(user, "gradient_accumulation_steps")
-    user_tbs = _given(user, "train_batch_size")
-    ga = grad_accum or user_ga or 1
-    mb = micro_batch or user_mb
-    if mb is None and user_tbs is not None:
-        if user_tbs % (ga * world_size):
-            raise WorkloadError(
-                f"ds_config train_batch_size {user_tbs} cannot be split over grad-accum {ga} x "
-                f"world size {world_size} = {ga * world_size}; drop train_batch_size (dsenv "
-                f"derives it) or set train_micro_batch_size_per_gpu")
-        mb = user_tbs // (ga * world_size)
-    plan = BatchPlan(mb or default_micro_batch, ga, world_size)
+    workload's default; what is missing DeepSpeed's way (ds_file.derive_batch), the global
+    batch derived, and a contradicting one rejected."""
+    user_tbs = _given(user, ds_file.TRAIN)
+    mb = micro_batch or _given(user, ds_file.MICRO)
+    ga = grad_accum or _given(user, ds_file.ACCUM)
+    if mb is None and user_tbs is None:
+        mb = default_micro_batch
+    _, mb, ga, derived = ds_file.derive_batch(user_tbs, mb, ga, world_size)
+    if ds_file.MICRO in derived and (mb < 1 or user_tbs != mb * ga * world_size):
+        raise WorkloadError(
+            f"ds_config train_batch_size {user_tbs} cannot be split over grad-accum {ga} x "
+            f"world size {world_size} = {ga * world_size}; drop train_batch_size (dsenv "
+            f"derives it) or set train_micro_batch_size_per_gpu")
+    plan = BatchPlan(mb, max(ga, 1), world_size)
     if user_tbs is not None and user_tbs != plan.train_batch_size:
         raise WorkloadError(
             f"ds_config train_batch_size {user_tbs} contradicts this run: micro-batch "
@@ -208,10 +205,10 @@ def zero_stage(preset: str, user_config: str | Path | None = None) -> int:
 
 
 def without_gradient_sync(planned: PlannedConfig) -> PlannedConfig:
-    """The config for ranks that train independently (seed 004's workers without gradient
-    sync): no ZeRO, whose stages partition gradients and optimizer states over the ranks,
-    and no gradient clipping, since DeepSpeed averages the clipping norm over the ranks:
-    the one collective a step would still make."""
+    """The config for ranks that train independently (--no-sync-gradients: one model per
+    rank, the best kept): no ZeRO, whose stages partition gradients and optimizer states
+    over the ranks, and no gradient clipping, since DeepSpeed averages the clipping norm over
+    the ranks: the one collective a step would still make."""
     stage = int((planned.config.get("zero_optimization") or {}).get("stage", 0))
     if stage:
         raise WorkloadError(f"--no-sync-gradients trains one model per rank: it needs a preset "

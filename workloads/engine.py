@@ -1,10 +1,10 @@
-"""What every workload shares at run time: ranks, device, the DeepSpeed engine, the training
-loop through the engine, timing, distributed prediction and generation, and the atomic
-model save.
+"""The DeepSpeed engine as every workload drives it: the ops a config JIT-builds (announced
+before they are), torch.distributed through DeepSpeed, deepspeed.initialize, the training
+loop, distributed prediction and generation, and the atomic model save.
 
 A workload calls, top to bottom::
 
-    rt = engine.start()                          # ranks from any launcher, device, console
+    rt = runtime.start()                         # ranks from any launcher, device, console
     planned = dsconfig.build_config(..., world_size=rt.world_size, on_gpu=rt.on_gpu)
     engine.init_distributed(rt, planned.config)  # says so first if ops must be JIT-built
     ds = engine.initialize(model, planned.config)
@@ -18,149 +18,42 @@ torch and deepspeed are imported inside the functions, never at module import.
 from __future__ import annotations
 
 import contextlib
+import datetime
+import hashlib
 import io
 import logging
 import math
 import os
-import platform
-import shutil
-import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from dsenv.workloads.launch_env import RankInfo, WorkloadError, apply, discover
+from dsenv.workloads.dsconfig import required_ops
+from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.runtime import Runtime, barrier, gather
 
 from dsenv.staging import staged_dir
 
-# Measured first-build times on a 2-core VM (FACTS.md and this project's runs), seconds.
+# Measured first-build times on a 2-core VM (this project's runs), seconds.
 OP_BUILD_SECONDS = {"deepspeed_shm_comm": 60, "cpu_adam": 90, "fused_adam": 100}
-
-
-@dataclass
-class Runtime:
-    ranks: RankInfo
-    on_gpu: bool
-    device: str  # "cuda:0" or "cpu"
-    device_type: str  # "NVIDIA H100 80GB HBM3", "AMD Instinct MI100", "cpu:AMD EPYC"
-    backend: str  # nccl or gloo
-    console: object  # rich Console; silent on ranks other than 0
-    threads: int = 1
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def rank(self) -> int:
-        return self.ranks.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.ranks.world_size
-
-    @property
-    def is_main(self) -> bool:
-        return self.ranks.rank == 0
-
-    def log(self, message: str) -> None:
-        self.console.print(message, highlight=False)
-
-    def describe(self) -> dict:
-        return {"launcher": self.ranks.launcher, "mpi": self.ranks.mpi_flavour,
-                "world_size": self.world_size, "local_size": self.ranks.local_size,
-                "device": self.device, "device_type": self.device_type,
-                "backend": self.backend, "torch_threads_per_rank": self.threads,
-                "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"}
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _mpi_master_addr() -> str:
-    """Multi-node mpirun without MASTER_ADDR: rank 0's host name, broadcast over MPI."""
-    import socket
-
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        raise WorkloadError("mpirun across nodes without MASTER_ADDR, and no mpi4py to ask "
-                            "rank 0: export MASTER_ADDR (mpirun -x MASTER_ADDR=...)") from None
-    return MPI.COMM_WORLD.bcast(socket.getfqdn() if MPI.COMM_WORLD.Get_rank() == 0 else None)
-
-
-def prefer_env_ninja(env=None) -> str | None:
-    """Make JIT builds use the ninja of this Python environment, when it has one.
-
-    Two ninja versions disagree on their build log (1.11's hashes are not 1.13's), so when
-    the one on PATH changes between runs, every run rebuilds every DeepSpeed op (~1 min
-    each on 2 cores). Measured here: Debian's mpirun, given ``-x PATH``, puts /usr/bin
-    (ninja 1.11) in front of the venv's bin (pip's ninja 1.13). Returns the PATH entry added.
-    """
-    env = os.environ if env is None else env
-    bindir = os.path.dirname(sys.executable)
-    ninja = os.path.join(bindir, "ninja")
-    if not os.access(ninja, os.X_OK) or shutil.which("ninja", path=env.get("PATH")) == ninja:
-        return None
-    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    return bindir
-
-
-def start(quiet: bool = False) -> Runtime:
-    """Discover the ranks, export the torch.distributed variables, choose the device."""
-    from rich.console import Console
-
-    prefer_env_ninja()
-    ranks = discover()
-    if ranks.master_addr is None and ranks.launcher == "mpirun":
-        ranks = RankInfo(**{**ranks.as_dict(), "master_addr": _mpi_master_addr()})
-    apply(ranks)
-
-    import torch
-
-    if torch.cuda.is_available():  # CUDA or ROCm (torch.version.hip); RCCL answers to nccl
-        count = torch.cuda.device_count()
-        index = ranks.local_rank % count
-        torch.cuda.set_device(index)
-        on_gpu, device, backend = True, f"cuda:{index}", "nccl"
-        device_type = torch.cuda.get_device_name(index)
-    else:
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        on_gpu, device, backend = False, "cpu", "gloo"
-        device_type = f"cpu:{_cpu_model()}"
-        local = ranks.local_size or 1
-        if "OMP_NUM_THREADS" not in os.environ and local > 1:  # ranks share the cores
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
-    # mpirun gives its ranks a pty: keep colours, but no spinners or live redraws in logs
-    console = Console(quiet=quiet or ranks.rank != 0, highlight=False,
-                      force_interactive=False if ranks.launcher in ("mpirun", "srun") else None)
-    return Runtime(ranks, on_gpu, device, device_type, backend, console,
-                   threads=torch.get_num_threads())
 
 
 def _quiet_deepspeed(verbose: bool) -> None:
     if not verbose:
-        import warnings
-
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
-        from deepspeed.utils import logger
+        from deepspeed.utils import logger  # deepspeed: only once a run starts
 
         logger.setLevel(logging.ERROR)
 
 
 def ops_to_build(config: dict, on_gpu: bool) -> list[tuple[str, Path]]:
     """DeepSpeed ops this config loads that are neither prebuilt nor in the JIT cache."""
-    from dsenv.workloads.dsconfig import required_ops
-    from torch.utils import cpp_extension
+    from torch.utils import cpp_extension  # torch: only once a run starts
 
     try:
-        from deepspeed.git_version_info import installed_ops
+        from deepspeed.git_version_info import installed_ops  # deepspeed: only once a run starts
     except ImportError:  # pragma: no cover - very old DeepSpeed
         installed_ops = {}
     missing = []
@@ -187,9 +80,7 @@ def announce_builds(rt: Runtime, config: dict) -> list[str]:
 
 def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
     """torch.distributed through DeepSpeed, never via mpi4py discovery. Returns timings."""
-    import datetime
-
-    import deepspeed
+    import deepspeed  # deepspeed: only once a run starts
 
     _quiet_deepspeed(verbose)
     building = announce_builds(rt, config) if rt.is_main else []
@@ -198,7 +89,7 @@ def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
     with contextlib.redirect_stdout(sink) if not verbose else contextlib.nullcontext():
         deepspeed.init_distributed(dist_backend=rt.backend, auto_mpi_discovery=False,
                                    timeout=datetime.timedelta(minutes=15))
-    import torch.distributed as dist
+    import torch.distributed as dist  # torch: only once a run starts
 
     if dist.get_world_size() != rt.world_size:  # a silent singleton: refuse, never train alone
         raise WorkloadError(f"{rt.ranks.launcher} said world size {rt.world_size} but "
@@ -209,19 +100,20 @@ def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
 def initialize(model, config: dict, verbose: bool = False, sync_gradients: bool = True):
     """deepspeed.initialize with the full config; returns the engine.
 
-    ``sync_gradients=False`` (seed 004's independent workers): no gradient all-reduce, so
-    every rank trains its own model on its own batches. Only without ZeRO: ZeRO stages
-    partition gradients and optimizer states over the ranks. The config must not clip
-    gradients either (:func:`dsenv.workloads.dsconfig.without_gradient_sync`): DeepSpeed
-    averages the clipping norm over the ranks.
+    ``sync_gradients=False`` (independent workers: bert-mrpc's --no-sync-gradients): no
+    gradient all-reduce, so every rank trains its own model on its own batches. Only
+    without ZeRO: ZeRO stages partition gradients and optimizer states over the ranks. The
+    config must not clip gradients either
+    (:func:`dsenv.workloads.dsconfig.without_gradient_sync`): DeepSpeed averages the
+    clipping norm over the ranks.
     """
-    import deepspeed
+    import deepspeed  # deepspeed: only once a run starts
 
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink) if not verbose else contextlib.nullcontext():
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                config=config)
-    import torch.distributed as dist
+    import torch.distributed as dist  # torch: only once a run starts
 
     stage = engine.zero_optimization_stage()
     if not sync_gradients and stage != 0:
@@ -238,7 +130,7 @@ def initialize(model, config: dict, verbose: bool = False, sync_gradients: bool 
 
 # ----------------------------------------------------------------------------- data
 def to_tensors(features: dict[str, list], keys: tuple[str, ...]) -> dict:
-    import torch
+    import torch  # torch: only once a run starts
 
     return {key: torch.tensor(features[key], dtype=torch.long) for key in keys}
 
@@ -249,7 +141,7 @@ def micro_batches(tensors: dict, micro_batch: int, rt: Runtime, seed: int,
     the same on every rank, split so the ranks never see the same sample in one epoch.
     ``independent``: every rank draws from the whole data set in its own order (workers
     that train without gradient sync, each its own model)."""
-    import torch
+    import torch  # torch: only once a run starts
 
     n = len(next(iter(tensors.values())))
     per_rank = n if independent else n // rt.world_size
@@ -283,7 +175,7 @@ class TrainStats:
 
 def _sync(rt: Runtime) -> None:
     if rt.on_gpu:
-        import torch
+        import torch  # torch: only once a run starts
 
         torch.cuda.synchronize()
 
@@ -291,8 +183,8 @@ def _sync(rt: Runtime) -> None:
 def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps: int,
           label: str = "training") -> TrainStats:
     """``steps`` optimizer steps through the engine; loss per step; samples/s after warm-up."""
-    import torch
-    from rich.progress import (
+    import torch  # torch: only once a run starts
+    from rich.progress import (  # rich: only once a run starts
         BarColumn,
         MofNCompleteColumn,
         Progress,
@@ -361,8 +253,8 @@ def predict(engine, rt: Runtime, inputs: dict, batch_size: int,
     as ZeRO-3 needs); every rank gets all outputs back, as numpy arrays, in input order.
     ``split_over_ranks=False``: every rank forwards all of them through its own model and
     keeps its own outputs (ranks that trained without gradient sync)."""
-    import numpy as np
-    import torch
+    import numpy as np  # numpy: only once a run starts
+    import torch  # torch: only once a run starts
 
     n = len(next(iter(inputs.values())))
     rank, world = (rt.rank, rt.world_size) if split_over_ranks else (0, 1)
@@ -389,7 +281,7 @@ def generate(engine, rt: Runtime, inputs: dict, batch_size: int, max_new_tokens:
     as :func:`predict` splits them; every rank gets all sequences back, in input order.
     Under ZeRO-3 every forward gathers the partitioned parameters collectively, so with
     several ranks ``synced_gpus`` keeps each rank stepping until all are done."""
-    import torch
+    import torch  # torch: only once a run starts
 
     n = len(next(iter(inputs.values())))
     index_t = torch.tensor(_share(n, rt.rank, rt.world_size), dtype=torch.long)
@@ -408,53 +300,15 @@ def generate(engine, rt: Runtime, inputs: dict, batch_size: int, max_new_tokens:
     return [seq for part in gather(rt, mine) for seq in part][:n]
 
 
-def gather(rt: Runtime, value) -> list:
-    """Every rank's ``value``, in rank order, on every rank."""
-    if rt.world_size == 1:
-        return [value]
-    import torch.distributed as dist
-
-    gathered: list = [None] * rt.world_size
-    dist.all_gather_object(gathered, value)
-    return gathered
-
-
 def weights_digest(module) -> str:
     """sha256 of a module's parameters and buffers as this rank holds them: equal on two
     ranks only when their weights are bit for bit the same (without ZeRO-3, which leaves
     each rank a partition)."""
-    import hashlib
-
     digest = hashlib.sha256()
     for name, tensor in sorted(module.state_dict().items()):
         digest.update(name.encode())
         digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
-
-
-def broadcast(rt: Runtime, value):
-    """Rank 0's ``value`` on every rank (so every rank exits with the same code)."""
-    if rt.world_size == 1:
-        return value
-    import torch.distributed as dist
-
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def barrier(rt: Runtime) -> None:
-    if rt.world_size > 1:
-        import torch.distributed as dist
-
-        dist.barrier()
-
-
-def shutdown() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------- saving
@@ -466,7 +320,7 @@ def save_model_atomically(engine, rt: Runtime, target: Path,
     ZeRO-3 parameters are gathered first (every rank must call this). ``source_rank``: the
     rank whose model is saved (ranks that trained without gradient sync differ); rank 0
     writes it, since transformers' save_pretrained writes weights on rank 0 only."""
-    import deepspeed
+    import deepspeed  # deepspeed: only once a run starts
 
     target = Path(target)
     module = engine.module
@@ -477,7 +331,7 @@ def save_model_atomically(engine, rt: Runtime, target: Path,
         if rt.rank == source_rank:
             state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
     if source_rank != 0:
-        import torch.distributed as dist
+        import torch.distributed as dist  # torch: only once a run starts
 
         box = [state]
         dist.broadcast_object_list(box, src=source_rank)
@@ -489,22 +343,3 @@ def save_model_atomically(engine, rt: Runtime, target: Path,
                 extra(tmp)
     barrier(rt)
     return target
-
-
-# ----------------------------------------------------------------------------- versions
-def versions() -> dict:
-    import importlib.metadata as md
-    import sys
-
-    import torch
-
-    found = {"python": sys.version.split()[0], "platform": platform.platform()}
-    for dist in ("dsenv", "torch", "deepspeed", "transformers", "tokenizers", "datasets",
-                 "numpy", "mpi4py"):
-        try:
-            found[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            found[dist] = None
-    found["cuda"] = torch.version.cuda
-    found["hip"] = getattr(torch.version, "hip", None)
-    return found

@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from dsenv.envs.launchers import OFFLINE_VARIABLES
 from dsenv.envs.sites import Container, Site
 from dsenv.provision.activation import ACTIVATE_NAME, sh_value
+from dsenv.workloads.errors import LaunchError
 
 from dsenv import __version__
 from dsenv.data import load_table
-
-from .launch import LaunchError
 
 WORKLOAD_MODULE = "dsenv.workloads.cli"
 # Same derivation as dsenv.workloads.launch_env for srun ranks without MASTER_PORT.

@@ -18,21 +18,20 @@ import shlex
 import sys
 from pathlib import Path
 
+from dsenv.doctor.probes import mpi
+from dsenv.doctor.probes.context import Context, Options
 from dsenv.envs.launchers import LAUNCHERS
 from dsenv.envs.mpi_launch import mpi_profile, working_plugins
+from dsenv.envs.sites import Container, load_site
+from dsenv.workloads.cli import FULL_WORKLOADS, SMOKE_WORKLOADS, add_workload_parsers
+from dsenv.workloads.errors import LaunchError
+from dsenv.workloads.jobscript import JobPlan, render_script, table
+from dsenv.workloads.mpijob import render_mpijob, to_yaml
 
 from dsenv import proc
 from dsenv.argtypes import positive_float, positive_int
-from dsenv.errors import DsenvError
 from dsenv.redact import Redactor
 from dsenv.staging import write_file_atomically
-
-from .cli import FULL_WORKLOADS, SMOKE_WORKLOADS, add_workload_parsers
-
-
-class LaunchError(DsenvError):
-    """Bad input for ``dsenv launch``: one line saying what is wrong and how to fix it."""
-
 
 _TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}|UNLIMITED|INFINITE", re.IGNORECASE)
 _SLURM_NAME = re.compile(r"[A-Za-z0-9_.,@+-]+")
@@ -117,8 +116,6 @@ def _check_workload_args(mode: str, workload: str, args: list[str]) -> None:
 
 
 def _container(spec: str | None, site):
-    from dsenv.envs.sites import Container
-
     if spec is None:
         return site.container if site.default_kind == "container" else None
     if spec == "none":
@@ -135,9 +132,6 @@ def choose_srun_mpi(site, env, timeout: float = 10.0) -> tuple[str, str]:
     doctor's launch rules (envs/mpi_launch.toml) say starts the MPI on PATH, else pmix."""
     if site.srun_mpi:
         return site.srun_mpi, f"site {site.name}'s srun_mpi"
-    from dsenv.doctor.probes import mpi
-    from dsenv.doctor.probes.context import Context, Options
-
     ctx = Context(options=Options(target="login", probe_timeout=timeout), env=dict(env))
     install = mpi.mpi_install(ctx)
     if install is None:
@@ -157,21 +151,13 @@ def _absolute(path: str) -> str:
 
 def build_plan(args, env=None):
     """The JobPlan ``args`` ask for; LaunchError (one line) for anything impossible."""
-    from dsenv.envs.sites import load_site
-    from dsenv.provision import ProvisionError
-
-    from .jobscript import JobPlan, table
-
     env = os.environ if env is None else env
     mode = "run" if args.full else "smoke"
     workloads = FULL_WORKLOADS if args.full else SMOKE_WORKLOADS
     if args.workload not in workloads:
         raise LaunchError(f"unknown workload {args.workload!r} for `dsenv {mode}`; choose one "
                           f"of {', '.join(sorted(workloads))}")
-    try:
-        site = load_site(args.site)
-    except ProvisionError as exc:
-        raise LaunchError(str(exc)) from None
+    site = load_site(args.site)  # UsageError (one line) for an unknown or broken site
     launcher = args.launcher or site.launcher
     if args.k8s:
         if launcher not in (None, "", "mpirun") and args.launcher:
@@ -190,7 +176,7 @@ def build_plan(args, env=None):
     if container is not None and args.nodes > 1 and not spec["container_multi_node"]:
         raise LaunchError(f"--launcher {launcher} on {args.nodes} nodes reaches the other nodes "
                           "over pdsh/ssh, which cannot enter the container: use --launcher "
-                          "mpirun (seeds 000/001), srun or torchrun")
+                          "mpirun, srun or torchrun")
     for name in ("account", "partition"):
         value = getattr(args, name)
         if value is not None and not _SLURM_NAME.fullmatch(value):
@@ -288,11 +274,7 @@ def run_launch(args, argv: list[str] | None = None) -> int:
         raise LaunchError("--submit runs sbatch; apply an MPIJob with `kubectl apply -f "
                           "FILE`")
     plan = build_plan(args)
-    from .jobscript import render_script
-
     if args.k8s:
-        from .mpijob import render_mpijob, to_yaml
-
         text = to_yaml(render_mpijob(plan, args.output_dir, args.job_name))
         default = f"{plan.workload}-mpijob.yaml"
     else:

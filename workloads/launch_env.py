@@ -29,14 +29,11 @@ import re
 from collections.abc import Mapping, MutableMapping
 from dataclasses import asdict, dataclass
 
-from dsenv.errors import DsenvError
+from dsenv.workloads.errors import WorkloadError
+
 from dsenv.net import free_port
 
 DEFAULT_PORT = 29500
-
-
-class WorkloadError(DsenvError):
-    """Bad input or an impossible set-up: reported as one line, non-zero exit."""
 
 
 @dataclass(frozen=True)

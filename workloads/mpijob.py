@@ -1,25 +1,23 @@
 """``dsenv launch --k8s``: the same workload as a Kubeflow MPIJob (kubeflow.org/v2beta1).
 
 A launcher pod runs ``mpirun -np NODES*G`` and the operator starts NODES worker pods (sshd)
-with G slots each, as seed 004 describes: GPUs as the workers' resource limits, a data set
-volume and a shared cache volume (Hugging Face cache and outputs), the user's UID/GID in the
-security context. Fixed choices are data (workloads/mpijob.toml). The manifest is plain data
-written as YAML by a small emitter (JSON-compatible scalars), so no YAML library is needed.
+with G slots each (the mpi-operator's examples, github.com/kubeflow/mpi-operator): GPUs as
+the workers' resource limits, a data set volume and a shared cache volume (Hugging Face cache
+and outputs), the user's UID/GID in the security context. Fixed choices are data
+(workloads/mpijob.toml). The manifest is plain data, written with PyYAML's safe_dump.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 from dsenv.envs.launchers import OFFLINE_VARIABLES
 from dsenv.provision.activation import ACTIVATE_NAME
+from dsenv.workloads.errors import LaunchError
+from dsenv.workloads.jobscript import WORKLOAD_MODULE, JobPlan
 
 from dsenv.data import load_table
-
-from .jobscript import WORKLOAD_MODULE, JobPlan
-from .launch import LaunchError
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_LABEL_MAX = 63
@@ -147,53 +145,13 @@ def render_mpijob(plan: JobPlan, output_dir: str | None = None,
 
 
 # -- YAML ----------------------------------------------------------------------------------
-
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_./-]+")
-
-
-def _scalar(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if value == {}:
-        return "{}"
-    if value == []:
-        return "[]"
-    return json.dumps(str(value), ensure_ascii=False)  # a YAML double-quoted scalar
-
-
-def _key(key: str) -> str:
-    return key if _PLAIN_KEY.fullmatch(key) else json.dumps(key)
-
-
-def _is_scalar(value) -> bool:
-    return not isinstance(value, (dict, list)) or value in ({}, [])
-
-
-def _emit(value, indent: int, out: list[str]) -> None:
-    pad = "  " * indent
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if _is_scalar(item):
-                out.append(f"{pad}{_key(key)}: {_scalar(item)}")
-            else:
-                out.append(f"{pad}{_key(key)}:")
-                _emit(item, indent + 1, out)
-    else:
-        for item in value:
-            if _is_scalar(item):
-                out.append(f"{pad}- {_scalar(item)}")
-                continue
-            nested: list[str] = []
-            _emit(item, indent + 1, nested)
-            out.append(f"{pad}- {nested[0].lstrip()}")
-            out.extend(nested[1:])
+HEADER = ("# Written by dsenv launch --k8s: `kubectl apply -f FILE` (needs the Kubeflow MPI "
+          "operator).\n")
 
 
 def to_yaml(document: dict) -> str:
-    """Block-style YAML for dicts, lists, strings, ints and bools (strings always quoted)."""
-    out: list[str] = ["# Written by dsenv launch --k8s: `kubectl apply -f FILE` (needs the "
-                      "Kubeflow MPI operator)."]
-    _emit(document, 0, out)
-    return "\n".join(out) + "\n"
+    """Block-style YAML, keys in the manifest's order, long commands on one line each."""
+    import yaml  # yaml: kept off dsenv --help
+
+    return HEADER + yaml.safe_dump(document, sort_keys=False, default_flow_style=False,
+                                   allow_unicode=True, width=1 << 16)

@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from dsenv.workloads.launch_env import WorkloadError
+from dsenv.workloads.errors import WorkloadError
 
 from dsenv.data import load_table
 from dsenv.jsonfiles import write_json_atomically
@@ -153,8 +153,8 @@ def write_report(path: str | Path, report: dict) -> Path:
 
 def print_summary(console, report: dict) -> None:
     """One screen: what ran where, the numbers, and the two verdicts."""
-    from rich.panel import Panel
-    from rich.table import Table
+    from rich.panel import Panel  # rich: only once a run reports
+    from rich.table import Table  # rich: likewise
 
     run, batch, train = report["run"], report["batch"], report["training"]
     table = Table.grid(padding=(0, 2))

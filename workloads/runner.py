@@ -1,107 +1,204 @@
-"""What the bundled workloads share around the engine, so each reads top to bottom as data,
-model, train, evaluate, report in a few lines of its own:
+"""The skeleton every bundled workload runs through, once. A workload is a module
+(workloads/bert_squad.py, ...) that keeps only its data, model, batches and evaluation, and
+defines by these names what the skeleton calls:
 
-    s = runner.smoke_settings(args, SMOKE)               # hidden --steps for tests
-    rt, planned, timings = runner.begin_smoke(args, NAME, s)  # ranks, config, first line
-    runner.on_main(rt, "generating ...", make_assets)    # rank 0, then every rank goes on
-    data = runner.load_saved(folder, COLUMNS, SPLITS)    # load_from_disk, columns checked
-    ...                                                  # the workload's own model and loop
-    return runner.conclude(args, NAME, "smoke", rt, s, planned, timings, stats, metrics,
-                           runner.thresholds(s, THRESHOLDS), ...)   # verdicts, report, exit
+    NAME, SMOKE, FULL        its name, and its Settings of the smoke and of the full run
+    THRESHOLDS               the Settings fields that are sanity thresholds
+    OPTIONS                  a full run's command-line options -> the Settings field each sets
+    ASSETS                   the status while rank 0 makes the smoke's assets
+    write_synthetic(folder, s, seed)      the smoke's synthetic data set
+    train_tokenizer(data_dir, s)          -> a tokenizer trained on its training split
+    tiny_model(s, tokenizer)              -> the smoke's initial tiny model
+    samples(data, s)         -> (training samples, their name in errors, on the first line)
+    train_and_evaluate(run, data)         -> exit code: model, training, evaluation, saving,
+                                             then :func:`conclude`
 
-Also here: tokenizers trained on the smoke's own text (WordPiece for BERT, byte-level BPE
-for GPT-2, Unigram for T5, each wrapped as the model's transformers tokenizer), the step
-plan of full runs, and the one line that opens a run. torch, transformers, tokenizers and
-datasets are imported inside the functions.
+and where it needs them: COLUMNS and SPLITS (its save_to_disk data set, :func:`read_saved`),
+``read_data(args, mode, generated)`` (its own files instead), ``prepare(data, init_model, s,
+args)`` and ``preparing(data, s)`` (tokenizing before the steps are planned, and the full
+run's status meanwhile), PACKAGES (module -> distribution beyond torch and transformers),
+``check(args)`` (more options to refuse early), ``settled(s)`` (a full run's Settings after
+the command line). Its ``run(args, mode)`` is ``runner.run(this module, args, mode)``.
+
+A smoke (:func:`run_smoke`): options checked, ranks and config, rank 0 makes the synthetic
+data, tokenizer and tiny model, every rank reads them back the way real ones are read. A
+full run (:func:`run_full`): offline, options and assets checked before any engine starts,
+the data read (and tokenized), the steps planned over it. Both then hand a :class:`Run` to
+the workload's ``train_and_evaluate``.
+
+torch, transformers and datasets are imported inside the functions: the doctor and the
+command line read the workloads' settings without them.
 """
 
 from __future__ import annotations
 
-import json
+import argparse
+import importlib.util
 import time
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import ModuleType
+from typing import NamedTuple
 
-from dsenv.workloads import dsconfig, engine, report
-from dsenv.workloads.launch_env import WorkloadError
+from dsenv.workloads import assets, dsconfig, engine, report, runtime
+from dsenv.workloads.errors import WorkloadError
 
-
-# ----------------------------------------------------------------------------- tokenizers
-def train_wordpiece(texts: list[str], vocab_size: int):
-    """A lower-casing WordPiece tokenizer trained here, as a transformers BertTokenizer."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
-    from transformers import BertTokenizer
-
-    wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
-    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, show_progress=False,
-        special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    wordpiece.train_from_iterator(texts, trainer)
-    return BertTokenizer(vocab=wordpiece.get_vocab())
+from dsenv import targetlock
+from dsenv.staging import staged_dir
 
 
-def train_byte_bpe(texts: list[str], vocab_size: int):
-    """A byte-level BPE tokenizer trained here (GPT-2's kind), as a GPT2Tokenizer."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import GPT2Tokenizer
+# ----------------------------------------------------------------------------- a workload
+@dataclass(frozen=True)
+class Settings:
+    """What the skeleton reads from every workload's settings; each workload's Settings adds
+    its lengths, model size and metric thresholds, and its FULL and SMOKE set these."""
 
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
-                                  special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    bpe.train_from_iterator(texts, trainer)
-    model = json.loads(bpe.to_str())["model"]
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-    return GPT2Tokenizer(vocab=model["vocab"], merges=merges)
+    micro_batch: int = 32
+    steps: int = 0  # optimizer steps; 0: epochs over the data set
+    epochs: int = 1
+    warmup_steps: int = 0  # linear warm-up, then linear decay; excluded from throughput
+    warmup_fraction: float = 0.1  # of the steps, when warmup_steps is 0
+    lr: float = 5e-5
+    eval_batch: int = 64
+    min_loss_drop: float = 0.5  # sanity: the loss falls by at least this fraction
+    perf_key: str = ""  # the run's entry in references.toml
 
 
-def train_unigram(texts: list[str], vocab_size: int):
-    """A SentencePiece-style Unigram vocabulary estimated here (T5's kind), as a T5Tokenizer:
-    <pad> 0 (also the decoder start), </s> 1 appended to every text, <unk> 2.
+@dataclass(frozen=True)
+class Run:
+    """One smoke or full run, as the skeleton hands it to ``train_and_evaluate``."""
 
-    The pieces are the corpus's most frequent words, marked "▁" at the word start as
-    SentencePiece does, scored by their log frequency, plus every character seen (alone and
-    word-initial) so that any text still encodes. tokenizers' UnigramTrainer is not used:
-    on a corpus of ~300 distinct words it prunes down to sub-word fragments ("▁liv", "e",
-    "s": measured), doubling the sequence length for nothing.
-    """
-    import collections
-    import math
+    workload: ModuleType
+    args: argparse.Namespace
+    mode: str  # "smoke" or "run"
+    rt: runtime.Runtime
+    s: Settings  # the workload's, steps and warm-up fixed
+    planned: dsconfig.PlannedConfig
+    timings: dict
+    init_model: Path
+    wall_start: float
 
-    from transformers import T5Tokenizer
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.args.output_dir).resolve()
 
-    words = collections.Counter(word for text in texts for word in text.split())
-    chars = collections.Counter(ch for word, count in words.items() for ch in word
-                                for _ in range(count))
-    specials = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)]
-    singles = sorted({piece for ch in chars for piece in (ch, "\u2581" + ch)} | {"\u2581"})
-    room = max(vocab_size - len(specials) - len(singles), 0)
-    total = sum(words.values())
-    pieces = [("\u2581" + word, math.log(count / total))
-              for word, count in words.most_common(room) if len(word) > 1]
-    floor = min((score for _, score in pieces), default=0.0) - 10.0  # characters: last resort
-    pieces += [(piece, floor) for piece in singles]
-    return T5Tokenizer(vocab=specials + pieces, extra_ids=0)
+
+def run(workload: ModuleType, args, mode: str = "smoke") -> int:
+    return run_smoke(workload, args) if mode == "smoke" else run_full(workload, args)
+
+
+def run_smoke(w: ModuleType, args) -> int:
+    """Synthetic data, tokenizer and tiny model made here; everything else as a full run."""
+    wall_start = time.perf_counter()
+    s = smoke_settings(args, w.SMOKE)
+    out_dir = Path(args.output_dir).resolve()
+    check_options(w, args)
+    user_data = Path(args.data_dir) if args.data_dir else None
+    if user_data is not None:  # a bad folder fails before any engine starts
+        read(w, args, "smoke", None)
+    rt = runtime.start()
+    quiet_transformers()
+    planned = plan(args, rt, s)
+    timings = launch(args, rt, w.NAME, "smoke", planned)
+    with claimed(rt, out_dir, f"dsenv smoke {w.NAME}"):
+        return _smoke(w, args, rt, s, planned, timings, out_dir, user_data, wall_start)
+
+
+def _smoke(w: ModuleType, args, rt, s: Settings, planned, timings: dict, out_dir: Path,
+           user_data: Path | None, wall_start: float) -> int:
+    # assets: rank 0 writes them, everyone reads them back the way real ones are read
+    smoke_assets = out_dir / "assets"
+    on_main(rt, w.ASSETS,
+            lambda: make_smoke_assets(w, smoke_assets, s, args.seed, user_data))
+    init_model = smoke_assets / "init-model"
+    data = read(w, args, "smoke", smoke_assets / "data")
+    if hasattr(w, "prepare"):
+        data = w.prepare(data, init_model, s, args)
+    return w.train_and_evaluate(Run(w, args, "smoke", rt, s, planned, timings, init_model,
+                                    wall_start), data)
+
+
+def run_full(w: ModuleType, args) -> int:
+    """The real model and data from the offline cache (or --data-dir), never the network."""
+    wall_start = time.perf_counter()
+    assets.force_offline()
+    s = replace(w.FULL, **{name: getattr(args, option) for option, name in w.OPTIONS.items()
+                           if getattr(args, option, None)})
+    s = w.settled(s) if hasattr(w, "settled") else s
+    check_options(w, args)
+    # every input is checked before an engine starts: a missing asset is one line, at once
+    init_model = assets.model_path(w.NAME)
+    data = read(w, args, "run", None)
+
+    rt = runtime.start()
+    quiet_transformers()
+    if hasattr(w, "prepare"):
+        with rt.console.status(w.preparing(data, s)) if hasattr(w, "preparing") \
+                else nullcontext():
+            data = w.prepare(data, init_model, s, args)
+    planned = plan(args, rt, s, scheduled=False)
+    count, what, unit = w.samples(data, s)
+    steps, warmup = planned_steps(s, count, planned.batch.micro_batch, planned.batch.grad_accum,
+                                  rt.world_size, args.max_steps, what,
+                                  per_rank_data=bool(getattr(args, "no_sync_gradients", False)))
+    s = replace(s, steps=steps, warmup_steps=warmup)
+    planned = dsconfig.with_schedule(planned, warmup, steps)
+    timings = launch(args, rt, w.NAME, "run", planned, f"{steps} steps ({s.epochs} epochs"
+                     f"{', capped by --max-steps' if args.max_steps else ''}) over {count} "
+                     f"{unit}")
+    with claimed(rt, Path(args.output_dir).resolve(), f"dsenv run {w.NAME}"):
+        return w.train_and_evaluate(Run(w, args, "run", rt, s, planned, timings, init_model,
+                                        wall_start), data)
+
+
+# ----------------------------------------------------------------------------- assets
+def make_smoke_assets(w: ModuleType, root: Path, s: Settings, seed: int,
+                      user_data: Path | None) -> None:
+    """Rank 0: the synthetic data set (unless ``user_data``), a tokenizer trained on its
+    training split, and the initial tiny model, all saved to disk below ``root``."""
+    data_dir = user_data or root / "data"
+    if user_data is None:
+        w.write_synthetic(data_dir, s, seed)
+    tokenizer = w.train_tokenizer(data_dir, s)
+    import torch  # torch: only once a run starts
+
+    torch.manual_seed(seed)
+    model = w.tiny_model(s, tokenizer)
+    with staged_dir(root / "init-model") as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
 
 
 # ----------------------------------------------------------------------------- options
-def reject_options(args, name: str, options: dict[str, str]) -> None:
-    """One line for a command-line option this workload does not have (``options``: the
-    argparse destination -> the flag as typed), before anything starts."""
-    for dest, flag in options.items():
-        if getattr(args, dest, None):
+def check_options(w: ModuleType, args) -> None:
+    """Every option this workload cannot take, a missing package, an unknown preset or a bad
+    ds_config: one line, before anything starts (0.1 s, no torch)."""
+    reject_options(args, w.NAME)
+    require(w.NAME, getattr(w, "PACKAGES", {}))
+    dsconfig.check_inputs(args.preset, args.deepspeed_config)
+    if hasattr(w, "check"):
+        w.check(args)
+
+
+# The options of `dsenv smoke|run` that one workload owns: argparse dest -> (workload, flag)
+OWNED_OPTIONS = {"no_sync_gradients": ("bert-mrpc", "--no-sync-gradients"),
+                 "doc_stride": ("bert-squad", "--doc-stride"),
+                 "model_dir": ("bert-squad", "--model-dir")}
+
+
+def reject_options(args, name: str) -> None:
+    """One line for another workload's command-line option, before anything starts."""
+    for dest, (owner, flag) in OWNED_OPTIONS.items():
+        if owner != name and getattr(args, dest, None):
             raise WorkloadError(f"{flag} is not an option of {name}")
 
 
 def require(name: str, packages: dict[str, str]) -> None:
     """One line naming what to install when a package this workload imports is missing
     (``packages``: module -> distribution), before anything starts."""
-    import importlib.util
-
     missing = [dist for module, dist in packages.items()
                if importlib.util.find_spec(module) is None]
     if missing:
@@ -144,7 +241,7 @@ def planned_steps(s, train_samples: int, micro_batch: int, grad_accum: int, worl
 
 # ----------------------------------------------------------------------------- a run
 def quiet_transformers() -> None:
-    import transformers
+    import transformers  # transformers: only once a run starts
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
@@ -161,25 +258,34 @@ def plan(args, rt, s, scheduled: bool = True) -> dsconfig.PlannedConfig:
         warmup_steps=s.warmup_steps, total_steps=s.steps if scheduled else None)
 
 
-def announce(rt, name: str, mode: str, planned, extra: str = "") -> None:
+def launch(args, rt, name: str, mode: str, planned, extra: str = "") -> dict:
+    """The run's first line, then torch.distributed (JIT builds announced). Timings."""
     rt.log(f"[bold]dsenv {mode} {name}[/]: {rt.ranks.launcher}, world size {rt.world_size}, "
            f"{rt.backend} on {rt.device_type}; preset {planned.preset}; global batch "
            f"{planned.batch.describe()}" + (f"; {extra}" if extra else ""))
-
-
-def launch(args, rt, name: str, mode: str, planned, extra: str = "") -> dict:
-    """The run's first line, then torch.distributed (JIT builds announced). Timings."""
-    announce(rt, name, mode, planned, extra)
     return engine.init_distributed(rt, planned.config, verbose=args.verbose)
 
 
-def begin_smoke(args, name: str, s) -> tuple:
-    """(rt, planned, timings) of a smoke: ranks and device, the scheduled config, the first
-    line, torch.distributed."""
-    rt = engine.start()
-    quiet_transformers()
-    planned = plan(args, rt, s)
-    return rt, planned, launch(args, rt, name, "smoke", planned)
+@contextmanager
+def claimed(rt, out_dir: Path, command: str) -> Iterator[None]:
+    """One run at a time per output folder: rank 0 locks it for the whole run (a second run
+    with the same --output-dir would interleave reports and models), and every rank learns
+    whether it may go on, so a refused run ends on all ranks with the same one line."""
+    lock = targetlock.TargetLock(out_dir, command, advice="wait for it to finish, or pass "
+                                 "another --output-dir")
+    refusal = ""
+    if rt.is_main:
+        try:
+            lock.acquire(wait=0)
+        except targetlock.TargetBusy as exc:
+            refusal = str(exc)
+    refusal = runtime.broadcast(rt, refusal)
+    if refusal:
+        raise targetlock.TargetBusy(refusal)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def on_main(rt, message: str, make: Callable[[], object]) -> None:
@@ -187,10 +293,48 @@ def on_main(rt, message: str, make: Callable[[], object]) -> None:
     if rt.is_main:
         with rt.console.status(message):
             make()
-    engine.barrier(rt)
+    runtime.barrier(rt)
+
+
+def train(run: Run, ds, tensors: dict, independent: bool = False) -> engine.TrainStats:
+    """The run's steps through the engine over seeded micro-batches of ``tensors``;
+    ``independent``: every rank its own seed and its own order of all of them (ranks that
+    train without gradient sync, each its own model)."""
+    import torch  # torch: only once a run starts
+
+    rt, seed = run.rt, run.args.seed
+    torch.manual_seed(seed + (rt.rank if independent else 0))
+    batches = engine.micro_batches(tensors, run.planned.batch.micro_batch, rt, seed,
+                                   independent=independent)
+    return engine.train(ds, rt, batches, run.s.steps, run.s.warmup_steps, label="training")
 
 
 # ----------------------------------------------------------------------------- data sets
+class SavedData(NamedTuple):
+    """A data set saved with save_to_disk, and where it came from (for the report)."""
+
+    splits: object  # datasets.DatasetDict
+    source: str
+
+
+def read(w: ModuleType, args, mode: str, generated: Path | None):
+    """The data: the workload's own reader, else its save_to_disk data set."""
+    own = getattr(w, "read_data", None)
+    return own(args, mode, generated) if own else read_saved(w, args, mode, generated)
+
+
+def read_saved(w: ModuleType, args, mode: str, generated: Path | None) -> SavedData:
+    """--data-dir, the smoke's generated folder, or the data set `dsenv fetch` prepared; a
+    full run's first --max-train-samples / --max-eval-samples rows."""
+    if args.data_dir:
+        data = SavedData(load_saved(Path(args.data_dir), w.COLUMNS, w.SPLITS), str(args.data_dir))
+    elif mode == "smoke":
+        data = SavedData(load_saved(generated, w.COLUMNS, w.SPLITS), str(generated))
+    else:
+        data = SavedData(*cached_splits(w.NAME, w.COLUMNS, w.SPLITS))
+    return SavedData(capped(data.splits, args), data.source) if mode == "run" else data
+
+
 def check_splits(dataset, columns: tuple[str, ...], splits: tuple[str, ...], source: str):
     """``dataset`` (a DatasetDict) has ``splits``, each with ``columns``; else one line."""
     for split in splits:
@@ -204,14 +348,15 @@ def check_splits(dataset, columns: tuple[str, ...], splits: tuple[str, ...], sou
 
 
 def load_saved(path: Path, columns: tuple[str, ...], splits: tuple[str, ...]):
-    """A data set saved with ``save_to_disk`` (seed 003's way), read with load_from_disk."""
+    """A data set saved with ``save_to_disk``, read with load_from_disk (the way a job on a
+    node without internet reads a data set prepared elsewhere)."""
     path = Path(path)
     hint = "a folder written by datasets' save_to_disk (DatasetDict)"
     if not path.is_dir():
         raise WorkloadError(f"data set {path}: no such folder; pass {hint}")
     if not (path / "dataset_dict.json").is_file():
         raise WorkloadError(f"data set {path}: no dataset_dict.json in it; pass {hint}")
-    import datasets
+    import datasets  # datasets: only once a run starts
 
     datasets.disable_progress_bars()
     try:
@@ -225,8 +370,6 @@ def load_saved(path: Path, columns: tuple[str, ...], splits: tuple[str, ...]):
 
 def cached_splits(name: str, columns: tuple[str, ...], splits: tuple[str, ...]):
     """(DatasetDict, where from) of the workload's data set as `dsenv fetch` prepared it."""
-    from dsenv.workloads import assets
-
     asset = assets.asset_of(name, "dataset")
     source = f"{asset.repo} in {asset.saved_dir(assets.CacheLayout.from_env())}"
     dataset = assets.load_dataset(name)
@@ -248,23 +391,14 @@ def capped(data, args):
     return data
 
 
-def checked_user_data(args, columns, splits) -> Path | None:
-    """The smoke's --data-dir, loaded once here so a bad folder fails before any engine."""
-    if not args.data_dir:
-        return None
-    load_saved(Path(args.data_dir), columns, splits)
-    return Path(args.data_dir)
-
-
 # ----------------------------------------------------------------------------- the end
-def conclude(args, name: str, mode: str, rt, s, planned, timings: dict, stats, metrics: dict,
-             limits: dict[str, float], *, init_model: Path, data_info: dict,
-             wall_start: float, model_dir: Path | None,
+def conclude(run: Run, stats, metrics: dict, *, data_info: dict, model_dir: Path | None,
              show: Callable[[], object] | None = None, extra: dict | None = None) -> int:
-    """Sanity (``limits``: :func:`thresholds`) and performance verdicts, the JSON report and
-    the summary (rank 0), the same exit code on every rank: 0 PASS, 1 a verdict failed."""
-    out_dir = Path(args.output_dir).resolve()
-    sanity = report.sanity_verdict(stats.loss_curve, metrics, limits)
+    """Sanity (the workload's thresholds) and performance verdicts, the JSON report and the
+    summary (rank 0), the same exit code on every rank: 0 PASS, 1 a verdict failed."""
+    args, rt, s, planned = run.args, run.rt, run.s, run.planned
+    sanity = report.sanity_verdict(stats.loss_curve, metrics,
+                                   thresholds(s, run.workload.THRESHOLDS))
     perf = report.performance_verdict(stats.samples_per_s, rt.world_size, rt.device_type,
                                       planned.preset, s.perf_key,
                                       report.load_references(args.references))
@@ -274,13 +408,13 @@ def conclude(args, name: str, mode: str, rt, s, planned, timings: dict, stats, m
         if show is not None:
             show()
         first, last, drop = report.loss_drop(stats.loss_curve)
-        report_path = Path(args.report) if args.report else out_dir / "report.json"
+        report_path = Path(args.report) if args.report else run.out_dir / "report.json"
         doc = {
-            "report_version": report.REPORT_VERSION, "workload": name, "mode": mode,
-            "status": status, "versions": engine.versions(), "run": rt.describe(),
-            "batch": planned.summary(), "ds_config": planned.config,
-            "settings": dict(vars(s)), "seed": args.seed, "model": str(init_model),
-            "data": data_info, "timings": timings,
+            "report_version": report.REPORT_VERSION, "workload": run.workload.NAME,
+            "mode": run.mode, "status": status, "versions": runtime.versions(),
+            "run": rt.describe(), "batch": planned.summary(), "ds_config": planned.config,
+            "settings": dict(vars(s)), "seed": args.seed, "model": str(run.init_model),
+            "data": data_info, "timings": run.timings,
             "training": {"steps": stats.steps, "warmup_steps": stats.warmup_steps,
                          "seconds": stats.seconds, "timed_seconds": stats.timed_seconds,
                          "samples_per_s": stats.samples_per_s,
@@ -290,11 +424,10 @@ def conclude(args, name: str, mode: str, rt, s, planned, timings: dict, stats, m
             "metrics": metrics, **(extra or {}),
             "verdicts": [v.as_dict() for v in verdicts],
             "model_dir": str(model_dir) if model_dir else None,
-            "report_path": str(report_path), "wall_s": time.perf_counter() - wall_start,
+            "report_path": str(report_path), "wall_s": time.perf_counter() - run.wall_start,
         }
         report.write_report(report_path, doc)
         report.print_summary(rt.console, doc)
-    status = engine.broadcast(rt, status)
-    engine.shutdown()
+    status = runtime.broadcast(rt, status)
+    runtime.shutdown()
     return 0 if status == report.PASS else 1
-

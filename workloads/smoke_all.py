@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 
 from dsenv.workloads import dsconfig
-from dsenv.workloads.launch_env import DEFAULT_PORT, WorkloadError, discover
+from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.launch_env import DEFAULT_PORT, discover
 
-from dsenv import proc
+from dsenv import proc, targetlock
 from dsenv.jsonfiles import JsonFileError, read_json, write_json_atomically
 
 SMOKE_TIMEOUT_S = 1800  # a first run may JIT-build DeepSpeed ops (minutes on 2 cores)
@@ -79,7 +80,7 @@ def row_of(workload: str, report_path: Path, result) -> dict:
 
 
 def print_table(console, rows: list[dict], total_s: float) -> None:
-    from rich.table import Table
+    from rich.table import Table  # rich: kept off dsenv --help
 
     colours = {"PASS": "green", "FAIL": "red", "REPORTED": "yellow"}
     table = Table(title=f"dsenv smoke all: {len(rows)} workloads in {total_s:.0f} s",
@@ -94,7 +95,7 @@ def print_table(console, rows: list[dict], total_s: float) -> None:
 
 
 def run_all(args, workloads: list[str]) -> int:
-    from rich.console import Console
+    from rich.console import Console  # rich: kept off dsenv --help
 
     for dest, flag in SINGLE_WORKLOAD_OPTIONS.items():
         if getattr(args, dest, None):
@@ -104,6 +105,17 @@ def run_all(args, workloads: list[str]) -> int:
     ranks = discover()
     console = Console(quiet=ranks.rank != 0, highlight=False)
     out_dir = Path(args.output_dir).resolve()
+    lock = targetlock.TargetLock(out_dir, "dsenv smoke all", advice="wait for it to finish, "
+                                 "or pass another --output-dir")
+    if ranks.rank == 0:  # one `smoke all` per output folder: their logs would interleave
+        lock.acquire(wait=0)
+    try:
+        return _run_all(args, workloads, ranks, console, out_dir)
+    finally:
+        lock.release()
+
+
+def _run_all(args, workloads: list[str], ranks, console, out_dir: Path) -> int:
     common = child_arguments(args)
     rows = []
     started = time.perf_counter()

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsenv.workloads.launch_env import WorkloadError
+from dsenv.workloads.errors import WorkloadError
 
 from dsenv.data import load_table
 from dsenv.jsonfiles import JsonFileError, read_json
@@ -255,7 +255,7 @@ def eval_features(examples: Sequence[Example], tokenizer, max_length: int = 384,
 def best_answers(examples: Sequence[Example], features: dict, start_logits, end_logits,
                  n_best: int = 20, max_answer_length: int = 30) -> dict[str, tuple[str, int]]:
     """{example id: (answer text, start char)} from the windows' logits (best span wins)."""
-    import numpy as np
+    import numpy as np  # numpy: only once a run evaluates
 
     start_logits, end_logits = np.asarray(start_logits), np.asarray(end_logits)
     best: dict[int, tuple[float, str, int]] = {}
@@ -327,7 +327,7 @@ def squad_scores(examples: Sequence[Example], predictions: dict[str, str]) -> di
 # ----------------------------------------------------------------------------- display
 def highlight(context: str, start: int, length: int, style: str = "bold black on yellow"):
     """The paragraph as rich Text with ``context[start:start+length]`` highlighted."""
-    from rich.text import Text
+    from rich.text import Text  # rich: only once a run shows answers
 
     text = Text(context)
     if start >= 0 and length > 0:
@@ -337,8 +337,8 @@ def highlight(context: str, start: int, length: int, style: str = "bold black on
 
 def print_examples(console, examples: Sequence[Example], predictions: dict[str, tuple[str, int]],
                    count: int = 3) -> None:
-    """QA examples with the predicted answer highlighted in its paragraph (seed 001)."""
-    from rich.panel import Panel
+    """QA examples with the predicted answer highlighted in its paragraph."""
+    from rich.panel import Panel  # rich: only once a run shows answers
 
     step = max(1, len(examples) // max(count, 1))
     for ex in list(examples[::step])[:count]:

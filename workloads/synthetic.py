@@ -126,7 +126,7 @@ def mrpc_rows(count: int, seed: int, labelled: bool = True) -> list[dict]:
 # ----------------------------------------------------------------------------- saving
 def features(layout: str):
     """The ``datasets.Features`` of the real data set (as their parquet files declare)."""
-    from datasets import ClassLabel, Features, Value
+    from datasets import ClassLabel, Features, Value  # datasets: only once a smoke starts
 
     if layout == "xsum":
         return Features({"document": Value("string"), "summary": Value("string"),
@@ -140,9 +140,20 @@ def features(layout: str):
     raise ValueError(f"no layout {layout!r}")
 
 
+def save_task(target: Path, layout: str, train: int, dev: int, seed: int) -> Path:
+    """A synthetic task in ``layout`` saved into ``target``: ``train`` training rows,
+    ``dev`` validation and ``dev`` test rows (MRPC's test split unlabelled, as GLUE's is),
+    each split drawn with its own seed."""
+    rows = {"xsum": xsum_rows, "wikitext": wikitext_rows, "mrpc": mrpc_rows}[layout]
+    test = {"labelled": False} if layout == "mrpc" else {}
+    return save_splits(target, layout, {"train": rows(train, seed),
+                                        "validation": rows(dev, seed + 7919),
+                                        "test": rows(dev, seed + 15838, **test)})
+
+
 def save_splits(target: Path, layout: str, splits: dict[str, list[dict]]) -> Path:
     """A DatasetDict of ``splits`` saved with save_to_disk into ``target`` (staged)."""
-    import datasets
+    import datasets  # datasets: only once a smoke starts
 
     datasets.disable_progress_bars()
     found = features(layout)

@@ -1,64 +1,54 @@
-"""t5-xsum: T5 fine-tuned for abstractive summarisation on XSum (seed 002, LUMI).
+"""t5-xsum: T5 fine-tuned for abstractive summarisation on XSum.
 
 Through the DeepSpeed engine and any launcher. The smoke (``dsenv smoke t5-xsum``) needs
 nothing from the network: a tiny T5 from a T5Config, a Unigram tokenizer estimated here, and
 a synthetic data set in XSum's layout (document, summary, id) saved with save_to_disk and
 read back with load_from_disk, as the full run reads the real one. The full run
 (``dsenv run t5-xsum``) fine-tunes t5-small on XSum from the offline cache (`dsenv fetch
-t5-xsum`), with seed 002's lengths (documents 128 tokens, summaries 64) and optimizer (AdamW
-5e-5); ``--preset zero3-offload`` is the ZeRO-3 + CPU offload seed 002 needed to fit t5-3b
-on one GPU. Evaluation: greedy summaries of the validation documents, ROUGE-1/2/L F1 (the
-rouge-score package, stemmed, as the XSum papers report it), a few printed beside their
-references. The model's parameter count is reported and checked against seed 002's table
-(t5_variants.toml).
+t5-xsum`), documents cut to 128 tokens and summaries to 64, AdamW at 5e-5; ``--preset
+zero3-offload`` is ZeRO-3 with the optimizer offloaded to the CPU, which fits t5-3b on one
+32 GB GPU (https://www.deepspeed.ai/tutorials/zero-offload/). Evaluation: greedy summaries
+of the validation documents, ROUGE-1/2/L F1 (the rouge-score package, stemmed, as the XSum
+papers report it), a few printed beside their references. The model's parameter count is
+reported and checked against the sizes of the T5 variants (t5_variants.toml).
 
-Reads top to bottom: settings, assets, data, runs (model, train, evaluate, report).
+Reads top to bottom: settings, assets, data, evaluation, the model's training, the run.
 """
 
 from __future__ import annotations
 
-import time
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dsenv.workloads import assets, dsconfig, engine, runner, synthetic
+from dsenv.workloads import engine, runner, synthetic, tiny
 
 from dsenv.data import load_table
-from dsenv.staging import staged_dir
 
 NAME = "t5-xsum"
 COLUMNS = ("document", "summary", "id")
 SPLITS = ("train", "validation")
-PREFIX = "summarize: "  # T5's task prefix, as seed 002's script adds it
+PREFIX = "summarize: "  # T5's task prefix for summaries (the T5 paper, arXiv:1910.10683)
 VARIANTS: dict = load_table("dsenv.workloads", "t5_variants.toml")
 THRESHOLDS = ("min_loss_drop", "min_rouge1", "min_rouge2", "min_rougeL")  # Settings fields
 PACKAGES = {"rouge_score": "rouge-score"}  # module -> distribution, beyond torch/transformers
-OTHER_OPTIONS = {"no_sync_gradients": "--no-sync-gradients", "doc_stride": "--doc-stride",
-                 "model_dir": "--model-dir"}
+OPTIONS = {"epochs": "epochs", "max_length": "max_source_length"}  # full runs: option -> field
+ASSETS = "generating synthetic XSum data, tokenizer and tiny T5"
 
 
 # ----------------------------------------------------------------------------- settings
 @dataclass(frozen=True)
-class Settings:
-    max_source_length: int = 128  # seed 002 (1024 in the paper's setting)
-    max_target_length: int = 64
-    micro_batch: int = 32  # seed 002's ds_config: train_batch_size 32 on one GPU
-    steps: int = 0  # 0: epochs
-    epochs: int = 1
-    warmup_steps: int = 0
-    warmup_fraction: float = 0.02
-    lr: float = 5e-5  # seed 002's ds_config
-    eval_batch: int = 64
+class Settings(runner.Settings):  # batches and schedule: runner.Settings
+    max_source_length: int = 128  # document tokens (1024 in the paper's setting)
+    max_target_length: int = 64  # summary tokens
     # sanity thresholds: ROUGE F1 in percent on the validation documents
-    min_loss_drop: float = 0.05
-    min_rouge1: float = 24.0
+    min_rouge1: float = 24.0  # floors
     min_rouge2: float = 5.0
     min_rougeL: float = 18.0  # noqa: N815 (ROUGE-L's own spelling, as rouge-score names it)
-    perf_key: str = "t5-xsum-full"
     # smoke only: the synthetic task and the tiny T5 built from a T5Config
     train_documents: int = 3000
-    dev_documents: int = 100
-    vocab_size: int = 800
+    dev_documents: int = 100  # validation and test each
+    vocab_size: int = 800  # Unigram pieces (tiny.train_unigram)
     d_model: int = 64
     d_ff: int = 128
     d_kv: int = 32
@@ -67,10 +57,11 @@ class Settings:
     dropout: float = 0.0
 
 
-# Full run: t5-small, one epoch of XSum at 32 documents per device. Published t5-small
-# fine-tuned on XSum: ROUGE-1 28-29, ROUGE-2 ~8, ROUGE-L ~22; one epoch at seed 002's 5e-5
-# stays below that, hence the margins (no GPU was lent to measure it).
-FULL = Settings()
+# Full run: t5-small, one epoch of XSum at 32 documents per device (train_batch_size 32 on
+# one GPU), AdamW 5e-5. Published t5-small fine-tuned on XSum: ROUGE-1 28-29, ROUGE-2 ~8,
+# ROUGE-L ~22; one epoch stays below that, hence the margins (no GPU was lent to measure it).
+FULL = Settings(micro_batch=32, epochs=1, warmup_fraction=0.02, lr=5e-5, eval_batch=64,
+                min_loss_drop=0.05, perf_key="t5-xsum-full")
 
 # Smoke thresholds, from measured runs on the 2-core CPU (bench/RESULTS.md): healthy ROUGE
 # in the high 90s; lr 0 generates no summary at all (ROUGE 0).
@@ -80,51 +71,46 @@ SMOKE = replace(FULL, max_source_length=40, max_target_length=12, micro_batch=16
 
 
 # ----------------------------------------------------------------------------- assets
-def make_smoke_assets(root: Path, s: Settings, seed: int, user_data: Path | None) -> None:
-    """Rank 0: synthetic XSum splits (unless ``user_data``), a tokenizer estimated on the
-    training documents and summaries, and the initial tiny T5, all saved to disk."""
-    import torch
+def write_synthetic(folder: Path, s: Settings, seed: int) -> None:
+    """Synthetic XSum: news-like documents in XSum's layout, each with a one-line summary."""
+    synthetic.save_task(folder, "xsum", s.train_documents, s.dev_documents, seed)
+
+
+def train_tokenizer(data_dir: Path, s: Settings):
+    """A Unigram tokenizer estimated on the training documents (prefixed) and summaries."""
+    train = runner.load_saved(data_dir, COLUMNS, SPLITS)["train"]
+    return tiny.train_unigram(
+        [PREFIX + d for d in train["document"]] + list(train["summary"]), s.vocab_size)
+
+
+def tiny_model(s: Settings, tokenizer):
+    """The tiny T5, <pad> its decoder's start as in T5."""
+    # transformers: only once a run starts
     from transformers import T5Config, T5ForConditionalGeneration
 
-    if user_data is None:
-        synthetic.save_splits(root / "data", "xsum", {
-            "train": synthetic.xsum_rows(s.train_documents, seed),
-            "validation": synthetic.xsum_rows(s.dev_documents, seed + 7919),
-            "test": synthetic.xsum_rows(s.dev_documents, seed + 15838)})
-    train = runner.load_saved(user_data or root / "data", COLUMNS, SPLITS)["train"]
-    tokenizer = runner.train_unigram(
-        [PREFIX + d for d in train["document"]] + list(train["summary"]), s.vocab_size)
-    torch.manual_seed(seed)
-    config = T5Config(vocab_size=len(tokenizer), d_model=s.d_model, d_ff=s.d_ff, d_kv=s.d_kv,
-                      num_heads=s.heads, num_layers=s.layers, num_decoder_layers=s.layers,
-                      dropout_rate=s.dropout, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id,
-                      decoder_start_token_id=tokenizer.pad_token_id)
-    with staged_dir(root / "init-model") as tmp:
-        T5ForConditionalGeneration(config).save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+    return T5ForConditionalGeneration(T5Config(
+        vocab_size=len(tokenizer), d_model=s.d_model, d_ff=s.d_ff, d_kv=s.d_kv,
+        num_heads=s.heads, num_layers=s.layers, num_decoder_layers=s.layers,
+        dropout_rate=s.dropout, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id))
 
 
 def parameter_check(model) -> dict:
-    """The model's parameter count, and seed 002's figure when its configuration is one of
-    the table's variants (t5-small, t5-large, t5-3b)."""
+    """The model's parameter count, and the table's figure when its configuration is one
+    of the table's variants (t5-small, t5-large, t5-3b)."""
     count = model.num_parameters()
     for variant, entry in VARIANTS.items():
         if all(getattr(model.config, key, None) == value
                for key, value in entry["config"].items()):
-            return {"count": count, "variant": variant, "seed_002": entry["parameters"],
+            return {"count": count, "variant": variant, "expected": entry["parameters"],
                     "matches": count == entry["parameters"]}
     return {"count": count, "variant": None}
 
 
 # ----------------------------------------------------------------------------- data
-def read_data(args, mode: str, generated: Path | None):
-    """(DatasetDict, where from): --data-dir, the smoke's generated folder, or the cache."""
-    if args.data_dir:
-        return runner.load_saved(Path(args.data_dir), COLUMNS, SPLITS), str(args.data_dir)
-    if mode == "smoke":
-        return runner.load_saved(generated, COLUMNS, SPLITS), str(generated)
-    return runner.cached_splits(NAME, COLUMNS, SPLITS)
+def samples(data: runner.SavedData, s: Settings) -> tuple[int, str, str]:
+    """The documents a full run plans its steps over."""
+    return len(data.splits["train"]), "documents", "documents"
 
 
 def encode(split, tokenizer, s: Settings) -> dict:
@@ -142,7 +128,7 @@ def encode(split, tokenizer, s: Settings) -> dict:
 # ----------------------------------------------------------------------------- evaluate
 def rouge(references: list[str], predictions: list[str]) -> dict[str, float]:
     """Mean ROUGE-1, ROUGE-2 and ROUGE-L F1, in percent (rouge-score, Porter stemmer)."""
-    from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer  # rouge_score: only once a run evaluates
 
     kinds = ("rouge1", "rouge2", "rougeL")
     scorer = rouge_scorer.RougeScorer(list(kinds), use_stemmer=True)
@@ -153,7 +139,7 @@ def rouge(references: list[str], predictions: list[str]) -> dict[str, float]:
 
 def print_summaries(console, split, predictions: list[str], count: int) -> None:
     """A few generated summaries beside their references (and the document's start)."""
-    from rich.table import Table
+    from rich.table import Table  # rich: only once a run starts
 
     if count <= 0:
         return
@@ -170,100 +156,53 @@ def print_summaries(console, split, predictions: list[str], count: int) -> None:
     console.print(table)
 
 
-# ----------------------------------------------------------------------------- runs
-def run(args, mode: str = "smoke") -> int:
-    return run_smoke(args) if mode == "smoke" else run_full(args)
-
-
-def run_smoke(args) -> int:
-    """Synthetic XSum, tokenizer and tiny T5 made here; everything else as a full run."""
-    wall_start = time.perf_counter()
-    s = runner.smoke_settings(args, SMOKE)
-    out_dir = Path(args.output_dir).resolve()
-    runner.reject_options(args, NAME, OTHER_OPTIONS)
-    runner.require(NAME, PACKAGES)
-    dsconfig.check_inputs(args.preset, args.deepspeed_config)
-    user_data = runner.checked_user_data(args, COLUMNS, SPLITS)
-    rt, planned, timings = runner.begin_smoke(args, NAME, s)
-    smoke_assets = out_dir / "assets"
-    runner.on_main(rt, "generating synthetic XSum data, tokenizer and tiny T5",
-                   lambda: make_smoke_assets(smoke_assets, s, args.seed, user_data))
-    data, source = read_data(args, "smoke", smoke_assets / "data")
-    return train_evaluate_report(args, "smoke", rt, s, planned, timings,
-                                 smoke_assets / "init-model", data, source, wall_start)
-
-
-def run_full(args) -> int:
-    """t5-small and XSum from the offline cache (or a save_to_disk folder, --data-dir)."""
-    wall_start = time.perf_counter()
-    assets.force_offline()
-    s = replace(FULL, **{key: value for key, value in (
-        ("epochs", args.epochs), ("max_source_length", args.max_length)) if value})
-    runner.reject_options(args, NAME, OTHER_OPTIONS)
-    runner.require(NAME, PACKAGES)
-    dsconfig.check_inputs(args.preset, args.deepspeed_config)
-    init_model = assets.model_path(NAME)  # every input checked before an engine starts
-    data, source = read_data(args, "run", None)
-    data = runner.capped(data, args)
-
-    rt = engine.start()
-    runner.quiet_transformers()
-    planned = runner.plan(args, rt, s, scheduled=False)
-    steps, warmup = runner.planned_steps(s, len(data["train"]), planned.batch.micro_batch,
-                                         planned.batch.grad_accum, rt.world_size,
-                                         args.max_steps, "documents")
-    s = replace(s, steps=steps, warmup_steps=warmup)
-    planned = dsconfig.with_schedule(planned, warmup, steps)
-    timings = runner.launch(args, rt, NAME, "run", planned, f"{steps} steps ({s.epochs} epochs"
-                            f"{', capped by --max-steps' if args.max_steps else ''}) over "
-                            f"{len(data['train'])} documents")
-    return train_evaluate_report(args, "run", rt, s, planned, timings, init_model, data,
-                                 source, wall_start)
-
-
-def train_evaluate_report(args, mode: str, rt, s: Settings, planned, timings: dict,
-                          init_model: Path, data, source: str, wall_start: float) -> int:
-    """What smoke and full runs share: model, training, evaluation, saving, verdicts."""
+# ----------------------------------------------------------------------------- train
+def train_and_evaluate(run: runner.Run, data: runner.SavedData) -> int:
+    """Model, training, evaluation, saving, verdicts (smoke and full runs alike)."""
+    # transformers: only once a run starts
     from transformers import AutoTokenizer, T5ForConditionalGeneration
 
-    out_dir = Path(args.output_dir).resolve()
-    tokenizer = AutoTokenizer.from_pretrained(init_model)
-    with rt.console.status(f"tokenizing {len(data['train'])} + {len(data['validation'])} "
+    args, rt, s = run.args, run.rt, run.s
+    splits = data.splits
+    tokenizer = AutoTokenizer.from_pretrained(run.init_model)
+    with rt.console.status(f"tokenizing {len(splits['train'])} + {len(splits['validation'])} "
                            f"documents"):
-        train_t = engine.to_tensors(encode(data["train"], tokenizer, s),
+        train_t = engine.to_tensors(encode(splits["train"], tokenizer, s),
                                     ("input_ids", "attention_mask", "labels"))
-        dev_t = engine.to_tensors(encode(data["validation"], tokenizer, s),
+        dev_t = engine.to_tensors(encode(splits["validation"], tokenizer, s),
                                   ("input_ids", "attention_mask"))
 
     # model: from_pretrained (smoke: saved from a T5Config just before); its size
-    model = T5ForConditionalGeneration.from_pretrained(init_model)
+    model = T5ForConditionalGeneration.from_pretrained(run.init_model)
     parameters = parameter_check(model)
     rt.log(f"model: {parameters['count']:,} parameters" + (
-        f" ({parameters['variant']}: seed 002's table says {parameters['seed_002']:,}, "
+        f" ({parameters['variant']} has {parameters['expected']:,}: "
         f"{'matches' if parameters['matches'] else '[red]DOES NOT MATCH[/]'})"
         if parameters["variant"] else ""))
-    ds = engine.initialize(model, planned.config, verbose=args.verbose)
+    ds = engine.initialize(model, run.planned.config, verbose=args.verbose)
 
     # train through the engine
-    import torch
-
-    torch.manual_seed(args.seed)
-    batches = engine.micro_batches(train_t, planned.batch.micro_batch, rt, args.seed)
-    stats = engine.train(ds, rt, batches, s.steps, s.warmup_steps, label="training")
+    stats = runner.train(run, ds, train_t)
 
     # evaluate: greedy summaries of the validation documents, ROUGE against the references
     generated = engine.generate(ds, rt, dev_t, s.eval_batch, s.max_target_length)
     predictions = [text.strip() for text in
                    tokenizer.batch_decode(generated, skip_special_tokens=True)]
-    metrics = rouge(list(data["validation"]["summary"]), predictions)
+    metrics = rouge(list(splits["validation"]["summary"]), predictions)
 
-    model_dir = engine.save_model_atomically(ds, rt, out_dir / "model",
+    model_dir = engine.save_model_atomically(ds, rt, run.out_dir / "model",
                                              extra=tokenizer.save_pretrained)
     return runner.conclude(
-        args, NAME, mode, rt, s, planned, timings, stats, metrics,
-        runner.thresholds(s, THRESHOLDS), init_model=init_model,
-        data_info={"source": source, "train_documents": len(data["train"]),
-                   "validation_documents": len(data["validation"])},
-        wall_start=wall_start, model_dir=model_dir, extra={"parameters": parameters},
-        show=lambda: print_summaries(rt.console, data["validation"], predictions,
+        run, stats, metrics,
+        data_info={"source": data.source, "train_documents": len(splits["train"]),
+                   "validation_documents": len(splits["validation"])},
+        model_dir=model_dir, extra={"parameters": parameters},
+        show=lambda: print_summaries(rt.console, splits["validation"], predictions,
                                      args.examples))
+
+
+# ----------------------------------------------------------------------------- the run
+def run(args, mode: str = "smoke") -> int:
+    """``dsenv smoke t5-xsum`` (synthetic documents, tiny T5) or ``dsenv run t5-xsum``
+    (t5-small and XSum from the offline cache, or a save_to_disk folder: --data-dir)."""
+    return runner.run(sys.modules[__name__], args, mode)
