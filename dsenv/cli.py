@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 from dsenv import __version__
-from dsenv.argtypes import csv_list, positive_float, positive_int
+from dsenv.argtypes import csv_list, non_negative_int, positive_float, positive_int
 from dsenv.doctor.distributed import add_distributed_arguments
+from dsenv.doctor.explain import add_explain_parser, run_explain
 from dsenv.doctor.registry import AREAS
 from dsenv.envs.launchers import LAUNCHERS
 from dsenv.errors import UsageError, run_command
@@ -44,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--launcher", choices=LAUNCHERS,
                         help="the launcher the job will use")
     doctor.add_argument("--nodes", type=positive_int, metavar="N", help="planned node count")
-    doctor.add_argument("--gpus-per-node", type=positive_int, metavar="G",
-                        help="planned GPUs (ranks) per node")
+    doctor.add_argument("--gpus-per-node", type=non_negative_int, metavar="G",
+                        help="planned GPUs (ranks) per node; 0: a CPU job, no GPU needed")
     doctor.add_argument("--deepspeed-config", type=Path, metavar="FILE",
                         help="check this ds_config against the planned world")
     doctor.add_argument("--for", dest="workload", metavar="WORKLOAD",
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_fetch_parser(sub)
     add_provision_parsers(sub)
     add_launch_parser(sub)
+    add_explain_parser(sub)
     return parser
 
 
@@ -111,4 +113,6 @@ def dispatch(args, argv: list[str]) -> int:
         return run_provision(args, ["dsenv", *argv])
     if args.command == "launch":
         return run_launch(args, argv)
+    if args.command == "explain":
+        return run_explain(args)
     raise UsageError(f"unknown command {args.command}")

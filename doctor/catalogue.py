@@ -1,0 +1,59 @@
+"""The failure catalogue (doctor/catalogue.toml): the modes users report, each with its
+symptom, cause, the check that detects it before the job (or why none can), the fix and the
+public sources. Read by `dsenv explain` and `dsenv doctor --list`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from dsenv.data import load_table
+
+
+@dataclass(frozen=True)
+class Mode:
+    id: str
+    area: str
+    title: str
+    symptom: str
+    match: tuple[str, ...]
+    cause: str
+    detect: str
+    check: str  # the doctor check id; "" when it cannot be detected before launch
+    fix: str
+    fixable: str  # the --fix action that can repair it, "" when none is safe
+    sources: tuple[str, ...]
+
+    def matches(self, text: str) -> list[str]:
+        """The patterns of this mode that ``text`` matches."""
+        return [p for p in self.match if re.search(p, text, re.IGNORECASE | re.MULTILINE)]
+
+
+@cache
+def modes() -> tuple[Mode, ...]:
+    rows = load_table("dsenv.doctor", "catalogue.toml")["mode"]
+    return tuple(Mode(r["id"], r["area"], r["title"], r["symptom"], tuple(r.get("match", ())),
+                      r["cause"], r["detect"], r.get("check", ""), r["fix"],
+                      r.get("fixable", ""), tuple(r["sources"])) for r in rows)
+
+
+def by_check() -> dict[str, list[Mode]]:
+    """{check id: the catalogue modes it detects}."""
+    found: dict[str, list[Mode]] = {}
+    for mode in modes():
+        if mode.check:
+            found.setdefault(mode.check, []).append(mode)
+    return found
+
+
+def explain(text: str) -> list[tuple[Mode, list[str]]]:
+    """The modes that ``text`` names: a mode id or check id exactly, else every mode one of
+    whose patterns the text matches, most matching patterns first."""
+    wanted = text.strip()
+    exact = [m for m in modes() if wanted in (m.id, m.check)]
+    if exact:
+        return [(m, []) for m in exact]
+    hits = [(m, m.matches(text)) for m in modes()]
+    hits = [(m, found) for m, found in hits if found]
+    return sorted(hits, key=lambda hit: -len(hit[1]))

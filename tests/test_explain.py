@@ -1,0 +1,76 @@
+"""`dsenv explain` and the failure catalogue (doctor/catalogue.toml) it reads."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from dsenv.doctor import catalogue
+from dsenv.doctor.registry import all_checks
+
+from .clirun import dsenv
+
+MODES = catalogue.modes()
+
+
+def test_the_catalogue_is_large_unique_and_sourced():
+    assert len(MODES) >= 40
+    ids = [m.id for m in MODES]
+    assert len(ids) == len(set(ids))
+    for mode in MODES:
+        assert mode.sources and all(re.match(r"https://\S+$", s) for s in mode.sources), mode.id
+        assert mode.match and mode.fix and mode.cause, mode.id
+        for pattern in mode.match:
+            re.compile(pattern, re.IGNORECASE)
+        text = " ".join((mode.title, mode.symptom, mode.cause, mode.fix, *mode.sources))
+        assert not re.search(r"seeds? ?\d{3}|FACTS\.md", text, re.I), mode.id
+
+
+def test_every_check_the_catalogue_names_exists_and_undetectable_modes_say_why():
+    registered = {c.id for c in all_checks()}
+    for mode in MODES:
+        if mode.check:
+            assert mode.check in registered, f"{mode.id}: no check {mode.check}"
+        else:
+            assert mode.detect.startswith("cannot"), mode.id
+
+
+@pytest.mark.parametrize("mode", MODES, ids=[m.id for m in MODES])
+def test_each_entry_is_found_by_its_own_error_text_or_id(mode):
+    assert mode in [m for m, _ in catalogue.explain(mode.id)]
+    if any(re.search(p, mode.symptom, re.I | re.M) for p in mode.match):
+        assert mode in [m for m, _ in catalogue.explain(mode.symptom)]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("RuntimeError: Ninja is required to load C++ extensions", "jit.ninja-missing"),
+    ("--------------------------------------------------------------------------\n"
+     "OMPI was not built with SLURM's PMI support and therefore cannot execute",
+     "mpi.ompi-no-slurm-pmi"),
+])
+def test_explain_names_the_entry_its_check_and_sources(text, expected):
+    done = dsenv("explain", text)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(expected + ":")
+    mode = next(m for m in MODES if m.id == expected)
+    assert mode.sources[0] in done.stdout and mode.check in done.stdout
+    as_json = json.loads(dsenv("explain", text, "--json").stdout)
+    assert as_json["matches"][0]["id"] == expected and as_json["matches"][0]["matched"]
+
+
+def test_an_unrelated_message_matches_nothing_and_exits_1():
+    for text in ("hello world", "Epoch 1/3: loss 0.42", "Saving model checkpoint to out/"):
+        done = dsenv("explain", text)
+        assert done.returncode == 1 and "no catalogue entry matches" in done.stdout
+
+
+def test_explain_reads_stdin_and_refuses_nothing_in_one_line():
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "dsenv", "explain", "-"], text=True,
+                          input="MissingCUDAException: CUDA_HOME does not exist, unable to "
+                                "compile CUDA op(s)\n", capture_output=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("jit.cuda-home-missing:")
+    empty = dsenv("explain", "")
+    assert empty.returncode == 2 and empty.stderr.startswith("dsenv explain: give the error")
