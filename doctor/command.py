@@ -9,8 +9,11 @@ from dsenv.workloads.assets import WORKLOAD_NAMES
 
 from dsenv.errors import UsageError
 
+from .catalogue import by_check
 from .distributed import validate_usage
 from .distributed_launch import run_distributed
+from .fix_command import run_fixes
+from .probes import target_env
 from .probes.context import Context, Options
 from .registry import AREAS, all_checks
 from .render import exit_code, render_json, render_text
@@ -20,9 +23,13 @@ from .runner import run_checks
 def run_doctor(args) -> int:
     checks = all_checks()
     if args.list:
+        modes, width = by_check(), max(len(c.title) for c in checks)
+        print(f"{'check':32} {'title':{width}}  catalogue")
         for c in checks:
-            print(f"{c.id:32} {c.title}")
+            ids = ", ".join(m.id for m in modes.get(c.id, ())) or "-"
+            print(f"{c.id:32} {c.title:{width}}  {ids}")
         return 0
+    validate_fix_usage(args)
     known_ids = {c.id for c in checks}
     unknown_areas = [a for a in (args.only or []) if a not in AREAS]
     if unknown_areas:
@@ -43,15 +50,36 @@ def run_doctor(args) -> int:
     options = Options(target=args.target, launcher=args.launcher, nodes=args.nodes,
                       gpus_per_node=args.gpus_per_node, deepspeed_config=args.deepspeed_config,
                       workload=args.workload, verbose=args.verbose,
-                      probe_timeout=args.probe_timeout, probe=args.probe)
+                      probe_timeout=args.probe_timeout, probe=args.probe,
+                      environment=getattr(args, "environment", None))
     ctx = Context(options=options, env=dict(os.environ), root=args.root)
+    target_env.choose(ctx)  # a bad --env is a usage error (exit 2), before any check runs
     selected = [c for c in checks
                 if (not args.only or c.area in args.only) and c.id not in args.skip]
     if args.distributed:
         return run_distributed(args, selected, ctx)
     results = run_checks(selected, ctx)
+    fix = getattr(args, "fix", False)
     if args.json:
-        sys.stdout.write(render_json(results, ctx) + "\n")
-    else:
-        sys.stdout.write(render_text(results, ctx, color=None if sys.stdout.isatty() else False))
+        extra = None
+        if fix:  # the screen of --fix goes to stderr; the report keeps what it did
+            results, records = run_fixes(results, ctx, yes=args.yes, dry_run=args.dry_run,
+                                         strict=args.strict, out=sys.stderr)
+            extra = {"fixes": [r.to_json() for r in records]}
+        sys.stdout.write(render_json(results, ctx, extra, strict=args.strict) + "\n")
+    else:  # colour only on a terminal without NO_COLOR (render.use_color)
+        sys.stdout.write(render_text(results, ctx, strict=args.strict))
+        if fix:
+            results, _ = run_fixes(results, ctx, yes=args.yes, dry_run=args.dry_run,
+                                   strict=args.strict)
     return exit_code(results, strict=args.strict)
+
+
+def validate_fix_usage(args) -> None:
+    fix = getattr(args, "fix", False)
+    for flag, given in (("--yes", getattr(args, "yes", False)),
+                        ("--dry-run", getattr(args, "dry_run", False))):
+        if given and not fix:
+            raise UsageError(f"{flag} goes with --fix: `dsenv doctor --fix {flag}`")
+    if fix and args.distributed:
+        raise UsageError("--fix judges this node: run it without --distributed")

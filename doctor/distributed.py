@@ -75,7 +75,8 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
                        help="untimed all-reduces per size first (default GPU 5, CPU 3)")
     group.add_argument("--expect-world-size", type=positive_int, metavar="N",
                        help="fail unless the world has N ranks (default: --nodes x "
-                            "--gpus-per-node when both are given)")
+                            "--gpus-per-node when both are given and G > 0; a CPU job "
+                            "(--gpus-per-node 0) names its rank count here)")
     group.add_argument("--expect-busbw", type=positive_float, metavar="GBPS",
                        help="expected bus bandwidth in GB/s at the largest size (default: the "
                             "site profile's expect_busbw_gbps)")
@@ -192,6 +193,8 @@ def make_plan(args, env) -> Plan:
             raise UsageError(f"--site {args.site}: unknown site; known sites: "
                              f"{', '.join(site_names())}")
     expected, expected_from = args.expect_world_size, "--expect-world-size"
+    # --gpus-per-node 0 is a CPU job: its ranks per node are the launcher's choice, not a
+    # GPU count, so no world size is inferred from it (--expect-world-size names one).
     if expected is None and args.nodes and args.gpus_per_node:
         expected = args.nodes * args.gpus_per_node
         expected_from = f"--nodes {args.nodes} x --gpus-per-node {args.gpus_per_node}"

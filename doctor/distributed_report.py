@@ -18,7 +18,7 @@ from dsenv.provision.manifest import read_manifest
 from . import ranks
 from .distributed import AREA, Plan, defaults
 from .probes.result import Result, Status
-from .render import exit_code, render_json, render_text
+from .render import exit_code, render_json, render_text, use_color
 from .runner import run_checks
 
 RESULT_MARK = "DSENV-DISTRIBUTED-RESULT "
@@ -236,11 +236,12 @@ def report(outcome: dict, plan: Plan, args, checks, ctx, marked_ok: bool = True)
     outcome["expect_busbw_gbps"], outcome["expect_source"] = expectation(
         plan, len({r.get("host") for r in outcome.get("ranks") or []}))
     if args.json:
-        sys.stdout.write(render_json(results, ctx, extra={"distributed": outcome}) + "\n")
+        sys.stdout.write(render_json(results, ctx, extra={"distributed": outcome},
+                                     strict=args.strict) + "\n")
     else:
-        color = None if sys.stdout.isatty() else False
+        color = use_color(sys.stdout, ctx.env)  # plain when piped or with NO_COLOR
         sys.stdout.write(render_tables(outcome, color=color))
-        sys.stdout.write(render_text(results, ctx, color=color))
+        sys.stdout.write(render_text(results, ctx, color=color, strict=args.strict))
     return exit_code(results, strict=args.strict)
 
 

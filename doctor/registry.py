@@ -14,8 +14,8 @@ from .probes.result import Finding
 
 # Report order; a check's area is the part of its id before the dot.
 # "distributed" has no registered checks: `dsenv doctor --distributed` adds its results.
-AREAS = ("system", "python", "gpu", "torch", "toolkit", "deepspeed", "comm", "mpi", "cache", "job",
-         "distributed")
+AREAS = ("system", "python", "gpu", "torch", "toolkit", "deepspeed", "comm", "mpi", "launch",
+         "cache", "job", "distributed")
 
 
 @dataclass(frozen=True)

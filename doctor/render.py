@@ -1,102 +1,196 @@
-"""Renderers: the grouped ✓ / ! / ✗ table for people, versioned JSON for programs.
+"""Renderers: the screen people read, and versioned JSON for programs.
 
-Both return text that has been through the redactor: no report prints a secret.
+The screen opens and closes with one verdict line ("ready to submit: 0 failures, 2
+warnings"); in between, the checks grouped by area, with the skipped checks of an area
+folded into one line unless ``--verbose``, then every warning and failure with its evidence
+and one fix. Colour only on a terminal, and never with NO_COLOR or TERM=dumb: piped or
+redirected output is plain text, no escape sequences, no markup. ``--json`` keeps every check.
+
+Both go through the redactor: no report prints a secret.
 """
 
 from __future__ import annotations
 
-import io
 import json
+import os
 import platform
+import shutil
 import socket
-from collections import Counter
+import sys
+import textwrap
+from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timezone
+from typing import TextIO
 
 from dsenv import __version__
 from dsenv.redact import Redactor
 
+from .probes import target_env
 from .probes.context import Context
 from .probes.result import Result, Status
 from .registry import AREAS
+from .verdict import COUNT_WORDS, Folded, exit_code, fold_skipped, summary_line, verdict_line
+
+__all__ = ["COUNT_WORDS", "SCHEMA_ID", "exit_code", "render_json", "render_text", "report_dict",
+           "summary_line", "use_color", "verdict_line"]
 
 SCHEMA_ID = "dsenv.doctor/1"
 SYMBOLS = {Status.OK: "✓", Status.INFO: "·", Status.WARN: "!", Status.FAIL: "✗",
            Status.SKIP: "–", Status.ERROR: "✗"}
 STYLES = {Status.OK: "green", Status.INFO: "cyan", Status.WARN: "yellow", Status.FAIL: "red",
           Status.SKIP: "dim", Status.ERROR: "bold red"}
-COUNT_WORDS = {Status.OK: "ok", Status.INFO: "info", Status.WARN: "warning",
-               Status.FAIL: "failure", Status.SKIP: "skipped", Status.ERROR: "error"}
+SGR = {"green": "32", "cyan": "36", "yellow": "33", "red": "31", "dim": "2", "bold": "1",
+       "bold red": "1;31", "bold green": "1;32"}
+TITLE_MIN, TITLE_MAX = 24, 38
+DEFAULT_WIDTH = 100
+INDENT = "    "
 
 
-def exit_code(results: list[Result], strict: bool = False) -> int:
-    failing = any(r.status.failing for r in results)
-    if strict:
-        failing = failing or any(r.status is Status.WARN for r in results)
-    return 1 if failing else 0
+def use_color(stream: TextIO, env: Mapping[str, str] | None = None) -> bool:
+    """Colour only for a terminal, and not when NO_COLOR is set (no-color.org) or TERM=dumb."""
+    env = os.environ if env is None else env
+    if env.get("NO_COLOR") or env.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
 
 
-def summary_line(results: list[Result]) -> str:
-    counts = Counter(r.status for r in results)
-    parts = []
-    for status in Status:
-        n = counts.get(status, 0)
-        if n:
-            word = COUNT_WORDS[status]
-            plural = "s" if n > 1 and word in ("warning", "failure", "error") else ""
-            parts.append(f"{n} {word}{plural}")
-    return ", ".join(parts) or "no checks ran"
+def screen_width(color: bool) -> int:
+    """The terminal's width (60 to 120 columns) on a terminal; 100 for a file or a pipe."""
+    if not color:
+        return DEFAULT_WIDTH
+    return max(60, min(120, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns))
+
+
+class _Screen:
+    """Lines of text, painted with SGR codes only when colour is on."""
+
+    def __init__(self, color: bool, width: int):
+        self.color, self.width, self.lines = color, width, []
+
+    def paint(self, text: str, style: str) -> str:
+        return f"\x1b[{SGR[style]}m{text}\x1b[0m" if self.color and text else text
+
+    def add(self, line: str = "") -> None:
+        self.lines.append(line)
+
+    def wrap(self, text: str, width: int) -> list[str]:
+        lines: list[str] = []
+        for part in text.splitlines() or [""]:
+            lines += textwrap.wrap(part, max(20, width), break_long_words=False,
+                                   break_on_hyphens=False) or [""]
+        return lines
+
+    def paragraph(self, text: str, indent: str = INDENT, style: str | None = None,
+                  lead: str = "") -> None:
+        """``text`` wrapped under ``indent``; ``lead`` (painted bold) opens its first line."""
+        for i, line in enumerate(self.wrap(lead + text, self.width - len(indent))):
+            if i == 0 and lead:
+                line = self.paint(lead.rstrip(), "bold") + " " + line[len(lead):]
+            elif style:
+                line = self.paint(line, style)
+            self.add(indent + line)
+
+    def row(self, status: Status, title: str, summary: str, title_width: int,
+            dim: bool = False) -> None:
+        """``✓  Title            summary``, the summary wrapped in its own column."""
+        if len(title) > title_width:
+            title = title[:title_width - 1] + "…"
+        gap = " " * (3 + title_width + 2)
+        body = self.wrap(summary, self.width - len(gap))
+        symbol = SYMBOLS[status] if dim else self.paint(SYMBOLS[status], STYLES[status])
+        first = f"{symbol}  {title.ljust(title_width)}  {body[0]}"
+        self.add(self.paint(first, "dim") if dim else first)
+        for line in body[1:]:
+            self.add(gap + (self.paint(line, "dim") if dim else line))
+
+    def text(self) -> str:
+        return "\n".join(line.rstrip() for line in self.lines) + "\n"
+
+
+def _scrubbed(results: list[Result], redactor: Redactor) -> list[Result]:
+    """Secrets masked before wrapping (a wrapped secret would be split across two lines)."""
+    return [replace(r, title=redactor.scrub(r.title), summary=redactor.scrub(r.summary),
+                    evidence=[redactor.scrub(e) for e in r.evidence],
+                    fix=redactor.scrub(r.fix) if r.fix else r.fix,
+                    traceback=redactor.scrub(r.traceback) if r.traceback else r.traceback)
+            for r in results]
 
 
 def render_text(results: list[Result], ctx: Context, *, color: bool | None = None,
-                width: int = 100) -> str:
-    # rich: only the text report needs it (`dsenv doctor --json` never imports it)
-    from rich.console import Console  # rich, as above
-    from rich.markup import escape  # rich, as above
-    from rich.padding import Padding  # rich, as above
-    from rich.table import Table  # rich, as above
+                width: int | None = None, strict: bool = False) -> str:
+    """The screen. ``color`` None: decide from stdout and the environment (:func:`use_color`)."""
+    if color is None:
+        color = use_color(sys.stdout, ctx.env)
+    redactor = Redactor(ctx.env)
+    results = _scrubbed(results, redactor)
+    verbose = ctx.options.verbose
+    screen = _Screen(color, width or screen_width(color))
+    verdict = verdict_line(results, ctx.target, strict)
+    verdict_style = "bold green" if exit_code(results, strict) == 0 else "bold red"
+    screen.add(screen.paint(verdict, verdict_style))
+    screen.add(f"{screen.paint(f'dsenv doctor {__version__}', 'bold')} — target "
+               f"{screen.paint(ctx.target, 'bold')} ({redactor.scrub(ctx.target_reason)})")
+    screen.add(redactor.scrub(target_env.header_line(ctx)))
 
-    buffer = io.StringIO()
-    console = Console(file=buffer, force_terminal=color, no_color=color is False,
-                      width=width, highlight=False, soft_wrap=False)
-    console.print(f"[bold]dsenv doctor {__version__}[/] — target [bold]{ctx.target}[/] "
-                  f"({escape(ctx.target_reason)})")
-    by_area = {area: [r for r in results if r.area == area] for area in AREAS}
-    for area, area_results in by_area.items():
+    areas: list[tuple[str, list[Result | Folded]]] = []
+    folded = 0
+    for area in AREAS:
+        area_results = [r for r in results if r.area == area]
         if not area_results:
             continue
-        table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 1))
-        table.add_column(width=1)
-        table.add_column(min_width=30, max_width=38, no_wrap=True)
-        table.add_column(overflow="fold")
-        for r in area_results:
-            style = STYLES[r.status]
-            table.add_row(f"[{style}]{SYMBOLS[r.status]}[/]", escape(r.title), escape(r.summary))
-        console.print(f"\n[bold]{area}[/]")
-        console.print(table)
+        if verbose:
+            areas.append((area, list(area_results)))
+            continue
+        rows, n = fold_skipped(area_results)
+        areas.append((area, rows))
+        folded += n
+    titles = [r.title for _, rows in areas for r in rows]
+    title_width = max(TITLE_MIN, min(TITLE_MAX, max(map(len, titles), default=0)))
+    for area, rows in areas:
+        screen.add()
+        screen.add(screen.paint(area, "bold"))
+        for r in rows:
+            if isinstance(r, Folded):
+                screen.row(Status.SKIP, r.title, r.reasons, title_width, dim=True)
+            else:
+                screen.row(r.status, r.title, r.summary, title_width)
 
     shown = {Status.WARN, Status.FAIL, Status.ERROR}
-    if ctx.options.verbose:
+    if verbose:
         shown |= {Status.INFO, Status.SKIP}
     attention = [r for r in results if r.status in shown]
     if attention:
-        console.print("\n[bold]Findings[/]")
+        screen.add()
+        screen.add(screen.paint("Findings", "bold"))
     for r in attention:
+        screen.add()
         style = STYLES[r.status]
-        console.print()
-        console.print(f"[{style}]{SYMBOLS[r.status]} {r.id}[/]  [bold]{escape(r.title)}[/]")
-        console.print(Padding(escape(r.summary), (0, 0, 0, 4)))
+        screen.add(f"{screen.paint(f'{SYMBOLS[r.status]} {r.id}', style)}  "
+                   f"{screen.paint(r.title, 'bold')}")
+        screen.paragraph(r.summary)
         for line in r.evidence:
-            console.print(Padding(escape(line), (0, 0, 0, 4)))
+            screen.paragraph(line)
         if r.fix:
-            console.print(Padding(f"[bold]fix:[/] {escape(r.fix)}", (0, 0, 0, 4)))
-        if ctx.options.verbose and r.traceback:
-            console.print(Padding(escape(r.traceback.rstrip()), (0, 0, 0, 4)))
-    console.print(f"\n{summary_line(results)}")
-    text = "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
-    return Redactor(ctx.env).scrub(text)
+            screen.paragraph(r.fix, lead="fix: ")
+        if r.action is not None and r.action.applicable:
+            screen.paragraph(r.action.change, lead="dsenv doctor --fix: ")
+        if verbose and r.traceback:
+            for line in r.traceback.rstrip().splitlines():
+                screen.add(INDENT + line)
+
+    screen.add()
+    counts = summary_line(results)
+    if folded:
+        counts += f" (--verbose lists the {folded} folded above)"
+    screen.add(counts)
+    screen.add(screen.paint(verdict, verdict_style))
+    return redactor.scrub(screen.text())
 
 
-def report_dict(results: list[Result], ctx: Context, extra: dict | None = None) -> dict:
+def report_dict(results: list[Result], ctx: Context, extra: dict | None = None,
+                strict: bool = False) -> dict:
     """The report; ``extra``: optional top-level sections (``distributed``)."""
     o = ctx.options
     return {
@@ -107,17 +201,23 @@ def report_dict(results: list[Result], ctx: Context, extra: dict | None = None) 
         "platform": platform.platform(),
         "target": ctx.target,
         "target_reason": ctx.target_reason,
+        "environment": target_env.report_section(ctx),
         "options": {
             "launcher": o.launcher, "nodes": o.nodes, "gpus_per_node": o.gpus_per_node,
             "deepspeed_config": str(o.deepspeed_config) if o.deepspeed_config else None,
-            "workload": o.workload, "probe_timeout": o.probe_timeout,
+            "workload": o.workload, "probe_timeout": o.probe_timeout, "strict": strict,
         },
         "summary": {s.value: sum(r.status is s for r in results) for s in Status},
-        "exit_code": exit_code(results),
+        "verdict": {"ready": exit_code(results, strict) == 0,
+                    "line": verdict_line(results, ctx.target, strict)},
+        "exit_code": exit_code(results),  # as schema 1 defines it: --strict not applied
         "results": [r.to_json() for r in results],
         **(extra or {}),
     }
 
 
-def render_json(results: list[Result], ctx: Context, extra: dict | None = None) -> str:
-    return json.dumps(Redactor(ctx.env).scrub_obj(report_dict(results, ctx, extra)), indent=2)
+def render_json(results: list[Result], ctx: Context, extra: dict | None = None,
+                strict: bool = False) -> str:
+    """Every check, whatever the screen folds."""
+    report = report_dict(results, ctx, extra, strict)
+    return json.dumps(Redactor(ctx.env).scrub_obj(report), indent=2)

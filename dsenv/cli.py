@@ -33,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check the node: system, python, GPUs, torch, toolkit, DeepSpeed ops, "
                     "communication fabric, MPI and its launcher, offline caches, job config. "
                     "Exit 0: nothing failed; 1: a check failed; 2: usage error.")
+    doctor.add_argument("--env", dest="environment", metavar="PREFIX|PYTHON",
+                        help="the Python environment the job runs in: a venv, conda or "
+                             "`dsenv provision` prefix, or a Python executable (default: the "
+                             "activated environment, else python3 on PATH)")
     doctor.add_argument("--json", action="store_true", help="write the versioned JSON report")
     doctor.add_argument("--only", type=csv_list, metavar="AREA[,AREA]",
                         help="run only these areas: " + ", ".join(AREAS))
@@ -56,9 +60,21 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--probe", action="store_true",
                         help="inside an allocation, launch 2 real MPI ranks with the job's "
                              "launcher to confirm the launch verdict (crash, singletons, ok)")
-    doctor.add_argument("--list", action="store_true", help="list the checks and exit")
+    doctor.add_argument("--list", action="store_true",
+                        help="list the checks, with the catalogue entries each detects, and exit")
+    doctor.add_argument("--fix", action="store_true",
+                        help="apply the safe, local fixes the findings offer (activate-script "
+                             "variables, a stale JIT lock, a missing cache folder), asking "
+                             "first, then re-run each check; other fixes are printed as "
+                             "commands")
+    doctor.add_argument("--yes", "-y", action="store_true",
+                        help="with --fix: apply without asking (needed without a terminal)")
+    doctor.add_argument("--dry-run", action="store_true",
+                        help="with --fix: only show the changes")
     doctor.add_argument("--verbose", "-v", action="store_true",
-                        help="show every non-ok result and tracebacks")
+                        help="show every non-ok result and tracebacks, and ask DeepSpeed's op "
+                             "builders which ops are compatible (imports torch once: seconds; "
+                             "the answer is cached)")
     doctor.add_argument("--root", type=Path, default=Path("/"), help=argparse.SUPPRESS)
     add_distributed_arguments(doctor)
 

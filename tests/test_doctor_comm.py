@@ -5,6 +5,7 @@ The trees are written from `ibstat`, `ibstatus`, `ibv_devinfo -v`, `show_gids`, 
 """
 
 import ipaddress
+import os
 import re
 
 import pytest
@@ -134,10 +135,11 @@ def test_nccl_version_from_the_wheel_metadata(make_ctx, run_one, tmp_path, monke
     dist = tmp_path / "site" / "nvidia_nccl_cu12-2.21.5.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: 2.21.5\n")
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setattr(torch_info, "torch_build",
                         lambda ctx: TorchBuild("2.5.1+cu124", cuda="12.4", location=str(tmp_path)))
-    result = run_one("comm.nccl", make_ctx())
+    # the wheel is on the job's path (its PYTHONPATH), not dsenv's own
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(tmp_path / "site")}
+    result = run_one("comm.nccl", make_ctx(env=env))
     assert result.status is Status.OK and "NCCL 2.21.5" in result.summary
 
 

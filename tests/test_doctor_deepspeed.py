@@ -101,12 +101,12 @@ def test_not_installed_warns_on_login_fails_on_compute(tmp_path, make_ctx, run_o
     assert run_one("deepspeed.ops", login).status == Status.SKIP
 
 
-def test_ops_compatibility_subprocess_then_cache(tmp_path, make_ctx, run_one):
+def test_ops_compatibility_asked_with_verbose_then_cached(tmp_path, make_ctx, run_one):
     env = {"PATH": shutil.os.environ["PATH"], "HOME": str(tmp_path / "home"),
            "DSENV_CACHE_DIR": str(tmp_path / "dsenv-cache")}
-    first = make_ctx(env=env, probe_timeout=60)
+    first = make_ctx(env=env, probe_timeout=60, verbose=True, environment=sys.executable)
     compat = dsi.op_compatibility(first)
-    assert compat.error is None and not compat.from_cache
+    assert compat.error is None and not compat.from_cache and compat.source == "builders"
     assert compat.accelerator == "cpu" and compat.compatible["cpu_adam"] is True
     assert (tmp_path / "dsenv-cache" / dsi.CACHE_FILE).is_file()
 
@@ -115,17 +115,54 @@ def test_ops_compatibility_subprocess_then_cache(tmp_path, make_ctx, run_one):
     assert result.status == Status.WARN, result
     assert "deepspeed_shm_comm (~90 s)" in result.summary and "fused_adam" in result.summary
     assert "TORCH_EXTENSIONS_DIR" in result.fix
+    assert any("asked DeepSpeed's op builders" in e for e in result.evidence)
 
-    second = make_ctx(env=env, probe_timeout=60)
+    second = make_ctx(env=env, probe_timeout=60, environment=sys.executable)  # no --verbose
     start = time.monotonic()
     again = dsi.op_compatibility(second)
-    assert again.from_cache and again.compatible == compat.compatible
+    assert again.from_cache and again.source == "cache" and again.compatible == compat.compatible
     assert time.monotonic() - start < 0.5
     assert "torch" not in sys.modules  # nothing imported torch in this process
 
-    changed = make_ctx(env={**env, "DS_ACCELERATOR": "cpu"}, probe_timeout=60)
+    changed = make_ctx(env={**env, "DS_ACCELERATOR": "cpu"}, environment=sys.executable)
     assert dsi.fingerprint(changed, *dsi.installs(changed), sys.executable) != \
         dsi.fingerprint(second, *dsi.installs(second), sys.executable)
+
+
+def test_ops_compatibility_cold_run_asks_nothing(tmp_path, make_ctx, run_one):
+    # the first run after an install: no cache, no --verbose: DeepSpeed 0.19.8 records no
+    # compatible_ops, so the op builders (which import torch) are not asked
+    env = {"PATH": shutil.os.environ["PATH"], "HOME": str(tmp_path / "home"),
+           "DSENV_CACHE_DIR": str(tmp_path / "empty-cache")}
+    ctx = make_ctx(env=env, environment=sys.executable)
+    start = time.monotonic()
+    compat = dsi.op_compatibility(ctx)
+    assert compat.source == "not asked" and not compat.known and compat.error is None
+    assert time.monotonic() - start < 1.0
+    assert not (tmp_path / "empty-cache").exists()
+    result = run_one("deepspeed.ops", ctx)
+    assert result.status == Status.WARN and "fused_adam" in result.summary
+    assert any("not asked" in e and "--verbose" in e for e in result.evidence)
+
+
+def test_ops_compatibility_recorded_at_install_is_used(tmp_path, make_ctx, run_one):
+    # DeepSpeed up to 0.14 writes compatible_ops into git_version_info_installed.py
+    recorded = tmp_path / "git_version_info_installed.py"
+    recorded.write_text(
+        "version='0.14.0'\ngit_hash='unknown'\ngit_branch='unknown'\n"
+        "installed_ops={'cpu_adam': False, 'fused_adam': False}\n"
+        "compatible_ops={'cpu_adam': True, 'fused_adam': False, 'deepspeed_shm_comm': True}\n"
+        "torch_info={'version': '0.0', 'bf16_support': False, 'cuda_version': '0.0', "
+        "'nccl_version': '0.0', 'hip_version': '0.0'}\n")
+    ctx = with_prefix(make_ctx(env={"PATH": shutil.os.environ["PATH"],
+                                    "HOME": str(tmp_path / "home")}),
+                      fake_site(tmp_path, info_file=recorded))
+    compat = dsi.op_compatibility(ctx)
+    assert compat.source == "recorded" and compat.compatible["fused_adam"] is False
+    result = run_one("deepspeed.ops", ctx)
+    assert result.status == Status.FAIL  # fused_adam: not precompiled and not compatible
+    assert "fused_adam not precompiled and not compatible here" in result.summary
+    assert any("recorded by DeepSpeed at install" in e for e in result.evidence)
 
 
 def test_ops_no_compiler_fails(tmp_path, make_ctx, run_one):
@@ -165,11 +202,13 @@ def test_accelerator_cpu_node_info(make_ctx, run_one):
 
 def test_accelerator_explicit_cpu_ok(make_ctx, run_one):
     env = {"PATH": "/usr/bin", "DS_ACCELERATOR": "cpu"}
-    assert run_one("deepspeed.accelerator", seed_gpus(make_ctx(env=env), [])).status == Status.OK
+    ctx = make_ctx(env=env, environment=sys.executable)  # not /usr/bin's python3
+    assert run_one("deepspeed.accelerator", seed_gpus(ctx, [])).status == Status.OK
 
 
 def test_accelerator_unknown_name_fails(make_ctx, run_one):
-    result = run_one("deepspeed.accelerator", make_ctx(env={"DS_ACCELERATOR": "gpu"}))
+    result = run_one("deepspeed.accelerator", make_ctx(env={"DS_ACCELERATOR": "gpu"},
+                                                       environment=sys.executable))
     assert result.status == Status.FAIL and "cuda" in result.evidence[0]  # DeepSpeed's own list
 
 
@@ -181,6 +220,6 @@ def test_accelerator_gpus_with_cpu_torch_fails_on_compute(make_ctx, run_one):
 
 
 def test_accelerator_cuda_forced_with_cpu_torch_fails(make_ctx, run_one):
-    ctx = seed_gpus(make_ctx(env={"DS_ACCELERATOR": "cuda"}), [V100])
+    ctx = seed_gpus(make_ctx(env={"DS_ACCELERATOR": "cuda"}, environment=sys.executable), [V100])
     result = run_one("deepspeed.accelerator", ctx)
     assert result.status == Status.FAIL and "CPU-only" in result.summary

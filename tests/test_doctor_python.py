@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
+import pytest
 from dsenv.doctor.probes import pyenv
 from dsenv.doctor.probes.result import Status
+from dsenv.doctor.probes.torch_info import read_torch_build, torch_build
+
+from . import pyenvs
 
 PYDIR = f"python{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheels")
+    pyenvs.torch_wheel(out, "2.5.1+cpu")
+    return out
 
 
 def write_dist(site, name, version, requires=()):
@@ -30,37 +42,72 @@ def make_prefix(root, kind=None, cfg=None):
 
 
 def test_interpreter_real(make_ctx, run_one):
-    result = run_one("python.interpreter", make_ctx())
+    result = run_one("python.interpreter", make_ctx(environment=sys.executable))
     assert result.status == Status.OK
     assert ".".join(map(str, sys.version_info[:3])) in result.summary
-    assert sys.executable in result.summary
+    assert f"at {sys.executable} " in result.summary
+    assert f"judged: --env {sys.executable}" in result.evidence
 
 
 def test_interpreter_conda(tmp_path, make_ctx, run_one):
-    make_prefix(tmp_path / "env", kind="conda")
-    ctx = make_ctx()
-    ctx.python_prefix = tmp_path / "env"
-    result = run_one("python.interpreter", ctx)
+    prefix = pyenvs.make_conda_prefix(tmp_path / "env")
+    result = run_one("python.interpreter", make_ctx(environment=str(prefix)))
     assert result.status == Status.OK and "conda env" in result.summary
+    assert f"at {prefix}/bin/python3 " in result.summary
 
 
-def test_venv_with_system_site_packages_shadowing_torch(tmp_path, make_ctx, run_one):
-    # a user's case: `python -m venv deepspeed-env --system-site-packages` inside an NGC container;
-    # `pip install deepspeed` then may pull a second torch into the venv over the container's
-    base_site = make_prefix(tmp_path / "opt" / "conda")
-    write_dist(base_site, "torch", "1.13.0a0+d321be6")
-    venv_site = make_prefix(tmp_path / "venv", cfg=(
-        f"home = {tmp_path / 'opt' / 'conda' / 'bin'}\n"
-        "include-system-site-packages = true\nversion = 3.8.13\n"))
-    ctx = make_ctx()
-    ctx.python_prefix = tmp_path / "venv"
-    assert run_one("python.interpreter", ctx).status == Status.OK  # nothing shadowed yet
-
-    write_dist(venv_site, "torch", "2.13.0")
-    result = run_one("python.interpreter", make_ctx_with(make_ctx, tmp_path / "venv"))
+def test_prefix_whose_python_belongs_elsewhere(tmp_path, make_ctx, run_one):
+    # a conda-style prefix whose bin/python3 is a symlink to another installation's python:
+    # that python runs with its own sys.prefix and never sees this prefix's site-packages
+    prefix = pyenvs.make_conda_prefix(tmp_path / "env")
+    (prefix / "bin" / "python3").unlink()
+    (prefix / "bin" / "python3").symlink_to(os.path.realpath(sys.executable))
+    result = run_one("python.interpreter", make_ctx(environment=str(prefix)))
     assert result.status == Status.WARN
-    assert "torch 2.13.0 over the base's 1.13.0a0+d321be6" in result.summary
+    assert f"runs with sys.prefix {sys.base_prefix}, not {prefix}" in result.summary
+    assert "python -m venv" in result.fix
+
+
+def test_prefix_without_an_interpreter_is_judged_from_its_files(tmp_path, make_ctx, run_one):
+    make_prefix(tmp_path / "env", kind="conda")  # conda-meta and site-packages, no bin/python
+    result = run_one("python.interpreter", make_ctx_with(make_ctx, tmp_path / "env"))
+    assert result.status == Status.WARN
+    assert result.summary.startswith(f"no python in {tmp_path / 'env'}/bin: ")
+    assert "--env" in result.fix
+
+
+def test_interpreter_that_does_not_run_is_named(tmp_path, make_ctx, run_one):
+    prefix = pyenvs.make_venv(tmp_path / "venv")
+    broken = tmp_path / "broken-python"  # e.g. an aarch64 env judged on an x86 login node
+    broken.write_text("#!/bin/sh\necho 'cannot execute binary file' >&2\nexit 126\n")
+    broken.chmod(0o755)
+    (prefix / "bin" / "python3").unlink()
+    (prefix / "bin" / "python3").symlink_to(broken)
+    result = run_one("python.interpreter", make_ctx(environment=str(prefix)))
+    assert result.status == Status.WARN
+    assert "cannot run here" in result.summary and "exited 126" in result.summary
+    assert "judged from its files only" in result.summary
+
+
+def test_venv_with_system_site_packages_shadowing_torch(tmp_path, make_ctx, run_one, wheels):
+    # a user's case: `python -m venv deepspeed-env --system-site-packages` inside an NGC container;
+    # `pip install deepspeed` then may pull a second torch into the venv over the container's.
+    # Here the base is the interpreter running the tests, with its real torch.
+    venv = pyenvs.make_venv(tmp_path / "venv", system_site_packages=True)
+    ctx = make_ctx(environment=str(venv))
+    result = run_one("python.interpreter", ctx)
+    assert result.status == Status.OK, result  # nothing shadowed yet
+    assert "venv with system site packages" in result.summary
+    base_torch = read_torch_build(sys.path)
+    assert torch_build(ctx).version == base_torch.version  # the base's torch is the job's
+
+    pyenvs.uv_install(wheels, "torch==2.5.1+cpu", python=venv / "bin" / "python")
+    ctx = make_ctx(environment=str(venv))
+    result = run_one("python.interpreter", ctx)
+    assert result.status == Status.WARN
+    assert f"torch 2.5.1+cpu over the base's {base_torch.version}" in result.summary
     assert "pip uninstall -y torch" in result.fix
+    assert torch_build(ctx).version == "2.5.1+cpu"
 
 
 def make_ctx_with(make_ctx, prefix):
@@ -70,7 +117,8 @@ def make_ctx_with(make_ctx, prefix):
 
 
 def test_prefix_real_path(make_ctx, run_one):
-    assert run_one("python.prefix-symlink", make_ctx()).status == Status.OK
+    assert run_one("python.prefix-symlink", make_ctx(environment=sys.executable)).status \
+        == Status.OK
 
 
 def test_prefix_through_symlink(tmp_path, make_ctx, run_one):
@@ -87,7 +135,7 @@ def test_prefix_through_symlink(tmp_path, make_ctx, run_one):
 
 
 def test_requirements_real_environment_consistent(make_ctx, run_one):
-    result = run_one("python.requirements", make_ctx())
+    result = run_one("python.requirements", make_ctx(environment=sys.executable))
     assert result.status == Status.OK, result.evidence
     assert "deepspeed 0." in result.evidence[0] and "torch 2." in result.evidence[0]
 

@@ -1,6 +1,7 @@
 """system area: each check made to pass and to warn or fail, on recorded roots."""
 
 import resource
+from pathlib import Path
 
 import pytest
 from dsenv.doctor.probes.host import parse_proc_cpuinfo, parse_size
@@ -114,6 +115,26 @@ def test_slurm_allocation_with_too_few_tasks_warns(make_ctx, run_one):
     assert result.status is Status.WARN and "--ntasks-per-node=4" in result.fix
 
 
+def test_slurm_cpu_job_is_not_held_to_a_gpu_count(make_ctx, run_one):
+    # A CPU partition: 4 CPU ranks on one node, no GPU variable anywhere.
+    env = {"SLURM_JOB_ID": "51", "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "4",
+           "SLURM_JOB_PARTITION": "cpu"}
+    cpu_job = run_one("system.slurm", make_ctx(env=env, target="compute", launcher="srun",
+                                               nodes=1, gpus_per_node=0))
+    assert cpu_job.status is Status.OK and "no GPUs allocated" in cpu_job.summary
+    gpu_job = run_one("system.slurm", make_ctx(env=env, target="compute", launcher="srun",
+                                               nodes=1, gpus_per_node=2))
+    assert gpu_job.status is Status.WARN and "2 ranks are planned" in gpu_job.summary
+
+
+def test_slurm_gpu_allocation_is_shown(make_ctx, run_one):
+    env = {"SLURM_JOB_ID": "52", "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "4",
+           "SLURM_GPUS_ON_NODE": "4", "SLURM_JOB_GPUS": "0,1,2,3"}
+    result = run_one("system.slurm", make_ctx(env=env, target="compute"))
+    assert result.status is Status.OK and "no GPUs allocated" not in result.summary
+    assert "SLURM_GPUS_ON_NODE=4" in result.evidence and "SLURM_JOB_GPUS=0,1,2,3" in result.evidence
+
+
 def test_container_detected_from_env_and_files(make_ctx, run_one, tmp_path):
     result = run_one("system.container", make_ctx(env={"APPTAINER_CONTAINER": "/scratch/ds.sif"}))
     assert "Apptainer" in result.summary and "/scratch/ds.sif" in result.evidence[0]
@@ -125,12 +146,21 @@ def test_no_container(make_ctx, run_one):
     assert run_one("system.container", make_ctx(env={})).summary == "not inside a container"
 
 
-def test_python_version_is_judged(run_one, make_ctx, monkeypatch):
-    import sys
+def _with_python(ctx, version):
+    """``ctx`` whose environment under test (the job's, not dsenv's) runs Python ``version``."""
+    from dsenv.doctor.probes import target_env
 
-    assert run_one("system.python", make_ctx()).status is Status.OK
-    monkeypatch.setattr(sys, "version_info", (3, 8, 10, "final", 0))
-    assert run_one("system.python", make_ctx()).status is Status.FAIL
+    env = target_env.PythonEnv("/env/bin/python3", Path("/env"), "option",
+                               "--env /env", version=version, probed=True)
+    ctx.memo(target_env.environment.memo_key, lambda: env)
+    return ctx
+
+
+def test_python_version_is_judged_in_the_jobs_environment(run_one, make_ctx):
+    assert run_one("system.python", _with_python(make_ctx(), "3.11.7")).status is Status.OK
+    old = run_one("system.python", _with_python(make_ctx(), "3.8.10"))
+    assert old.status is Status.FAIL and "Python 3.8.10" in old.summary
+    assert "interpreter: /env/bin/python3" in old.evidence
 
 
 def test_memory_small_node_warns_on_compute(run_one, make_ctx, monkeypatch):

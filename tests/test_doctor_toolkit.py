@@ -12,6 +12,7 @@ from dsenv.doctor.probes.gpus import Gpu, visible_gpus
 from dsenv.doctor.probes.result import Status
 from dsenv.doctor.probes.torch_info import TorchBuild
 
+from tests import pyenvs
 from tests.conftest import fixture_text
 
 VISIBLE = visible_gpus.memo_key
@@ -221,3 +222,32 @@ def test_arch_support_rejects_garbage_arch_list(ctx_with, run_one):
 
 def test_arch_support_skips_without_nvcc(ctx_with, run_one):
     assert run_one("toolkit.arch-support", ctx_with()).status is Status.SKIP
+
+
+# -- ninja follows the environment under test -----------------------------------------------
+def test_ninja_package_is_looked_for_in_the_judged_environment(tmp_path, make_ctx, run_one):
+    cxx = "/usr/bin/c++"
+    if not os.path.exists(cxx):
+        pytest.skip("needs a C++ compiler at /usr/bin/c++")
+    bindir = tmp_path / "tools"  # a compiler on PATH, no ninja binary
+    bindir.mkdir()
+    (bindir / "c++").symlink_to(cxx)
+    venv = pyenvs.make_venv(tmp_path / "venv")
+    env = {"PATH": str(bindir), "HOME": str(tmp_path)}
+
+    def judged():
+        return run_one("toolkit.compiler", make_ctx(env=env, environment=str(venv),
+                                                    target="compute"))
+
+    result = judged()  # dsenv's own environment has the ninja package: that does not count
+    assert result.status is Status.FAIL and "ninja is missing" in result.summary
+
+    wheels = tmp_path / "wheels"
+    pyenvs.build_wheel(wheels, "ninja", "1.11.1.4", {
+        "ninja/__init__.py": "",
+        "ninja/data/bin/ninja": "#!/bin/sh\necho 1.11.1\n"})
+    pyenvs.uv_install(wheels, "ninja==1.11.1.4", python=venv / "bin" / "python")
+    result = judged()
+    assert result.status is Status.FAIL
+    assert "ninja is installed as a Python package but its binary is not on PATH" in result.summary
+    assert any("python package ninja 1.11.1.4" in e and str(venv) in e for e in result.evidence)

@@ -145,7 +145,9 @@ def test_covering_entry(arch_list, device, entry):
 
 # -- checks ---------------------------------------------------------------------------------
 def test_build_cpu_torch_without_gpu_is_ok(make_ctx, run_one):
-    result = run_one("torch.build", make_ctx(env={"PATH": "/usr/bin:/bin"}))
+    # PATH's python3 is Debian's, without torch: the environment under test is named
+    result = run_one("torch.build", make_ctx(env={"PATH": "/usr/bin:/bin"},
+                                             environment=sys.executable))
     assert result.status is Status.OK and "CPU" in result.summary
 
 

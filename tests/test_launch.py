@@ -149,10 +149,12 @@ def test_deepspeed_on_one_node_skips_the_ssh_check(capsys, tmp_path, scontrol):
     out = tmp_path / "dsenv-output/bert-squad-smoke-deepspeed-4242"
     assert (out / "hostfile").read_text() == "nid03 slots=2\n"
     assert got["DS_ACCELERATOR"] == "cpu"
-    # a CPU job asks Slurm for no GPU, and its preflight does not look for one
+    # a CPU job asks Slurm for no GPU, and its preflight tells the doctor it expects none
     assert "gpus-per-node" not in "".join(line for line in script.splitlines()
                                           if line.startswith("#SBATCH"))
-    assert got["preflight"][-2:] == ["--skip", "gpu.devices"]
+    preflight = got["preflight"]
+    assert preflight[preflight.index("--gpus-per-node") + 1] == "0"
+    assert "--skip" not in preflight
 
 
 def test_full_run_preflight_checks_the_workloads_assets(capsys, tmp_path, scontrol):
@@ -197,8 +199,10 @@ def test_paths_with_spaces_dollars_and_quotes_reach_the_programs_intact(capsys, 
     assert got["launch"] == ["mpirun", "-np", "2", "python", *SMOKE, "--deepspeed-config",
                              str(ds_config), "--report", f"{tmp_path}/{WEIRD}/r`id`\ntouch pwned",
                              "--output-dir", f"{output}-4242"]
-    assert got["preflight"][-4:] == ["--deepspeed-config", str(ds_config), "--skip",
-                                     "gpu.devices"]
+    # the preflight runs the dsenv that made the script, judging the job's environment
+    assert got["preflight"][:3] == [sys.executable, "-m", "dsenv"]
+    assert got["preflight"][-4:] == ["--env", str(env_dir), "--deepspeed-config",
+                                     str(ds_config)]
     assert '#SBATCH --job-name="a b#c"' in script
     assert not (tmp_path / "pwned").exists()  # the newline stayed inside its argument
 

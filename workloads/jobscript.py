@@ -58,6 +58,10 @@ class JobPlan:
     cpus_per_rank: int = 1
     container: Container | None = None
     env_prefix: str | None = None  # a dsenv environment: PREFIX/activate is sourced
+    # the interpreter dsenv itself runs in when the script is made: the preflight doctor
+    # runs from it (an environment built by `dsenv provision` holds no dsenv) and judges the
+    # activated environment (DSENV_ENV); "" = the ranks' python, which has dsenv
+    doctor_python: str = ""
     workload_args: tuple[str, ...] = ()
     deepspeed_config: str | None = None
     job_name: str = ""
@@ -206,16 +210,18 @@ def launcher_words(plan: JobPlan) -> list[str]:
 
 
 def doctor_words(plan: JobPlan) -> list[str]:
-    words = [*container_words(plan), literal(plan.python), "-m", "dsenv", "doctor",
-             "--target", "compute", "--launcher", plan.launcher, "--nodes", str(plan.nodes),
-             "--gpus-per-node", str(plan.ranks_per_node)]
+    doctor_python = plan.doctor_python if plan.container is None else ""
+    words = [*container_words(plan), literal(doctor_python or plan.python), "-m", "dsenv",
+             "doctor", "--target", "compute", "--launcher", plan.launcher,
+             "--nodes", str(plan.nodes),
+             # a CPU job asks for no GPU: 0 tells the doctor so (gpu.devices then passes)
+             "--gpus-per-node", str(plan.ranks_per_node if plan.on_gpus else 0)]
+    if doctor_python and plan.env_prefix:
+        words += ["--env", literal(plan.env_prefix)]
     if plan.mode == "run":  # the smoke makes its own tiny model and data: no assets to check
         words += ["--for", literal(plan.workload)]
     if plan.deepspeed_config:
         words += ["--deepspeed-config", literal(plan.deepspeed_config)]
-    skip = [] if plan.on_gpus else table()["cpu"]["doctor_skip"]
-    if skip:
-        words += ["--skip", literal(",".join(skip))]
     return words
 
 
@@ -350,7 +356,8 @@ def render_script(plan: JobPlan) -> str:
         'mkdir -p -- "$DSENV_OUTPUT_DIR"',
     ]
     if plan.spec.get("hostfile"):
-        lines += ['DSENV_HOSTFILE="$DSENV_OUTPUT_DIR/hostfile"',
+        # exported: the preflight doctor's launch.ds-hostfile reads the same file
+        lines += ['export DSENV_HOSTFILE="$DSENV_OUTPUT_DIR/hostfile"',
                   f"printf '%s slots={plan.ranks_per_node}\\n' \"${{DSENV_HOSTS[@]}}\" "
                   '> "$DSENV_HOSTFILE"']
     lines += [

@@ -235,7 +235,7 @@ def build_plan(args, env=None):
         account=args.account, partition=args.partition, time=args.time,
         srun_mpi=srun_mpi, srun_mpi_origin=origin,
         command_line=Redactor(env).scrub(shlex.join(["dsenv", *getattr(args, "argv", [])])),
-        extra_binds=binds)
+        extra_binds=binds, doctor_python=sys.executable if env_prefix else "")
 
 
 def submit(script: Path, timeout: float) -> str:

@@ -8,6 +8,7 @@ from dsenv.envs.launchers import OFFLINE_VARIABLES
 from dsenv.workloads.assets import CacheLayout, assets_for
 from packaging.version import InvalidVersion, Version
 
+from .. import fix_actions
 from ..probes import hfcache, pyenv
 from ..probes.context import Context, probe
 from ..probes.result import fail, info, ok, skip, warn
@@ -73,6 +74,14 @@ def hf_dirs(ctx: Context):
         return warn(f"only {state.free_bytes / GIB:.1f} GiB free for the {role} {state.path}; "
                     f"models and datasets need tens of GiB",
                     _move_fix(role, dirs), *evidence)
+    missing = [s.path for role, s in states if not s.exists and role != "HF_HOME"]
+    if missing and ctx.is_compute:
+        shown = " and ".join(map(str, missing))
+        action = fix_actions.create_dirs(missing, ctx.env)
+        return info(f"{shown} not created yet: the job's ranks create "
+                    f"{'them' if len(missing) > 1 else 'it'} on first use, with the default "
+                    f"umask (`dsenv doctor --fix` creates mode {action.mode:04o} now)",
+                    *evidence, action=action)
     return ok(f"hub cache {dirs.hub}, datasets cache {dirs.datasets}: writable", *evidence)
 
 
@@ -93,7 +102,7 @@ def offline(ctx: Context):
     if state.partial:
         online = "datasets" if state.hub else "huggingface_hub/transformers"
         return warn(f"partly offline: {online} will still try to reach the hub",
-                    OFFLINE_FIX, *shown)
+                    OFFLINE_FIX, *shown, action=_offline_action(ctx))
     if state.hub:
         return ok("offline mode set: from_pretrained and load_dataset read the cache only",
                   *shown)
@@ -102,7 +111,15 @@ def offline(ctx: Context):
     if reach.reachable:
         return ok(f"{reach.endpoint} reachable from this node", *evidence)
     return fail(f"{reach.endpoint} unreachable and offline mode not set: the first "
-                "from_pretrained hangs on retries or crashes", OFFLINE_FIX, *evidence)
+                "from_pretrained hangs on retries or crashes", OFFLINE_FIX, *evidence,
+                action=_offline_action(ctx))
+
+
+def _offline_action(ctx: Context):
+    """The offline variables in the environment's activate script, inside Slurm jobs (as
+    `dsenv provision` writes them for sites whose compute nodes have no internet)."""
+    return fix_actions.activate_exports(ctx, fix_actions.OFFLINE,
+                                        {name: "1" for name in OFFLINE_VARIABLES}, guard="slurm")
 
 
 @check("cache.assets", "Workload assets in the offline cache")

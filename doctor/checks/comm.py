@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dsenv.redact import show_variable
 
+from .. import fix_actions
 from ..probes import fabric, torch_info
 from ..probes.context import Context
 from ..probes.result import fail, info, ok, skip, warn
@@ -73,7 +76,9 @@ def roce_gid(ctx: Context):
         return warn(f"RoCE port {port.name} without NCCL_IB_GID_INDEX: NCCL may pick a "
                     "link-local GID and time out (ibv_modify_qp / completion error 12)",
                     f"export NCCL_IB_GID_INDEX={best.index}",
-                    f"GID[{best.index}] is RoCE v2 with IPv4 {best.ipv4}", *evidence)
+                    f"GID[{best.index}] is RoCE v2 with IPv4 {best.ipv4}", *evidence,
+                    action=fix_actions.activate_exports(
+                        ctx, fix_actions.NCCL, {"NCCL_IB_GID_INDEX": str(best.index)}))
     entry = next((g for g in table if str(g.index) == chosen), None)
     if table and (entry is None or "v2" not in entry.kind.lower()):
         what = "does not exist" if entry is None else f"is {entry.kind or 'unreadable'}"
@@ -125,8 +130,13 @@ def socket_ifname(ctx: Context):
     value = ctx.env.get("NCCL_SOCKET_IFNAME", "").strip()
     if not value:
         return skip("NCCL_SOCKET_IFNAME is not set (NCCL prefers ib*, then any but lo/docker)")
-    return _interface_list_check(ctx, "NCCL_SOCKET_IFNAME", value,
-                                 fabric.net_interfaces(ctx), "network interface")
+    names = fabric.net_interfaces(ctx)
+    finding = _interface_list_check(ctx, "NCCL_SOCKET_IFNAME", value, names,
+                                    "network interface")
+    if not fabric.parse_nccl_list(value).selected(names):  # back to NCCL's own choice
+        action = fix_actions.nccl_reset(ctx, [("NCCL_SOCKET_IFNAME", "environment")])
+        return replace(finding, action=action)
+    return finding
 
 
 @check("comm.ib-hca", "NCCL_IB_HCA")
@@ -159,4 +169,5 @@ def ib_disable(ctx: Context):
         return ok(f"NCCL_IB_DISABLE={value} and no ACTIVE InfiniBand/RoCE port here")
     return warn(f"NCCL_IB_DISABLE={value} while {len(active)} InfiniBand/RoCE port(s) are "
                 "ACTIVE: NCCL will use TCP sockets, several times slower",
-                "unset NCCL_IB_DISABLE", *[p.describe() for p in active])
+                "unset NCCL_IB_DISABLE", *[p.describe() for p in active],
+                action=fix_actions.nccl_reset(ctx, [("NCCL_IB_DISABLE", "environment")]))

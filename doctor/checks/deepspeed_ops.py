@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..probes import deepspeed_info as dsi
+from ..probes import target_env
 from ..probes.context import Context
 from ..probes.result import fail, info, ok, skip, warn
 from ..probes.torch_info import TorchBuild
@@ -20,7 +21,8 @@ def install(ctx: Context):
     ds, torch = dsi.installs(ctx)
     if ds is None:
         return (fail if ctx.is_compute else warn)(
-            "DeepSpeed is not installed in this environment",
+            f"DeepSpeed is not installed in {target_env.environment(ctx).prefix} (the "
+            "environment judged)",
             "install the training stack: `dsenv provision` (or `pip install deepspeed`)")
     evidence = [f"installed at {ds.folder}"]
     if not torch.installed:
@@ -64,12 +66,15 @@ def _provision_fix(gpus) -> str:
     return f"precompile the ops: `dsenv provision --arch {','.join(archs) or 'cpu'}`"
 
 
-def _compat_evidence(compat: dsi.Compatibility) -> list[str]:
+def _compat_evidence(compat: dsi.Compatibility, ds: dsi.DeepSpeedInstall) -> list[str]:
     if compat.error:
         return [f"op compatibility unknown: {compat.error}"]
+    if not compat.known:
+        return ["op compatibility " + dsi.NOT_ASKED.format(version=ds.version)]
     good = sorted(n for n, yes in compat.compatible.items() if yes)
     bad = sorted(n for n, yes in compat.compatible.items() if not yes)
-    origin = "cached answer" if compat.from_cache else "asked DeepSpeed"
+    origin = {"recorded": "recorded by DeepSpeed at install", "cache": "cached answer"}.get(
+        compat.source, "asked DeepSpeed's op builders")
     lines = [f"compatible ({origin}): {', '.join(good) or 'none'}"]
     if bad:
         lines.append("not compatible: " + ", ".join(bad))
@@ -87,7 +92,7 @@ def ops(ctx: Context):
     gpus = dsi.visible_gpus(ctx)
     accel = dsi.expected_accelerator(ctx, torch, gpus).name
     compat = dsi.op_compatibility(ctx)
-    evidence = _compat_evidence(compat)
+    evidence = _compat_evidence(compat, ds)
     usable = ds.precompiled if ds.accelerator_name == accel else []
     if ds.precompiled and not usable:
         evidence.append(f"precompiled ops were built for {ds.accelerator_name}, DeepSpeed will "

@@ -1,18 +1,89 @@
-"""gpu: vendor tools answering, the GPU inventory, and what *_VISIBLE_DEVICES leaves visible."""
+"""gpu: vendor tools answering, the GPU inventory, and what *_VISIBLE_DEVICES leaves visible.
+
+A CPU job is a job: on a compute target "no GPU visible" fails only when the job expects
+GPUs (:func:`gpu_expectation`).
+"""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from dataclasses import dataclass
 
 from ..probes import gpus as probe
+from ..probes import torch_info
 from ..probes.context import Context
 from ..probes.result import fail, info, ok, skip, warn
 from ..registry import check
 
 HANG_FIX = ("the node's GPU driver is stuck (look for Xid errors in `dmesg`): tell the admins "
             "and keep jobs off the node: `sbatch --exclude=$(hostname)`")
-NO_GPU_FIX = ("request GPUs from Slurm (`#SBATCH --gpus-per-node=4` or `--gres=gpu:4`), or run "
-              "`dsenv doctor --target login` when no GPU is meant to be here")
+NO_GPU_FIX = ("request GPUs from Slurm (`#SBATCH --gpus-per-node=4` or `--gres=gpu:4`); for a "
+              "CPU job say so: `--gpus-per-node 0` or `export DS_ACCELERATOR=cpu`")
+ALLOCATED_FIX = ("Slurm gave this job GPUs that no tool here can see: check `nvidia-smi` / "
+                 "`rocm-smi` on the node and that nothing resets *_VISIBLE_DEVICES; tell the "
+                 "admins and keep jobs off the node: `sbatch --exclude=$(hostname)`")
+UNKNOWN_FIX = ("say what the job runs on: `--gpus-per-node G` (0 for a CPU job) or "
+               "`export DS_ACCELERATOR=cpu|cuda`")
+
+# Set inside an allocation that has GPUs (sbatch/srun --gpus*, --gres=gpu:N).
+SLURM_GPU_PREFIX = "SLURM_GPUS"  # SLURM_GPUS, _ON_NODE, _PER_NODE, _PER_TASK, _PER_SOCKET
+SLURM_GPU_LISTS = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS")  # device indices: "0,1"
+HIDING = ("", "-1", "NoDevFiles")  # *_VISIBLE_DEVICES values that hide every GPU on purpose
+
+
+@dataclass(frozen=True)
+class GpuExpectation:
+    """Whether the job needs GPUs: True, False (a CPU job) or None (nothing says), and why."""
+
+    expected: bool | None
+    reason: str
+
+
+def _counts_gpus(value: str) -> bool:
+    """``4``, ``a100:2``, ``gpu:a100:2,v100:1``: any count above 0 (an unreadable value counts)."""
+    counts = [int(m) for m in re.findall(r"(?:^|[:,])(\d+)(?=,|$)", value.strip())]
+    return any(counts) if counts else bool(value.strip())
+
+
+def slurm_gpu_variables(env) -> list[str]:
+    """``NAME=value`` for each Slurm variable saying this allocation has GPUs."""
+    found = []
+    for name in sorted(env):
+        value = env[name]
+        if name.startswith(SLURM_GPU_PREFIX) and _counts_gpus(value):
+            found.append(f"{name}={value}")
+        elif name in SLURM_GPU_LISTS and value.strip():
+            found.append(f"{name}={value}")
+    return found
+
+
+def gpu_expectation(ctx: Context) -> GpuExpectation:
+    """What says the job needs GPUs, strongest first.
+
+    The plan given on the command line (``--gpus-per-node``), then the allocation (Slurm's
+    GPU variables, a *_VISIBLE_DEVICES that names devices), then DeepSpeed's accelerator
+    (``DS_ACCELERATOR``), then the torch build. A CUDA torch wheel is pip's default on Linux,
+    so an explicit ``DS_ACCELERATOR=cpu`` outweighs it.
+    """
+    planned = ctx.options.gpus_per_node
+    if planned is not None:
+        return GpuExpectation(planned > 0, f"--gpus-per-node {planned}")
+    allocated = slurm_gpu_variables(ctx.env)
+    if allocated:
+        return GpuExpectation(True, "Slurm allocated GPUs: " + ", ".join(allocated))
+    named = [f"{n}={ctx.env[n]}" for n in probe.VISIBILITY_NAMES
+             if n in ctx.env and ctx.env[n].strip() not in HIDING]
+    if named:
+        return GpuExpectation(True, ", ".join(named) + " names GPUs")
+    accelerator = ctx.env.get("DS_ACCELERATOR", "").strip().lower()
+    if accelerator in ("cuda", "cpu"):
+        return GpuExpectation(accelerator == "cuda", f"DS_ACCELERATOR={accelerator}")
+    build = torch_info.torch_build(ctx)
+    if build.installed:
+        return GpuExpectation(build.gpu_build, build.describe())
+    return GpuExpectation(None, "no --gpus-per-node, Slurm GPU variable, DS_ACCELERATOR or "
+                          "torch build says whether the job needs a GPU")
 
 
 def _tool_finding(ctx: Context, outcome: probe.ToolOutcome, error_fix: str):
@@ -30,7 +101,7 @@ def _tool_finding(ctx: Context, outcome: probe.ToolOutcome, error_fix: str):
 def nvidia_smi(ctx: Context):
     outcome = probe.inventory(ctx).tool("nvidia-smi")
     if not outcome.found:
-        return skip("nvidia-smi is not on PATH (no NVIDIA driver here)")
+        return skip("no NVIDIA driver: nvidia-smi is not on PATH")
     return _tool_finding(ctx, outcome, "load the NVIDIA kernel module or ask the admins: "
                          "`nvidia-smi` must list the GPUs before CUDA can use them")
 
@@ -39,7 +110,7 @@ def nvidia_smi(ctx: Context):
 def rocm_tools(ctx: Context):
     tools = [o for o in probe.inventory(ctx).tools if o.tool != "nvidia-smi" and o.found]
     if not tools:
-        return skip("no amd-smi, rocminfo or rocm-smi on PATH (no ROCm here)")
+        return skip("no ROCm: no amd-smi, rocminfo or rocm-smi on PATH")
     bad = [o for o in tools if o.status != "ok"]
     if not bad:
         return ok("; ".join(f"{o.tool}: {o.detail}" for o in tools))
@@ -71,8 +142,16 @@ def devices(ctx: Context):
             f"{k}={v!r}" for k, v in view.settings.items()) if view.physical else ""
         if not ctx.is_compute:
             return info("no GPU visible (normal on a login node)" + hidden)
-        return fail("no GPU visible on a compute target" + hidden, NO_GPU_FIX,
-                    *(f"{o.tool}: {o.detail}" for o in probe.inventory(ctx).tools))
+        tools = [f"{o.tool}: {o.detail}" for o in probe.inventory(ctx).tools]
+        expect = gpu_expectation(ctx)
+        if expect.expected is False:
+            return ok(f"no GPU visible, none needed: a CPU job ({expect.reason})" + hidden)
+        if expect.expected is None:
+            return warn("no GPU visible on a compute target" + hidden, UNKNOWN_FIX,
+                        expect.reason, *tools)
+        fix = ALLOCATED_FIX if expect.reason.startswith("Slurm") else NO_GPU_FIX
+        return fail(f"no GPU visible, but the job expects GPUs ({expect.reason})" + hidden,
+                    fix, *tools)
     lines = _describe(gpus)
     wanted = ctx.options.gpus_per_node
     if ctx.is_compute and wanted and len(gpus) < wanted:
@@ -91,12 +170,17 @@ def visible_devices(ctx: Context):
     view = probe.visibility(ctx)
     if not view.physical:
         names = [n for n in probe.VISIBILITY_NAMES if n in ctx.env]
-        return skip("no GPU inventory to check " + (", ".join(names) or "the variables") + " against")
+        return skip("no GPU: nothing to check " + (", ".join(names) or "*_VISIBLE_DEVICES")
+                    + " against")
     if not view.settings:
         return ok(f"no *_VISIBLE_DEVICES set: all {len(view.physical)} GPU(s) visible")
     setting = ", ".join(f"{k}={v!r}" for k, v in view.settings.items())
     present = "present: " + ", ".join(f"{g.index} ({g.uuid or 'no uuid'})" for g in view.physical)
     finding = fail if ctx.is_compute else warn
+    if not view.gpus:
+        expect = gpu_expectation(ctx)
+        if expect.expected is False:  # hiding them is how a CPU job keeps off the GPUs
+            return info(f"{setting} hides every GPU: a CPU job ({expect.reason})", present)
     if view.unknown:
         return finding(f"{setting} names device(s) that do not exist: {', '.join(view.unknown)}; "
                        f"the runtime stops there and sees {len(view.gpus)} GPU(s)",

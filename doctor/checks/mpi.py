@@ -14,7 +14,7 @@ from dsenv.envs.mpi_launch import (
     srun_outcome,
 )
 
-from ..probes import mpi, mpi4py_abi, mpi_launch_probe, ompi_verdict, slurm
+from ..probes import mpi, mpi4py_abi, mpi_launch_probe, ompi_verdict, slurm, target_env
 from ..probes.context import Context
 from ..probes.result import Finding, fail, info, ok, skip, warn
 from ..registry import check
@@ -223,7 +223,8 @@ def launch_probe(ctx: Context):
     if mpi4py_abi.mpi4py_info(ctx) is None:
         return skip("mpi4py is not installed: the probe's ranks need it to call MPI_Init")
     plugin = slurm.srun_mpi_type(ctx)[0] if launcher == "srun" else None
-    argv = mpi_launch_probe.probe_command(launcher, path, sys.executable, plugin)
+    python = target_env.environment(ctx).python or sys.executable  # the job's interpreter
+    argv = mpi_launch_probe.probe_command(launcher, path, python, plugin)
     result = ctx.run(argv)
     outcome, ranks, detail = mpi_launch_probe.classify_launch(
         result.returncode, result.stdout, result.stderr, result.timed_out)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import platform
 import resource
-import sys
 
 import psutil
 from packaging.version import Version
@@ -13,10 +12,11 @@ from packaging.version import Version
 from dsenv.data import load_table
 from dsenv.redact import show_variable
 
-from ..probes import host
+from ..probes import host, target_env
 from ..probes.context import Context
-from ..probes.result import fail, info, ok, warn
+from ..probes.result import fail, info, ok, skip, warn
 from ..registry import check
+from .gpu import slurm_gpu_variables
 
 GIB = 1 << 30
 MIN_PYTHON = (3, 9)  # DeepSpeed's own floor
@@ -42,12 +42,16 @@ def operating_system(ctx: Context):
 
 @check("system.python", "Python version")
 def python_version(ctx: Context):
-    version = ".".join(map(str, sys.version_info[:3]))
-    if sys.version_info[:2] < MIN_PYTHON:
-        return fail(f"Python {version} is older than DeepSpeed supports",
+    """The job's interpreter (the environment under test), not dsenv's own."""
+    env = target_env.environment(ctx)
+    if env.version is None:
+        return skip(f"no interpreter in {env.prefix} to ask: see python.interpreter")
+    numbers = tuple(int(n) for n in env.version.split(".")[:2] if n.isdigit())
+    if numbers < MIN_PYTHON:
+        return fail(f"Python {env.version} is older than DeepSpeed supports",
                     "create the environment with Python >= 3.9: `dsenv provision`",
-                    f"interpreter: {sys.executable}")
-    return ok(f"Python {version} ({platform.python_implementation()})")
+                    f"interpreter: {env.python}")
+    return ok(f"Python {env.version} ({env.implementation})")
 
 
 @check("system.cpu", "CPU and SIMD flags")
@@ -133,16 +137,20 @@ def slurm(ctx: Context):
                         "run inside `salloc`/`sbatch`, or choose --launcher mpirun/torchrun")
         return info("not inside a Slurm allocation")
     keys = ("SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE",
-            "SLURM_GPUS_ON_NODE", "SLURM_JOB_PARTITION")
+            "SLURM_GPUS_ON_NODE", "SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_JOB_GPUS",
+            "SLURM_JOB_PARTITION")
     evidence = [show_variable(k, alloc.variables[k]) for k in keys if k in alloc.variables]
     nodes = alloc.integer("SLURM_JOB_NUM_NODES") or alloc.integer("SLURM_NNODES")
     tasks = alloc.integer("SLURM_NTASKS")
     summary = f"job {alloc.job_id}: {nodes or '?'} node(s), {tasks or '?'} task(s)"
+    if not slurm_gpu_variables(alloc.variables):
+        summary += ", no GPUs allocated"  # a CPU partition, or a job that asked for none
     o = ctx.options
     if o.nodes and nodes and o.nodes != nodes:
         return warn(f"{summary}, but --nodes {o.nodes} was planned",
                     f"allocate {o.nodes} nodes (`#SBATCH --nodes={o.nodes}`) or plan for {nodes}",
                     *evidence)
+    # --gpus-per-node 0 is a CPU job: how many ranks srun starts per node is its own choice.
     if o.launcher == "srun" and o.nodes and o.gpus_per_node and tasks:
         planned = o.nodes * o.gpus_per_node
         if planned != tasks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dsenv.versions import version_tuple
 
 from ..probes import gpus as gpu_probe
-from ..probes import toolkit
+from ..probes import target_env, toolkit
 from ..probes import torch_info as tp
 from ..probes.context import Context
 from ..probes.result import fail, ok, skip, warn
@@ -25,12 +25,14 @@ def build(ctx: Context):
     found = tp.torch_build(ctx)
     gpus = gpu_probe.visible_gpus(ctx)
     if not found.installed:
-        summary = "torch is not installed in this environment"
+        env = target_env.environment(ctx)
+        summary = f"torch is not installed in {env.prefix} (the environment judged)"
         if ctx.is_compute:
             return fail(summary, "install the training stack: `dsenv provision` (or "
-                        f"`{_wheel_fix(ctx, gpus)}`)")
-        return warn(summary, "install it with `dsenv provision`, or activate the environment "
-                    "that has it before running the doctor")
+                        f"`{_wheel_fix(ctx, gpus)}`)", f"judged: {env.why}")
+        return warn(summary, "install it with `dsenv provision`, or judge the environment that "
+                    "has it: `dsenv doctor --env PREFIX` (or activate it first)",
+                    f"judged: {env.why}")
     evidence = [f"read from {found.location}/version.py"]
     if found.kind == "cpu" and gpus:
         vendor = "AMD" if gpus[0].vendor == "amd" else "NVIDIA"

@@ -1,5 +1,9 @@
 """What every check sees: the options, the environment, the filesystem root, shared probes.
 
+The Python environment under test is the job's, not dsenv's own: ``--env`` names it (a
+prefix or an interpreter), else it is resolved from the activated environment
+(:mod:`.target_env`); ``python_prefix`` pins it to a prefix.
+
 Checks that read /sys, /proc or /dev go through :meth:`Context.path`, so tests point them
 at a recorded tree; commands go through :meth:`Context.run`, which always has a timeout.
 Probes shared by several checks (nvidia-smi, ompi_info, ...) run once per doctor run, even
@@ -9,7 +13,6 @@ when two checks ask for them at the same moment from different threads.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -37,6 +40,7 @@ class Options:
     verbose: bool = False
     probe_timeout: float = DEFAULT_PROBE_TIMEOUT
     probe: bool = False  # launch real ranks where a check can (mpi.launch-probe)
+    environment: str | None = None  # --env PREFIX|PYTHON: the environment the job runs in
 
 
 @dataclass
@@ -44,7 +48,9 @@ class Context:
     options: Options = field(default_factory=Options)
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     root: Path = Path("/")
-    python_prefix: Path = field(default_factory=lambda: Path(sys.prefix))
+    # The environment under test as a prefix (tests, and callers that know it); None: from
+    # options.environment, else what the job would run (doctor/probes/target_env.py).
+    python_prefix: Path | None = None
     target: str = ""  # resolved from options.target ("auto" decided here)
     target_reason: str = ""
 

@@ -4,8 +4,11 @@ DeepSpeed's setup.py records what it built in ``deepspeed/git_version_info_insta
 (installed_ops, accelerator_name, torch_info: the torch/CUDA/HIP the ops were built
 against), plain assignments read with ``ast`` (:mod:`.pyfiles`); the installed torch is the
 torch area's :func:`.torch_info.torch_build`. Which ops are *compatible* is DeepSpeed's own
-knowledge and needs its imports (~2-5 s): that runs once in a subprocess and is cached on
-disk under a fingerprint of everything it depends on.
+knowledge: older DeepSpeed records it at install (compatible_ops); otherwise only its op
+builders know, which import torch (~2-5 s): they are asked with --verbose, in one
+subprocess of the environment's interpreter, and the answer is cached on disk under a
+fingerprint of everything it depends on. Everything here is about the environment under
+test (:mod:`.target_env`), the job's.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +25,8 @@ from dsenv.jsonfiles import write_json_atomically
 from dsenv.versions import major_minor
 
 from . import gpus as gpu_probes
-from . import pyenv, torch_info
+from . import pyenv, target_env, torch_info
+from .cmdcache import cache_dir
 from .context import Context, probe
 from .pyfiles import package_dir, read_assignments
 from .torch_info import TorchBuild
@@ -41,6 +44,7 @@ class DeepSpeedInstall:
     accelerator_name: str = ""  # the accelerator the ops were built for
     torch_info: dict[str, object] = field(default_factory=dict)
     info_file: Path | None = None  # git_version_info_installed.py, None for a source checkout
+    compatible_ops: dict[str, bool] | None = None  # recorded at install (older DeepSpeed)
 
     @property
     def precompiled(self) -> list[str]:
@@ -56,18 +60,26 @@ class DeepSpeedInstall:
         return ", ".join(parts)
 
 
-def read_deepspeed(path: list[str]) -> DeepSpeedInstall | None:
-    folder = package_dir("deepspeed", path)
+def read_deepspeed(path: list[str], folder: Path | None = None) -> DeepSpeedInstall | None:
+    """The DeepSpeed in ``folder`` (default: the one ``path`` would import), from files."""
+    folder = folder or package_dir("deepspeed", path)
     if folder is None:
         return None
-    dist = pyenv.find_distribution("deepspeed", path)
     info_file = folder / "git_version_info_installed.py"
-    values = read_assignments(info_file) if info_file.is_file() else {}
-    version = dist.version if dist is not None else str(values.get("version", "?"))
+    try:
+        values = read_assignments(info_file) if info_file.is_file() else {}
+    except (OSError, SyntaxError, ValueError):
+        values = {}
+    version = values.get("version")
+    if not isinstance(version, str) or not version:
+        dist = pyenv.find_distribution("deepspeed", path)
+        version = dist.version if dist is not None else "?"
+    compatible = values.get("compatible_ops")
     return DeepSpeedInstall(version, folder, dict(values.get("installed_ops", {}) or {}),
                             str(values.get("accelerator_name", "")),
                             dict(values.get("torch_info", {}) or {}),
-                            info_file if info_file.is_file() else None)
+                            info_file if info_file.is_file() else None,
+                            dict(compatible) if isinstance(compatible, dict) else None)
 
 
 def build_mismatches(ds: DeepSpeedInstall, torch: TorchBuild) -> list[str]:
@@ -94,8 +106,10 @@ def build_mismatches(ds: DeepSpeedInstall, torch: TorchBuild) -> list[str]:
 
 @probe
 def installs(ctx: Context) -> tuple[DeepSpeedInstall | None, TorchBuild]:
-    """DeepSpeed read from the search path, and the torch build every area shares."""
-    return read_deepspeed(pyenv.search_path(ctx)), torch_info.torch_build(ctx)
+    """The DeepSpeed the job will import, and the torch build every area shares."""
+    folder = target_env.module_folder(ctx, "deepspeed")
+    ds = read_deepspeed(pyenv.search_path(ctx), folder) if folder is not None else None
+    return ds, torch_info.torch_build(ctx)
 
 
 def supported_accelerators(ds: DeepSpeedInstall) -> list[str] | None:
@@ -158,7 +172,7 @@ def jit_build_root(ctx: Context, torch: TorchBuild) -> Path:
         accel = "cu" + torch.cuda.replace(".", "")
     else:
         accel = "cpu"
-    py = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+    py = target_env.python_tag(ctx)  # the job's interpreter's, not dsenv's
     return Path(os.path.expanduser(cache)) / "torch_extensions" / f"{py}_{accel}"
 
 
@@ -188,14 +202,6 @@ except Exception as exc:
     result = {"error": f"{type(exc).__name__}: {exc}"}
 print(__MARK__ + json.dumps(result))
 """.replace("__MARK__", repr(JSON_MARK))
-
-
-def cache_dir(env) -> Path:
-    if env.get("DSENV_CACHE_DIR"):
-        return Path(env["DSENV_CACHE_DIR"])
-    if env.get("XDG_CACHE_HOME"):
-        return Path(env["XDG_CACHE_HOME"]) / "dsenv"
-    return Path(env.get("HOME", os.path.expanduser("~"))) / ".cache" / "dsenv"
 
 
 def _mtime(path: Path | str | None) -> float | None:
@@ -228,33 +234,66 @@ class Compatibility:
     accelerator: str | None
     from_cache: bool
     error: str | None = None
+    source: str = "builders"  # "recorded" | "cache" | "builders" | "not asked"
+
+    @property
+    def known(self) -> bool:
+        return bool(self.compatible) and self.error is None
+
+
+CACHE_ENTRIES = 16  # answers kept, one per environment/toolkit fingerprint
+NOT_ASKED = ("not asked: DeepSpeed {version} records none at install, and asking its op "
+             "builders imports torch (~2 s); `dsenv doctor --verbose` asks once and caches "
+             "the answer")
 
 
 def parse_compat_output(stdout: str) -> dict | None:
     return proc.marked_json(stdout, JSON_MARK)
 
 
-def probe_compatibility(ctx: Context, ds: DeepSpeedInstall, torch: TorchBuild
-                        ) -> Compatibility:
-    python = sys.executable if pyenv.is_real_prefix(ctx) else str(ctx.python_prefix / "bin/python")
-    if not os.path.exists(python):
-        return Compatibility({}, None, False, f"no interpreter at {python} to ask DeepSpeed")
+def _read_cache(path: Path) -> dict[str, dict]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    if "fingerprint" in data and "result" in data:  # one answer, as dsenv 0.1 wrote it
+        return {str(data["fingerprint"]): data["result"]}
+    entries = data.get("entries")
+    return entries if isinstance(entries, dict) else {}
+
+
+def probe_compatibility(ctx: Context, ds: DeepSpeedInstall, torch: TorchBuild,
+                        ask: bool | None = None) -> Compatibility:
+    """Which ops DeepSpeed deems compatible here: as recorded at install (DeepSpeed up to
+    0.14 writes compatible_ops), else a cached answer, else (``ask``, default --verbose)
+    DeepSpeed's op builders asked in the environment's interpreter (imports torch: seconds)
+    and the answer cached; else not known."""
+    if ds.compatible_ops:
+        return Compatibility(ds.compatible_ops, ds.accelerator_name or None, False,
+                             source="recorded")
+    python = target_env.environment(ctx).python
+    if python is None or not os.path.exists(python):
+        return Compatibility({}, None, False, "the environment has no interpreter here to "
+                             "ask DeepSpeed", source="not asked")
     key = fingerprint(ctx, ds, torch, python)
     path = cache_dir(ctx.env) / CACHE_FILE
-    try:
-        cached = json.loads(path.read_text())
-        if cached.get("fingerprint") == key:
-            result = cached["result"]
-            return Compatibility(result["compatible"], result.get("accelerator"), True)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    run = ctx.run([python, "-c", COMPAT_SCRIPT])
+    entries = _read_cache(path)
+    cached = entries.get(key)
+    if isinstance(cached, dict) and isinstance(cached.get("compatible"), dict):
+        return Compatibility(cached["compatible"], cached.get("accelerator"), True,
+                             source="cache")
+    if not (ctx.options.verbose if ask is None else ask):
+        return Compatibility({}, None, False, source="not asked")
+    run = ctx.run([python, "-c", COMPAT_SCRIPT], timeout=max(30.0, ctx.options.probe_timeout))
     result = parse_compat_output(run.stdout) if run.ok else None
     if result is None or "error" in result:
         reason = result["error"] if result else run.describe()
         return Compatibility({}, None, False, reason)
+    entries = {k: v for k, v in list(entries.items())[-(CACHE_ENTRIES - 1):] if k != key}
     try:
-        write_json_atomically(path, {"fingerprint": key, "result": result})
+        write_json_atomically(path, {"entries": {**entries, key: result}})
     except OSError:
         pass  # an unwritable cache only costs the next run the same seconds
     return Compatibility(result["compatible"], result.get("accelerator"), False)
@@ -264,5 +303,5 @@ def probe_compatibility(ctx: Context, ds: DeepSpeedInstall, torch: TorchBuild
 def op_compatibility(ctx: Context) -> Compatibility:
     ds, torch = installs(ctx)
     if ds is None:
-        return Compatibility({}, None, False, "DeepSpeed is not installed")
+        return Compatibility({}, None, False, "DeepSpeed is not installed", source="not asked")
     return probe_compatibility(ctx, ds, torch)

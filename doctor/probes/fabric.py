@@ -10,10 +10,9 @@ import ipaddress
 import os
 import re
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
-from . import torch_info
+from . import pyenv, target_env, torch_info
 from .context import Context, probe
 
 # -- InfiniBand / RoCE ports ------------------------------------------------------------------
@@ -209,17 +208,18 @@ def _versioned(files: list[Path]) -> tuple[str | None, Path | None]:
 
 @probe
 def comm_library(ctx: Context) -> CommLibrary | None:
-    """NCCL (CUDA torch) or RCCL (ROCm torch): wheel metadata, torch/lib, then the system."""
+    """NCCL (CUDA torch) or RCCL (ROCm torch) of the environment under test: wheel
+    metadata, torch/lib, the environment's lib/, then the system."""
     build = torch_info.torch_build(ctx)
     name, stem = ("RCCL", "librccl") if build.kind == "hip" else ("NCCL", "libnccl")
     if name == "NCCL":
-        for dist in NCCL_WHEELS:
-            try:
-                return CommLibrary(name, metadata.version(dist), f"pip package {dist}")
-            except metadata.PackageNotFoundError:
-                continue
+        path = pyenv.search_path(ctx)
+        for dist_name in NCCL_WHEELS:
+            dist = pyenv.find_distribution(dist_name, path)
+            if dist is not None:
+                return CommLibrary(name, dist.version, f"pip package {dist_name}")
     folders = [Path(build.location) / "lib"] if build.location else []
-    folders += [ctx.python_prefix / "lib"]
+    folders += [Path(target_env.environment(ctx).prefix) / "lib"]
     folders += [Path(d) for d in ctx.env.get("LD_LIBRARY_PATH", "").split(":") if d]
     folders += [ctx.path(d) for d in SYSTEM_LIB_DIRS]
     unversioned = None

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import cmdcache
 from .context import Context, probe
 
 # -- the MPI behind mpirun / mpiexec ------------------------------------------------------------
@@ -186,7 +187,22 @@ def ompi_info(ctx: Context) -> tuple[OmpiInfo | None, str]:
     path = ompi_info_path(ctx)
     if path is None:
         return None, "no ompi_info next to mpirun"
-    result = ctx.run([path, "--parsable"])
+    result, cached = cmdcache.cached_run(
+        ctx, [path, "--parsable"], watch=[os.path.realpath(path)], more_watch=_ompi_folders,
+        variables=("OPAL_PREFIX", "LD_LIBRARY_PATH", "OMPI_MCA_*"))
     if not result.ok:
         return None, result.describe()
-    return parse_ompi_info(result.stdout), f"`{path} --parsable`"
+    return parse_ompi_info(result.stdout), f"`{path} --parsable`" + (" (cached)" if cached
+                                                                     else "")
+
+
+def _ompi_folders(stdout: str) -> list[str]:
+    """Where an Open MPI install keeps what ompi_info reports: its lib folders (the MCA
+    components, Debian's multiarch layout too) and its etc/."""
+    prefix = parse_ompi_info(stdout).prefix
+    if not prefix:
+        return []
+    root = Path(prefix)
+    found = [root / "lib", root / "lib64", root / "etc", root / "lib" / "openmpi",
+             *root.glob("lib/*/openmpi/lib/openmpi*")]
+    return [str(p) for p in found]

@@ -1,6 +1,6 @@
-"""mpi4py as installed: which MPI extension variants it has, which one will load and which
-libmpi that loads, found the way mpi4py itself finds it (its own ``_mpiabi.py`` rules, run
-standalone; nothing of MPI is loaded here)."""
+"""mpi4py as installed in the environment under test: which MPI extension variants it has,
+which one will load and which libmpi that loads, found the way mpi4py itself finds it (its
+own ``_mpiabi.py`` rules, run standalone; nothing of MPI is loaded here)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from . import target_env
 from .context import Context, probe
 from .sharedlibs import find_library, libmpi_abi, parse_ldd
 
@@ -60,13 +61,13 @@ def load_mpiabi_rules(folder: Path):
 
 
 def _mpi4py_version(folder: Path) -> str | None:
-    try:
-        return metadata.version("mpi4py")
-    except metadata.PackageNotFoundError:
-        init = folder / "__init__.py"
-        match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", init.read_text(errors="replace")) \
-            if init.is_file() else None
-        return match.group(1) if match else None
+    """The version of the mpi4py in ``folder``: the metadata beside it, else __init__.py."""
+    for dist in metadata.distributions(name="mpi4py", path=[str(folder.parent)]):
+        return dist.version
+    init = folder / "__init__.py"
+    match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", init.read_text(errors="replace")) \
+        if init.is_file() else None
+    return match.group(1) if match else None
 
 
 def select_libmpi(ctx: Context, search_path: list[str], names) -> tuple[str | None, str | None]:
@@ -88,13 +89,10 @@ def select_libmpi(ctx: Context, search_path: list[str], names) -> tuple[str | No
 
 @probe
 def mpi4py_info(ctx: Context) -> Mpi4py | None:
-    try:
-        spec = importlib.util.find_spec("mpi4py")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
+    """The mpi4py the job's interpreter will import (:mod:`.target_env`), judged from files."""
+    folder = target_env.module_folder(ctx, "mpi4py")
+    if folder is None:
         return None
-    folder = Path(list(spec.submodule_search_locations)[0])
     variants = extension_variants(folder)
     version = _mpi4py_version(folder)
     if not variants:

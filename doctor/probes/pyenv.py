@@ -1,12 +1,14 @@
-"""The Python environment: interpreter kind, prefix symlinks, installed distributions.
+"""The Python environment under test: interpreter kind, prefix symlinks, distributions.
 
-Nothing here imports the training packages: versions and requirements come from the
-``*.dist-info`` metadata on the search path, which tests point at a generated site dir.
+The environment is the job's (:mod:`.target_env`), not the one dsenv runs in. Nothing here
+imports the training packages: versions and requirements come from the ``*.dist-info``
+metadata on that environment's search path.
 """
 
 from __future__ import annotations
 
-import sys
+import os
+import re
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -18,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 
 from dsenv.data import load_table
 
+from . import target_env
 from .context import Context, probe
 
 TRAINING_PACKAGES: tuple[str, ...] = tuple(
@@ -55,19 +58,18 @@ def parse_pyvenv_cfg(text: str) -> dict[str, str]:
     return values
 
 
-def is_real_prefix(ctx: Context) -> bool:
-    return Path(ctx.python_prefix) == Path(sys.prefix)
-
-
 def interpreter(ctx: Context) -> Interpreter:
-    prefix = Path(ctx.python_prefix)
-    version = ".".join(map(str, sys.version_info[:3]))
-    executable = sys.executable if is_real_prefix(ctx) else str(prefix / "bin" / "python")
+    """The interpreter of the environment under test (:mod:`.target_env`)."""
+    env = target_env.environment(ctx)
+    prefix = Path(env.prefix)
+    version = env.version or "?"
+    executable = env.python or str(prefix / "bin" / "python")
     conda_env = ctx.env.get("CONDA_PREFIX")
     cfg_path = prefix / "pyvenv.cfg"
     if cfg_path.is_file():
         cfg = parse_pyvenv_cfg(cfg_path.read_text(errors="replace"))
-        return Interpreter(executable, cfg.get("version", version), prefix, "venv", cfg, conda_env)
+        return Interpreter(executable, version if env.probed else cfg.get("version", version),
+                           prefix, "venv", cfg, conda_env)
     if (prefix / "conda-meta").is_dir() or (conda_env and _same_path(conda_env, prefix)):
         return Interpreter(executable, version, prefix, "conda", {}, conda_env)
     return Interpreter(executable, version, prefix, "system", {}, conda_env)
@@ -99,10 +101,9 @@ def site_dirs(prefix: Path) -> list[Path]:
 
 
 def search_path(ctx: Context) -> list[str]:
-    """Where the interpreter finds packages: sys.path for the running prefix, else its site dirs."""
-    if is_real_prefix(ctx):
-        return [p for p in sys.path if p]
-    return [str(p) for p in site_dirs(ctx.python_prefix)]
+    """Where the job's interpreter finds packages: its sys.path (the environment under test,
+    probed in its own interpreter; its site-packages when that cannot run here)."""
+    return target_env.search_path(ctx)
 
 
 # -- distributions and their requirements ------------------------------------------------
@@ -136,58 +137,132 @@ class RequirementReport:
     problems: tuple[Problem, ...]
 
 
-def check_requirements(path: list[str], roots: tuple[str, ...] = TRAINING_PACKAGES
-                       ) -> RequirementReport:
+@dataclass(frozen=True)
+class Headers:
+    """What `pip check` needs of one installed distribution's metadata."""
+    name: str
+    version: str
+    requires: tuple[str, ...]
+
+
+def read_headers(folder: str) -> Headers | None:
+    """Name, Version and Requires-Dist of a .dist-info/.egg-info, from the header block of
+    its METADATA/PKG-INFO (a plain line scan: the email parser costs 1 ms a package)."""
+    files = [folder] if os.path.isfile(folder) else [os.path.join(folder, "METADATA"),
+                                                     os.path.join(folder, "PKG-INFO")]
+    for file in files:
+        try:
+            with open(file, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        name = version = None
+        requires = []
+        for line in text.split("\n\n", 1)[0].splitlines():
+            key, _, value = line.partition(":")
+            if key == "Name":
+                name = value.strip()
+            elif key == "Version":
+                version = value.strip()
+            elif key == "Requires-Dist":
+                requires.append(value.strip())
+        if name is None:
+            return None
+        if not requires and folder.endswith(".egg-info") and os.path.isdir(folder):
+            requires = list(metadata.PathDistribution(Path(folder)).requires or ())
+        return Headers(name, version or "?", tuple(requires))
+    return None
+
+
+class MetadataIndex:
+    """The first metadata folder of each distribution name along a search path (as
+    importlib.metadata finds them), each read once."""
+
+    def __init__(self, path: list[str]):
+        self.folders: dict[str, str] = {}
+        for entry in path:
+            try:
+                names = sorted(os.listdir(entry))
+            except OSError:
+                continue
+            for name in names:
+                if name.endswith((".dist-info", ".egg-info")):
+                    key = canonicalize_name(name.rsplit(".", 1)[0].split("-")[0])
+                    self.folders.setdefault(key, os.path.join(entry, name))
+        self._read: dict[str, Headers | None] = {}
+
+    def get(self, name: str) -> Headers | None:
+        key = canonicalize_name(name)
+        if key not in self._read:
+            folder = self.folders.get(key)
+            self._read[key] = read_headers(folder) if folder else None
+        return self._read[key]
+
+
+def _skipped_by_extra(line: str) -> bool:
+    """`x; extra == "dev"` (and-ed with anything): false without extras, known unparsed."""
+    marker = line.partition(";")[2]
+    return "extra" in marker and " or " not in marker and \
+        re.search(r"\bextra\s*==", marker) is not None
+
+
+def check_requirements(path: list[str], roots: tuple[str, ...] = TRAINING_PACKAGES,
+                       python_version: str | None = None) -> RequirementReport:
     """What `pip check` would say about ``roots`` and their direct requirements, on ``path``.
 
-    Markers are evaluated for this interpreter with no extra requested, so requirements that
-    belong to extras nobody asked for are ignored (pip check does the same).
+    Markers are evaluated for the environment's Python (``python_version``, "3.11.7"; default
+    this interpreter) with no extra requested, so requirements that belong to extras nobody
+    asked for are ignored (pip check does the same).
     """
-    cache: dict[str, metadata.Distribution | None] = {}
+    index = MetadataIndex(path)
+    env = {"extra": ""}
+    if python_version:
+        env.update(python_full_version=python_version,
+                   python_version=".".join(python_version.split(".")[:2]))
+    parsed: dict[str, list[Requirement]] = {}
 
-    def lookup(name: str) -> metadata.Distribution | None:
-        key = canonicalize_name(name)
-        if key not in cache:
-            cache[key] = find_distribution(key, path)
-        return cache[key]
+    def requirements(dist: Headers) -> list[Requirement]:
+        key = canonicalize_name(dist.name)
+        if key not in parsed:
+            found = []
+            for line in dist.requires:
+                if _skipped_by_extra(line):
+                    continue
+                try:
+                    req = Requirement(line)
+                except InvalidRequirement:
+                    continue
+                if req.marker is None or req.marker.evaluate(env):
+                    found.append(req)
+            parsed[key] = found
+        return parsed[key]
 
-    def requirements(dist: metadata.Distribution) -> list[Requirement]:
-        found = []
-        for line in dist.requires or ():
-            try:
-                req = Requirement(line)
-            except InvalidRequirement:
-                continue
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                found.append(req)
-        return found
-
-    to_check: dict[str, metadata.Distribution] = {}
+    to_check: dict[str, Headers] = {}
     for root in roots:
-        dist = lookup(root)
+        dist = index.get(root)
         if dist is None:
             continue
         to_check.setdefault(canonicalize_name(root), dist)
         for req in requirements(dist):
-            dep = lookup(req.name)
+            dep = index.get(req.name)
             if dep is not None:
                 to_check.setdefault(canonicalize_name(req.name), dep)
 
     problems = []
     for dist in to_check.values():
-        owner, owner_version = dist.metadata["Name"], dist.version
         for req in requirements(dist):
-            dep = lookup(req.name)
+            dep = index.get(req.name)
             if dep is None:
-                problems.append(Problem(owner, owner_version, str(req), req.name, None))
+                problems.append(Problem(dist.name, dist.version, str(req), req.name, None))
                 continue
             try:
                 good = req.specifier.contains(Version(dep.version), prereleases=True)
             except InvalidVersion:
                 good = True  # pip check cannot judge a non-PEP 440 version either
             if not good:
-                problems.append(Problem(owner, owner_version, str(req), req.name, dep.version))
-    checked = tuple(f"{d.metadata['Name']} {d.version}" for d in to_check.values())
+                problems.append(Problem(dist.name, dist.version, str(req), req.name,
+                                        dep.version))
+    checked = tuple(f"{d.name} {d.version}" for d in to_check.values())
     return RequirementReport(checked, tuple(problems))
 
 
@@ -204,7 +279,8 @@ def pip_install_command(executable: str, problems: tuple[Problem, ...]) -> str:
 
 @probe
 def requirement_report(ctx: Context) -> RequirementReport:
-    return check_requirements(search_path(ctx))
+    return check_requirements(search_path(ctx),
+                              python_version=target_env.environment(ctx).version)
 
 
 def shadowed_packages(interp: Interpreter, names: tuple[str, ...] = TRAINING_PACKAGES

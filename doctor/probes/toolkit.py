@@ -7,7 +7,6 @@ and what each CUDA toolkit can build comes from envs/cuda_toolkits.toml.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from dsenv.envs import archs
 from dsenv.data import load_table
 from dsenv.versions import version_tuple
 
+from . import pyenv
 from .context import Context, probe
 
 
@@ -117,14 +117,12 @@ def cxx(ctx: Context) -> Tool:
 def ninja(ctx: Context) -> Tool:
     """ninja must be runnable from PATH: torch checks with `ninja --version` before a JIT build.
 
-    The `ninja` Python package (its version read from metadata, no subprocess) installs the
-    binary into the environment's bin/, which is only on PATH while the environment is active.
+    The `ninja` Python package of the environment under test (its version read from metadata,
+    no subprocess) installs the binary into the environment's bin/, which is only on PATH
+    while the environment is active.
     """
     on_path = ctx.which("ninja")
-    try:
-        dist = importlib.metadata.distribution("ninja")
-    except importlib.metadata.PackageNotFoundError:
-        dist = None
+    dist = pyenv.find_distribution("ninja", pyenv.search_path(ctx))
     if dist is not None:
         binary = next((f for f in dist.files or () if f.name == "ninja" and "bin" in f.parts),
                       None)

@@ -1,24 +1,24 @@
 """torch without importing it: its build from torch/version.py, and one subprocess probe.
 
 The doctor never imports torch. What the build says (version, CUDA or HIP) is read from
-``torch/version.py``, found on the environment's search path with
-:class:`importlib.machinery.PathFinder` and parsed with ``ast`` (:mod:`.pyfiles`). Every
+``torch/version.py`` of the torch the job's interpreter would import (:mod:`.target_env`),
+parsed with ``ast`` (:mod:`.pyfiles`). Every
 area (torch, toolkit, comm, deepspeed) gets it from the one :func:`torch_build` probe.
 What only a live torch knows (arch list, device capabilities, whether a tensor op runs)
-comes from ONE subprocess that imports torch, run only when GPUs are visible.
+comes from ONE subprocess of the environment's interpreter that imports torch, run only
+when GPUs are visible.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsenv import proc
 
 from . import gpus as gpu_probe
-from . import pyenv
+from . import target_env
 from .context import Context, probe
 from .pyfiles import package_dir, read_assignments
 
@@ -61,7 +61,11 @@ def _text(value: object) -> str | None:
 
 def read_torch_build(search_path: list[str]) -> TorchBuild:
     """The torch that ``search_path`` would import, read from its version.py (not imported)."""
-    folder = package_dir("torch", search_path)
+    return read_torch_folder(package_dir("torch", search_path))
+
+
+def read_torch_folder(folder: Path | None) -> TorchBuild:
+    """The torch package in ``folder``, read from its version.py (not imported)."""
     if folder is None or not (folder / "version.py").is_file():
         return TorchBuild(None)
     try:
@@ -74,7 +78,8 @@ def read_torch_build(search_path: list[str]) -> TorchBuild:
 
 @probe
 def torch_build(ctx: Context) -> TorchBuild:
-    return read_torch_build(pyenv.search_path(ctx))
+    """The torch the job's interpreter will import (where its find_spec says)."""
+    return read_torch_folder(target_env.module_folder(ctx, "torch"))
 
 
 # -- the one subprocess that imports torch -------------------------------------------------
@@ -167,7 +172,10 @@ def torch_runtime(ctx: Context) -> TorchRuntime:
         return TorchRuntime(False, f"not run: {build.describe()}")
     if not gpu_probe.visible_gpus(ctx):
         return TorchRuntime(False, "not run: no GPU visible")
-    result = ctx.run([sys.executable, "-c", PROBE_SCRIPT], timeout=probe_timeout(ctx))
+    python = target_env.environment(ctx).python
+    if python is None:
+        return TorchRuntime(False, "not run: the environment has no interpreter here")
+    result = ctx.run([python, "-c", PROBE_SCRIPT], timeout=probe_timeout(ctx))
     if result.timed_out:
         return TorchRuntime(False, result.describe(), hung=True)
     try:

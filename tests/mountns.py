@@ -1,0 +1,108 @@
+"""Run a shell script in a private mount namespace (``unshare -m``, as root): what it mounts
+(a read-only bind, a tmpfs, a FUSE file system from tests/fusefs.py) exists only for it and
+the processes it starts, and is gone when they end."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+FUSEFS = Path(__file__).with_name("fusefs.py")
+REPO = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def namespace_problem() -> str | None:
+    """None when ``unshare -m`` and mount work here, else why not."""
+    if os.geteuid() != 0:
+        return "needs root (mount namespaces)"
+    if shutil.which("unshare") is None:
+        return "no unshare"
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-ec",
+                            'd=$(mktemp -d); mount -t tmpfs none "$d"; umount "$d"; rmdir "$d"'],
+                           capture_output=True, text=True,
+                           timeout=30)
+    return None if probe.returncode == 0 else f"unshare -m: {probe.stderr.strip()}"
+
+
+def needs_namespace():
+    problem = namespace_problem()
+    if problem:
+        pytest.skip(problem)
+
+
+@functools.cache
+def fuse_problem() -> str | None:
+    """None when tests/fusefs.py can mount and serve here, else why not."""
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    with tempfile.TemporaryDirectory() as folder:
+        probe = in_namespace(FUSE_MOUNT + 'fuse_mount "$D/m" local\nls "$D/m"\n',
+                             env={"D": folder}, timeout=60)
+    return None if probe.returncode == 0 else f"FUSE mount: {probe.stderr.strip()[-200:]}"
+
+
+def needs_fuse():
+    needs_namespace()
+    problem = fuse_problem()
+    if problem:
+        pytest.skip(problem)
+
+
+def in_namespace(script: str, env: dict | None = None, timeout: float = 240
+                 ) -> subprocess.CompletedProcess:
+    """Run ``script`` with sh in a new mount namespace; $PY is this interpreter and $FUSEFS
+    the FUSE server. Everything it started is killed if it runs past ``timeout``."""
+    full_env = {**os.environ, **(env or {}), "PY": sys.executable, "FUSEFS": str(FUSEFS)}
+    proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-ec", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=full_env, cwd=REPO, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"namespace script ran past {timeout} s:\n{out}\n{err}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+# Shell snippets: mount a FUSE file system whose locks fail ($1: mount point, $2: mode) and
+# wait until it serves; stop it on exit.
+FUSE_MOUNT = """
+fuse_mount() {
+    FUSE_DIR=$1
+    mkdir -p "$FUSE_DIR"
+    "$PY" "$FUSEFS" "$FUSE_DIR" "$2" > "$FUSE_DIR.ready" 2> "$FUSE_DIR.log" &
+    FUSE_PID=$!
+    trap 'umount -l "$FUSE_DIR" 2>/dev/null; kill $FUSE_PID 2>/dev/null' EXIT
+    i=0
+    until grep -q ready "$FUSE_DIR.ready" 2>/dev/null; do
+        i=$((i + 1)); [ $i -lt 200 ] || { cat "$FUSE_DIR.log" >&2; exit 3; }; sleep 0.05
+    done
+}
+"""
+
+READ_ONLY = """
+read_only() { mount --bind "$1" "$1"; mount -o remount,bind,ro "$1"; }
+"""
+
+
+def doctor_json(done: subprocess.CompletedProcess) -> dict:
+    """The JSON report a namespace script printed last (the doctor's --json output)."""
+    assert "Traceback" not in done.stderr, done.stderr
+    start = done.stdout.find("{")
+    assert start >= 0, done.stdout + done.stderr
+    return json.loads(done.stdout[start:])
+
+
+def result(report: dict, check_id: str) -> dict:
+    return next(r for r in report["results"] if r["id"] == check_id)

@@ -1,0 +1,323 @@
+"""Cache folders on file systems, made for real: cache.flock on a FUSE mount whose locks fail
+as Lustre without ``-o flock`` (ENOSYS) or NFS without a lock manager (ENOLCK) do,
+cache.triton-dir and cache.miopen-db on read-only binds, another user's folders and network
+mounts (a faked mount table under --root); the mount table parser; each with a healthy twin."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from dsenv.doctor.checks.builds import FILELOCK_SOFT_FALLBACK, lock_consequence
+from dsenv.doctor.probes import mounts
+from dsenv.doctor.probes.context import Context, Options
+from dsenv.doctor.probes.result import Status
+from packaging.version import Version
+
+from .mountns import (
+    FUSE_MOUNT,
+    READ_ONLY,
+    doctor_json,
+    in_namespace,
+    needs_fuse,
+    needs_namespace,
+    result,
+)
+
+CACHE_OTHERS = "cache.offline,cache.assets,cache.hf-dirs"
+
+
+def make(tmp_path, env=None, root=None, prefix=None) -> Context:
+    base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home")}
+    return Context(options=Options(target="login"), env={**base, **(env or {})},
+                   root=Path(root) if root else tmp_path / "root", python_prefix=prefix)
+
+
+def fake_root(tmp_path, *lines: str, kfd: bool = False) -> Path:
+    """A --root tree: /proc/self/mountinfo with ``/`` (ext4) and ``lines``; /dev/kfd if asked."""
+    root = tmp_path / "root"
+    (root / "proc" / "self").mkdir(parents=True, exist_ok=True)
+    table = ["27 1 254:0 / / rw,relatime - ext4 /dev/vda rw", *lines]
+    (root / "proc" / "self" / "mountinfo").write_text("\n".join(table) + "\n")
+    if kfd:
+        (root / "dev").mkdir(exist_ok=True)
+        (root / "dev" / "kfd").write_text("")
+    return root
+
+
+def triton_prefix(tmp_path) -> Path:
+    """An environment with triton installed, read from its files."""
+    site = tmp_path / "env" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / \
+        "site-packages"
+    (site / "triton").mkdir(parents=True)
+    (site / "triton" / "__init__.py").write_text("__version__ = '3.1.0'\n")
+    return tmp_path / "env"
+
+
+# -- the mount table --------------------------------------------------------------------------
+
+
+def test_mountinfo_parsing_and_longest_prefix(tmp_path):
+    root = fake_root(
+        tmp_path,
+        "40 27 0:40 / /lus rw - lustre 10.0.0.1@o2ib:/fs rw,localflock",
+        r"41 27 0:41 / /home/with\040space rw shared:5 - nfs4 srv:/home rw,vers=4.2,nolock",
+        "42 27 0:42 / /lus/scratch rw - lustre 10.0.0.1@o2ib:/sc rw,flock",
+        "43 27 0:43 / /lus/scratch rw - tmpfs none rw",  # mounted over: the later one counts
+        "44 27 0:44 / /opt/img rw - fuse.squashfuse img rw",
+        "45 27 0:45 / /gw rw - fuse.sshfs me@gw: rw")
+    table = mounts.parse_mountinfo((root / "proc/self/mountinfo").read_text())
+    assert table[2].point == "/home/with space" and table[2].fstype == "nfs4"
+    ctx = make(tmp_path, root=root)
+    assert mounts.mount_for(ctx, "/lus/a/b").lock_scope() == "node-local"
+    assert mounts.mount_for(ctx, "/lus/scratch/x").fstype == "tmpfs"
+    assert mounts.mount_for(ctx, "/lustre-not/x").fstype == "ext4"
+    assert mounts.mount_for(ctx, "/home/with space/u").lock_scope() == "node-local"
+    assert mounts.mount_for(ctx, "/opt/img/x").kind == "local"
+    assert mounts.mount_for(ctx, "/gw/x").kind == "network"
+    assert mounts.Mount("/l", "lustre", "s", frozenset({"rw"})).lock_scope() == "none"
+    assert mounts.parse_mounts("srv:/h /h nfs rw,vers=3 0 0\n")[0].kind == "network"
+
+
+def test_real_tmpfs_mount_is_seen():
+    needs_namespace()
+    done = in_namespace(
+        'D=$(mktemp -d); mount -t tmpfs -o size=1m none "$D"\n'
+        '"$PY" -c "import sys; from dsenv.doctor.probes import mounts; '
+        "from dsenv.doctor.probes.context import Context; "
+        "m = mounts.mount_for(Context(), sys.argv[1] + '/sub/dir'); "
+        'print(m.fstype, m.point == sys.argv[1])" "$D"; umount "$D"; rmdir "$D"')
+    assert done.stdout.split() == ["tmpfs", "True"], done.stderr
+
+
+# -- cache.flock: a FUSE mount whose locks fail ------------------------------------------------
+
+FLOCK_RUN = FUSE_MOUNT + """
+fuse_mount "$MNT" "$MODE"
+"$PY" -m dsenv doctor --only cache --skip $SKIP --json > "$OUT" || true
+"$PY" - "$MNT" > "$LIB" 2>/dev/null <<'PY' || true
+import sys
+from filelock import FileLock, Timeout
+try:
+    FileLock(sys.argv[1] + "/probe.lock").acquire(timeout=1)
+    print("acquired")
+except Timeout:
+    print("Timeout: filelock still waiting")
+except NotImplementedError as exc:
+    print("NotImplementedError:", exc)
+except OSError as exc:
+    print("OSError:", exc)
+PY
+"""
+
+
+def _new_filelock() -> bool:
+    """filelock >= 3.24 (the one these tests and the doctor see): ENOSYS -> SoftFileLock."""
+    return Version(metadata.version("filelock")) >= FILELOCK_SOFT_FALLBACK
+
+
+def _flock_run(tmp_path, mode: str, env: dict) -> tuple[dict, str]:
+    needs_fuse()
+    pytest.importorskip("filelock")
+    out, lib = tmp_path / "report.json", tmp_path / "filelock.txt"
+    done = in_namespace(FLOCK_RUN, env={"MNT": str(tmp_path / "mnt"), "MODE": mode,
+                                        "OUT": str(out), "LIB": str(lib),
+                                        "SKIP": CACHE_OTHERS + ",cache.triton-dir,cache.miopen-db",
+                                        "HOME": str(tmp_path / "home"), **env})
+    assert done.returncode == 0, done.stderr
+    report = doctor_json(subprocess.CompletedProcess((), 0, out.read_text(), ""))
+    return result(report, "cache.flock"), lib.read_text().strip()
+
+
+def test_hub_cache_where_flock_is_not_implemented(tmp_path):
+    found, library = _flock_run(tmp_path, "enosys", {"HF_HOME": str(tmp_path / "mnt" / "hf")})
+    assert "[Errno 38] Function not implemented" in found["summary"], found
+    assert "fuse.dsenvtest" in found["summary"]
+    assert found["fix"] == "export HF_HOME=/tmp/$USER/huggingface"
+    # what the library the hub uses does there, and what the doctor says it does
+    if _new_filelock():
+        assert library == "acquired"
+        assert found["status"] == "warn" and "falls back to SoftFileLock" in found["summary"]
+    else:  # the error users report
+        assert library.startswith("NotImplementedError: FileSystem does not appear to support")
+        assert found["status"] == "fail" and "does not appear to support flock" in \
+            found["summary"]
+
+
+def test_datasets_cache_without_lock_manager_fails(tmp_path):
+    found, library = _flock_run(tmp_path, "enolck",
+                                {"HF_DATASETS_CACHE": str(tmp_path / "mnt" / "datasets")})
+    assert found["status"] == "fail" and "[Errno 37] No locks available" in found["summary"]
+    assert found["fix"] == "export HF_DATASETS_CACHE=/tmp/$USER/huggingface/datasets"
+    if _new_filelock():
+        assert library == "OSError: [Errno 37] No locks available"
+        assert "raises OSError" in found["summary"], found
+    else:  # load_dataset's endless wait
+        assert library == "Timeout: filelock still waiting"
+        assert "retries forever" in found["summary"], found
+
+
+def test_fuse_with_working_locks_is_ok(tmp_path):
+    found, library = _flock_run(tmp_path, "local", {"HF_HOME": str(tmp_path / "mnt" / "hf")})
+    assert library == "acquired"
+    assert found["status"] == "ok", found
+
+
+@pytest.mark.parametrize("version, code, fatal, words", [
+    ("3.13.1", errno.ENOSYS, True, "does not appear to support flock"),
+    ("3.13.1", errno.ENOLCK, True, "retries forever"),
+    ("3.24.0", errno.ENOSYS, False, "falls back to SoftFileLock"),
+    ("3.24.0", errno.ENOLCK, True, "raises OSError [Errno 37]"),
+    (None, errno.EIO, True, "retries forever"),
+])
+def test_lock_consequence_follows_the_filelock_version(version, code, fatal, words):
+    # both behaviours were checked on the FUSE mount with filelock 3.13.1 and 3.24.0 wheels
+    got = lock_consequence(code, Version(version) if version else None)
+    assert got[0] is fatal and words in got[1]
+
+
+def test_lustre_localflock_is_noted(tmp_path, run_one):
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    root = fake_root(tmp_path, f"40 27 0:40 / {hf} rw - lustre 10.0.0.1@o2ib:/fs rw,localflock")
+    found = run_one("cache.flock", make(tmp_path, {"HF_HOME": str(hf)}, root))
+    assert found.status == Status.INFO and "only on this node" in found.summary, found
+    twin = run_one("cache.flock", make(tmp_path, {"HF_HOME": str(hf)}, fake_root(tmp_path)))
+    assert twin.status == Status.OK, twin
+
+
+def test_untestable_folder_falls_back_to_mount_options(tmp_path, run_one):
+    # /proc refuses new files even for root; the table says it is a Lustre without flock
+    env = {"HF_HOME": "/proc/dsenv-test/hf"}
+    root = fake_root(tmp_path, "40 27 0:40 / /proc rw - lustre 10.0.0.1@o2ib:/fs rw")
+    found = run_one("cache.flock", make(tmp_path, env, root))
+    assert "mounted without flock" in found.summary, found
+    assert found.status == (Status.WARN if _new_filelock() else Status.FAIL)
+    plain = run_one("cache.flock", make(tmp_path, env, fake_root(tmp_path)))
+    assert plain.status == Status.SKIP and "cache.hf-dirs" in plain.summary, plain
+
+
+# -- cache.triton-dir -------------------------------------------------------------------------
+
+
+def test_triton_cache_on_nfs_warns_local_is_ok(tmp_path, run_one):
+    cache = tmp_path / "triton"
+    cache.mkdir()
+    prefix = triton_prefix(tmp_path)
+    env = {"TRITON_CACHE_DIR": str(cache)}
+    root = fake_root(tmp_path, f"40 27 0:40 / {cache} rw - nfs4 srv:/home rw,vers=4.2")
+    found = run_one("cache.triton-dir", make(tmp_path, env, root, prefix))
+    assert found.status == Status.WARN and "nfs4" in found.summary, found
+    assert found.fix == "export TRITON_CACHE_DIR=/tmp/$USER/triton"
+    twin = run_one("cache.triton-dir", make(tmp_path, env, fake_root(tmp_path), prefix))
+    assert twin.status == Status.OK, twin
+
+
+def test_triton_home_decides_the_default(tmp_path, run_one):
+    env = {"TRITON_HOME": str(tmp_path / "th")}
+    found = run_one("cache.triton-dir", make(tmp_path, env, fake_root(tmp_path),
+                                             triton_prefix(tmp_path)))
+    assert found.status == Status.OK
+    assert f"Triton cache: {tmp_path / 'th' / '.triton' / 'cache'} (TRITON_HOME)" in \
+        found.evidence[0]
+
+
+def test_triton_cache_made_by_another_user_warns(tmp_path, run_one):
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("needs root and runuser")
+    shared = Path(subprocess.check_output(["mktemp", "-d", "/tmp/dsenv-shared-XXXX"],
+                                          text=True).strip())
+    try:
+        shared.chmod(0o1777)
+        cache = shared / "triton"  # a TRITON_CACHE_DIR=/tmp/triton set by a shared module
+        subprocess.run(["runuser", "-u", "nobody", "--", "mkdir", "-m", "755", str(cache)],
+                       check=True)
+        found = run_one("cache.triton-dir", make(tmp_path, {"TRITON_CACHE_DIR": str(cache)},
+                                                 fake_root(tmp_path), triton_prefix(tmp_path)))
+        assert found.status == Status.WARN and "belongs to uid 65534" in found.summary, found
+        third = subprocess.run(["runuser", "-u", "daemon", "--", "touch", str(cache / "k.lock")],
+                               capture_output=True, text=True)
+        assert third.returncode != 0 and "Permission denied" in third.stderr
+    finally:
+        shutil.rmtree(shared)
+
+
+def test_read_only_triton_cache_fails_then_fix_passes(tmp_path):
+    needs_namespace()
+    cache, fixed = tmp_path / "triton", tmp_path / "node-local"
+    cache.mkdir()
+    fixed.mkdir()
+    prefix = triton_prefix(tmp_path)
+    script = READ_ONLY + 'read_only "$CACHE"\n' \
+        '"$PY" -m dsenv doctor --only cache --skip $SKIP --env "$PREFIX" --json || true\n' \
+        'echo ---\n' \
+        'TRITON_CACHE_DIR=$FIXED "$PY" -m dsenv doctor --only cache --skip $SKIP ' \
+        '--env "$PREFIX" --json'
+    done = in_namespace(script, env={"CACHE": str(cache), "FIXED": str(fixed),
+                                     "TRITON_CACHE_DIR": str(cache), "PREFIX": str(prefix),
+                                     "SKIP": CACHE_OTHERS + ",cache.flock,cache.miopen-db"})
+    broken_out, fixed_out = done.stdout.split("---\n")
+    broken = result(doctor_json(subprocess.CompletedProcess((), 0, broken_out, "")),
+                    "cache.triton-dir")
+    assert broken["status"] == "fail" and "cannot be written" in broken["summary"], broken
+    again = result(doctor_json(subprocess.CompletedProcess((), 0, fixed_out, "")),
+                   "cache.triton-dir")
+    assert again["status"] == "ok", again
+
+
+def test_triton_not_installed_skips(tmp_path, run_one):
+    bare = tmp_path / "bare" / "lib" / "python3.11" / "site-packages"
+    bare.mkdir(parents=True)
+    found = run_one("cache.triton-dir", make(tmp_path, prefix=tmp_path / "bare"))
+    assert found.status == Status.SKIP
+
+
+# -- cache.miopen-db --------------------------------------------------------------------------
+
+
+def test_miopen_skips_without_rocm(tmp_path, run_one):
+    found = run_one("cache.miopen-db", make(tmp_path, root=fake_root(tmp_path)))
+    assert found.status == Status.SKIP and "/dev/kfd" in found.summary
+
+
+def test_miopen_in_an_nfs_home_warns_local_is_ok(tmp_path, run_one):
+    home = tmp_path / "home"
+    home.mkdir()
+    root = fake_root(tmp_path, f"40 27 0:40 / {home} rw - nfs4 srv:/home rw", kfd=True)
+    found = run_one("cache.miopen-db", make(tmp_path, root=root))
+    assert found.status == Status.WARN and "MIOpen user database" in found.summary, found
+    assert f"{home}/.config/miopen (default, MIOPEN_USER_DB_PATH unset)" in found.evidence[0]
+    assert found.fix.startswith("export MIOPEN_USER_DB_PATH=/tmp/$USER/miopen ")
+    twin = run_one("cache.miopen-db", make(tmp_path, root=fake_root(tmp_path, kfd=True)))
+    assert twin.status == Status.OK, twin
+
+
+def test_miopen_db_where_posix_locks_fail(tmp_path):
+    needs_fuse()
+    root = fake_root(tmp_path, kfd=True)
+    db = tmp_path / "mnt" / "db"
+    script = FUSE_MOUNT + """
+fuse_mount "$MNT" enosys
+mkdir "$DB"
+cat /proc/self/mountinfo > "$ROOT/proc/self/mountinfo"
+"$PY" -m dsenv doctor --only cache --skip $SKIP --root "$ROOT" --json || true
+echo ---
+"$PY" -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('create table t (x)')" \
+    "$DB/kernels.db" 2>&1 || true
+"""
+    done = in_namespace(script, env={"MNT": str(tmp_path / "mnt"), "DB": str(db),
+                                     "ROOT": str(root), "MIOPEN_USER_DB_PATH": str(db),
+                                     "MIOPEN_CUSTOM_CACHE_DIR": str(tmp_path / "kernels"),
+                                     "SKIP": CACHE_OTHERS + ",cache.flock,cache.triton-dir"})
+    report, sqlite = done.stdout.split("---\n")
+    found = result(doctor_json(subprocess.CompletedProcess((), 0, report, "")),
+                   "cache.miopen-db")
+    assert "sqlite3.OperationalError" in sqlite, sqlite  # SQLite itself cannot work there
+    assert found["status"] == "fail" and "POSIX locks fail" in found["summary"], found
+    assert "[Errno 38]" in found["summary"]

@@ -1,0 +1,203 @@
+"""The environment under test is the job's: `dsenv doctor --env PREFIX|PYTHON`, else the
+activated one, else python3 on PATH, else dsenv's own interpreter.
+
+Every environment here is real and holds no dsenv: venvs made with `python -m venv`, a
+conda-style prefix with its own interpreter, a container-style venv with the system site
+packages, packages installed with uv from wheels built here. The doctor runs as a user runs
+it, from the interpreter that has dsenv, and must never import the environment's torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from dsenv.doctor import registry
+from dsenv.doctor.probes import target_env
+from dsenv.doctor.probes.torch_info import read_torch_build
+
+from . import pyenvs
+
+SCHEMA = json.loads((Path(registry.__file__).parent / "report_schema.json").read_text())
+AREAS = "python,torch,deepspeed,system"
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheels")
+    pyenvs.torch_wheel(out, "2.5.1+cpu")
+    return out
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory, wheels):
+    """A venv without dsenv, with the fake torch 2.5.1+cpu."""
+    prefix = pyenvs.make_venv(tmp_path_factory.mktemp("venv") / "train")
+    pyenvs.uv_install(wheels, "torch==2.5.1+cpu", python=prefix / "bin" / "python")
+    return prefix
+
+
+@pytest.fixture(scope="module")
+def conda(tmp_path_factory, wheels):
+    prefix = pyenvs.make_conda_prefix(tmp_path_factory.mktemp("conda") / "ds")
+    pyenvs.uv_install(wheels, "torch==2.5.1+cpu", python=prefix / "bin" / "python")
+    return prefix
+
+
+def doctor(*args, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """`python -m dsenv doctor ARGS` with dsenv's interpreter (dsenv installed elsewhere), no
+    activated environment unless ``env`` activates one; FAKE_TORCH_MARK catches any import."""
+    full = pyenvs.doctor_env(HOME=str(tmp_path / "home"),
+                             DSENV_CACHE_DIR=str(tmp_path / "cache"),
+                             **{pyenvs.MARK_VARIABLE: str(tmp_path / "torch-imported")})
+    full.update(env)
+    done = subprocess.run([sys.executable, "-m", "dsenv", "doctor", *map(str, args)],
+                          capture_output=True, text=True, timeout=300, env=full)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "torch-imported").exists(), "the environment's torch was imported"
+    return done
+
+
+def report(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    jsonschema.validate(data, SCHEMA)
+    return data
+
+
+def result(data: dict, check_id: str) -> dict:
+    return next(r for r in data["results"] if r["id"] == check_id)
+
+
+def activated(prefix: Path, variable: str = "VIRTUAL_ENV") -> dict[str, str]:
+    return {variable: str(prefix), "PATH": f"{prefix / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_the_environments_hold_no_dsenv(venv, conda, tmp_path):
+    for prefix in (venv, conda):  # (from tmp_path: the checkout's dsenv/ folder is no install)
+        done = subprocess.run([prefix / "bin" / "python", "-c", "import dsenv"],
+                              capture_output=True, text=True, timeout=60,
+                              env=pyenvs.doctor_env(), cwd=tmp_path)
+        assert done.returncode == 1 and "No module named 'dsenv'" in done.stderr
+
+
+def test_env_prefix_of_a_venv_is_judged(venv, tmp_path):
+    data = report(doctor("--env", venv, "--json", "--only", AREAS, tmp_path=tmp_path))
+    env = data["environment"]
+    assert env["prefix"] == str(venv) and env["source"] == "option" and env["probed"]
+    assert env["chosen_by"] == f"--env {venv}" and not env["own"]
+    assert env["executable"].startswith(str(venv / "bin"))
+    torch = result(data, "torch.build")
+    assert torch["status"] == "ok" and "torch 2.5.1+cpu" in torch["summary"]
+    assert str(venv) in torch["evidence"][0]
+    interp = result(data, "python.interpreter")
+    assert interp["status"] == "ok" and f"at {venv}/bin/python3 (venv)" in interp["summary"]
+    assert result(data, "deepspeed.install")["status"] == "warn"  # not in this env, though
+    assert result(data, "python.shadowing")["status"] == "ok"  # dsenv's own env has it
+
+
+def test_env_python_executable_is_judged(venv, tmp_path):
+    data = report(doctor("--env", venv / "bin" / "python", "--json", "--only", "python,torch",
+                         tmp_path=tmp_path))
+    assert data["environment"]["prefix"] == str(venv)
+    assert "torch 2.5.1+cpu" in result(data, "torch.build")["summary"]
+
+
+def test_activated_venv_is_the_default(venv, tmp_path):
+    data = report(doctor("--json", "--only", "python,torch", tmp_path=tmp_path,
+                         **activated(venv)))
+    env = data["environment"]
+    assert env["source"] == "VIRTUAL_ENV" and env["prefix"] == str(venv)
+    assert "torch 2.5.1+cpu" in result(data, "torch.build")["summary"]
+
+
+def test_python3_first_on_path_without_activation(venv, tmp_path):
+    data = report(doctor("--json", "--only", "python,torch", tmp_path=tmp_path,
+                         PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"))
+    env = data["environment"]
+    assert env["source"] == "PATH" and env["prefix"] == str(venv)
+    assert env["chosen_by"] == f"python3 first on PATH: {venv / 'bin' / 'python3'}"
+    assert "torch 2.5.1+cpu" in result(data, "torch.build")["summary"]
+
+
+def test_dsenv_own_interpreter_when_nothing_else(tmp_path):
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    data = report(doctor("--json", "--only", "python,torch", tmp_path=tmp_path,
+                         PATH=str(empty)))
+    env = data["environment"]
+    assert env["source"] == "dsenv" and env["own"] and env["python"] == sys.executable
+    torch = result(data, "torch.build")
+    assert read_torch_build(sys.path).version in torch["summary"]
+
+
+def test_activated_conda_prefix(conda, tmp_path):
+    data = report(doctor("--json", "--only", "python,torch", tmp_path=tmp_path,
+                         **activated(conda, "CONDA_PREFIX")))
+    env = data["environment"]
+    assert env["source"] == "CONDA_PREFIX" and env["prefix"] == str(conda)
+    interp = result(data, "python.interpreter")
+    assert interp["status"] == "ok" and "(conda env)" in interp["summary"]
+    assert "torch 2.5.1+cpu" in result(data, "torch.build")["summary"]
+
+
+def test_a_venv_activated_inside_a_conda_env_wins(venv, conda, tmp_path):
+    # `conda activate ds` then `. venv/bin/activate`: the venv's bin/ is first on PATH
+    path = os.pathsep.join([str(venv / "bin"), str(conda / "bin"), os.environ["PATH"]])
+    data = report(doctor("--json", "--only", "python", tmp_path=tmp_path, PATH=path,
+                         VIRTUAL_ENV=str(venv), CONDA_PREFIX=str(conda)))
+    assert data["environment"]["source"] == "VIRTUAL_ENV"
+    assert data["environment"]["prefix"] == str(venv)
+    interp = result(data, "python.interpreter")
+    assert any(f"CONDA_PREFIX={conda}" in e for e in interp["evidence"])
+
+
+def test_container_style_env_sees_the_images_packages(tmp_path, wheels):
+    # a venv made with --system-site-packages over the image's Python (here: the Python
+    # running the tests, with its real torch): the job imports the image's torch
+    prefix = pyenvs.make_venv(tmp_path / "container-env", system_site_packages=True)
+    pyenvs.uv_install(wheels, "torch==2.5.1+cpu", target=tmp_path / "unused")  # warm the cache
+    data = report(doctor("--env", prefix, "--json", "--only", "python,torch",
+                         tmp_path=tmp_path))
+    base = read_torch_build(sys.path)
+    assert f"torch {base.version}" in result(data, "torch.build")["summary"]
+    interp = result(data, "python.interpreter")
+    assert interp["status"] == "ok" and "venv with system site packages" in interp["summary"]
+    assert result(data, "python.shadowing")["status"] == "ok"
+
+
+def test_header_names_the_environment_and_why(venv, tmp_path):
+    done = doctor("--env", venv, "--only", "python", tmp_path=tmp_path)
+    lines = done.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("environment "))
+    version = ".".join(map(str, sys.version_info[:3]))
+    assert header == f"environment {venv} (Python {version}) — --env {venv}"
+
+
+@pytest.mark.parametrize("value, says", [
+    ("/nonexistent/env", "no such file or folder"),
+    ("{tmp}", "not a Python environment"),
+])
+def test_bad_env_is_one_line(tmp_path, value, says):
+    done = doctor("--env", value.format(tmp=tmp_path), tmp_path=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dsenv doctor: --env ") and says in lines[0]
+
+
+def test_probe_imports_nothing_and_honours_pythonpath(venv, tmp_path, make_ctx):
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    ctx = make_ctx(env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+                        "PYTHONPATH": str(extra),
+                        pyenvs.MARK_VARIABLE: str(tmp_path / "torch-imported")},
+                   environment=str(venv))
+    env = target_env.environment(ctx)
+    assert env.probed and env.path[0] == str(extra)  # PYTHONPATH first, as the job has it
+    assert env.modules["torch"].folder == pyenvs.site_packages(venv) / "torch"
+    assert env.preloaded == () and not (tmp_path / "torch-imported").exists()
