@@ -150,9 +150,28 @@ def test_a_waiting_run_proceeds_when_the_holder_dies(holder, tiny_lock, tiny_whe
     assert f"pid {child.pid}" in out and "environment ready" in out
 
 
-def kill_group(child: subprocess.Popen) -> None:
-    os.killpg(child.pid, signal.SIGKILL)
+def kill_job(child: subprocess.Popen) -> None:
+    """SIGKILL the run and every process it started, as Slurm ends a job (its cgroup):
+    dsenv starts its tools (uv) in sessions of their own, so a process group is not enough."""
+    import psutil
+
+    tree = [child.pid, *(p.pid for p in psutil.Process(child.pid).children(recursive=True))]
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     child.wait(timeout=30)
+    psutil.wait_procs([p for p in map(_process, tree[1:]) if p], timeout=30)
+
+
+def _process(pid: int):
+    import psutil
+
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
 
 
 @pytest.mark.slow
@@ -170,7 +189,7 @@ def test_sigkill_in_a_real_install_then_the_next_run_proceeds_and_cleans(tmp_pat
         time.sleep(0.2)
     assert staging is not None, "the install never started"
     time.sleep(1.0)  # in the middle of the install
-    kill_group(first)
+    kill_job(first)
     assert staging.exists() and any(prefix.parent.glob("cpu.build-*.log"))
     began = time.monotonic()
     second = start_provision(prefix, "--no-bytecode")
