@@ -16,7 +16,8 @@ import sys
 import time
 
 import psutil
-from dsenv.workloads.launch_env import WorkloadError, discover
+from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.launch_env import discover
 
 from dsenv import proc
 from dsenv.errors import UsageError

@@ -8,6 +8,8 @@ import os
 import shutil
 from pathlib import Path
 
+from dsenv.doctor.probes import mounts
+from dsenv.doctor.probes.context import Context, Options
 from dsenv.envs.sites import Site
 from dsenv.envs.stacks import Stack
 
@@ -38,20 +40,10 @@ def check_absent(prefix: Path, force: bool, why: str = "") -> None:
                              "complete), or choose another --prefix")
 
 
-def file_system_of(path: Path) -> Path:
-    """The mount point that holds ``path`` (its nearest existing ancestor's)."""
-    probe = Path(path)
-    while not probe.exists():
-        probe = probe.parent
-    probe = probe.resolve()
-    while not os.path.ismount(probe):
-        probe = probe.parent
-    return probe
-
-
 def out_of_space_message(prefix: Path, stack: Stack, step: str) -> str:
     """One line for ENOSPC: where, during what, and how much to free."""
-    mount = file_system_of(prefix.parent)
+    found = mounts.mount_for(Context(options=Options(target="login")), prefix.parent)
+    mount = Path(found.point if found else "/")
     free = shutil.disk_usage(mount).free / 2**30
     needed = max(1, math.ceil(NEEDED_GIB.get(stack.vendor, 12) - free))
     return (f"no space left on {mount} while {step}: free {needed} GiB or choose another "
@@ -68,9 +60,7 @@ def free_space_check(prefix: Path, stack: Stack) -> str:
     """``"120 GiB free (needs ~3 GiB)"``, or ProvisionError when the file system of
     ``prefix`` has less room than a ``stack`` environment takes."""
     needed = NEEDED_GIB.get(stack.vendor, 12)
-    probe = prefix.parent
-    while not probe.exists():
-        probe = probe.parent
+    probe = mounts.nearest_existing(prefix.parent) or Path("/")
     free = shutil.disk_usage(probe).free / 2**30
     if free < needed:
         raise ProvisionError(

@@ -4,6 +4,7 @@ the processes it starts, and is gone when they end."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -106,3 +107,28 @@ def doctor_json(done: subprocess.CompletedProcess) -> dict:
 
 def result(report: dict, check_id: str) -> dict:
     return next(r for r in report["results"] if r["id"] == check_id)
+
+
+@contextlib.contextmanager
+def folder_of_another_user(name: str):
+    """``/tmp/dsenv-shared-XXXX/NAME`` made by user ``nobody`` (mode 755) inside a sticky,
+    world-writable folder like /tmp: a cache a shared module or another user created.
+    Needs root and runuser (skips otherwise); removed afterwards."""
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("needs root and runuser to create a folder as another user")
+    shared = Path(tempfile.mkdtemp(prefix="dsenv-shared-", dir="/tmp"))
+    try:
+        shared.chmod(0o1777)
+        folder = shared / name
+        subprocess.run(["runuser", "-u", "nobody", "--", "mkdir", "-m", "755", str(folder)],
+                       check=True, timeout=30)
+        yield folder
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def third_user_cannot_write(argv: list[str]) -> bool:
+    """Whether user ``daemon`` is refused ``argv`` (mkdir/touch in another user's folder)."""
+    done = subprocess.run(["runuser", "-u", "daemon", "--", *argv], capture_output=True,
+                          text=True, timeout=30)
+    return done.returncode != 0 and "Permission denied" in done.stderr

@@ -18,7 +18,15 @@ from dsenv.doctor.probes.context import Context, Options
 from dsenv.doctor.probes.result import Status
 
 from .clirun import dsenv
-from .mountns import READ_ONLY, doctor_json, in_namespace, needs_namespace, result
+from .mountns import (
+    READ_ONLY,
+    doctor_json,
+    folder_of_another_user,
+    in_namespace,
+    needs_namespace,
+    result,
+    third_user_cannot_write,
+)
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 DS_OTHERS = "deepspeed.install,deepspeed.ops,deepspeed.accelerator"
@@ -225,29 +233,16 @@ def test_read_only_extensions_dir_fails_tmpfs_is_ok(tmp_path, read_only):
 
 
 def test_folder_made_by_another_user_warns(tmp_path, run_one):
-    if os.geteuid() != 0 or shutil.which("runuser") is None:
-        pytest.skip("needs root and runuser")
-    shared = Path(subprocess.check_output(["mktemp", "-d", "/tmp/dsenv-shared-XXXX"],
-                                          text=True).strip())
-    try:
-        shared.chmod(0o1777)  # like /tmp
-        extdir = shared / "torch_extensions"
-        subprocess.run(["runuser", "-u", "nobody", "--", "mkdir", "-m", "755", str(extdir)],
-                       check=True)
+    with folder_of_another_user("torch_extensions") as extdir:
         found = run_one("deepspeed.extensions-dir",
                         make(tmp_path, {"TORCH_EXTENSIONS_DIR": str(extdir)}))
         assert found.status == Status.WARN and "belongs to uid 65534" in found.summary, found
         # why it matters: a third user cannot build there
-        third = subprocess.run(["runuser", "-u", "daemon", "--", "mkdir", str(extdir / "op")],
-                               capture_output=True, text=True)
-        assert third.returncode != 0 and "Permission denied" in third.stderr
-        own = tmp_path / "own"
-        own.mkdir()
-        twin = run_one("deepspeed.extensions-dir",
-                       make(tmp_path, {"TORCH_EXTENSIONS_DIR": str(own)}))
-        assert twin.status == Status.OK, twin
-    finally:
-        shutil.rmtree(shared)
+        assert third_user_cannot_write(["mkdir", str(extdir / "op")])
+    own = tmp_path / "own"
+    own.mkdir()
+    twin = run_one("deepspeed.extensions-dir", make(tmp_path, {"TORCH_EXTENSIONS_DIR": str(own)}))
+    assert twin.status == Status.OK, twin
 
 
 def test_default_folder_in_an_nfs_home_warns(tmp_path, run_one):

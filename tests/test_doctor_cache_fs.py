@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -24,10 +23,12 @@ from .mountns import (
     FUSE_MOUNT,
     READ_ONLY,
     doctor_json,
+    folder_of_another_user,
     in_namespace,
     needs_fuse,
     needs_namespace,
     result,
+    third_user_cannot_write,
 )
 
 CACHE_OTHERS = "cache.offline,cache.assets,cache.hf-dirs"
@@ -229,23 +230,12 @@ def test_triton_home_decides_the_default(tmp_path, run_one):
 
 
 def test_triton_cache_made_by_another_user_warns(tmp_path, run_one):
-    if os.geteuid() != 0 or shutil.which("runuser") is None:
-        pytest.skip("needs root and runuser")
-    shared = Path(subprocess.check_output(["mktemp", "-d", "/tmp/dsenv-shared-XXXX"],
-                                          text=True).strip())
-    try:
-        shared.chmod(0o1777)
-        cache = shared / "triton"  # a TRITON_CACHE_DIR=/tmp/triton set by a shared module
-        subprocess.run(["runuser", "-u", "nobody", "--", "mkdir", "-m", "755", str(cache)],
-                       check=True)
+    # a TRITON_CACHE_DIR=/tmp/triton set by a shared module
+    with folder_of_another_user("triton") as cache:
         found = run_one("cache.triton-dir", make(tmp_path, {"TRITON_CACHE_DIR": str(cache)},
                                                  fake_root(tmp_path), triton_prefix(tmp_path)))
         assert found.status == Status.WARN and "belongs to uid 65534" in found.summary, found
-        third = subprocess.run(["runuser", "-u", "daemon", "--", "touch", str(cache / "k.lock")],
-                               capture_output=True, text=True)
-        assert third.returncode != 0 and "Permission denied" in third.stderr
-    finally:
-        shutil.rmtree(shared)
+        assert third_user_cannot_write(["touch", str(cache / "k.lock")])
 
 
 def test_read_only_triton_cache_fails_then_fix_passes(tmp_path):

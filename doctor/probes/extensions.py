@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import target_env, torch_info
+from . import processes, target_env, torch_info
 from .context import Context, probe
 
 
@@ -111,21 +111,6 @@ def find_locks(root: ExtensionsRoot) -> list[Path]:
         return []
 
 
-def _readlink(path: str) -> str | None:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return None
-
-
-def _comm(folder: str) -> str:
-    try:
-        with open(os.path.join(folder, "comm")) as handle:
-            return handle.read().strip() or "?"
-    except OSError:
-        return "?"
-
-
 def _match(target: str, lock: str, build: str) -> str | None:
     if target == lock:
         return "has the lock open"
@@ -138,36 +123,19 @@ def scan_holders(ctx: Context, locks: list[Path]) -> tuple[dict[Path, list[Holde
     """({lock: holders}, processes looked at, processes not readable), from /proc."""
     builds = {lock: (os.path.realpath(lock), os.path.realpath(lock.parent)) for lock in locks}
     found: dict[Path, list[Holder]] = {lock: [] for lock in locks}
-    seen = unreadable = 0
-    proc = str(ctx.path("/proc"))
-    try:
-        pids = [e.name for e in os.scandir(proc) if e.name.isdigit()]
-    except OSError:
-        return found, 0, 0
-    for pid in pids:
-        if int(pid) == os.getpid():
-            continue
-        folder = os.path.join(proc, pid)
-        try:
-            fds = os.listdir(os.path.join(folder, "fd"))
-        except PermissionError:
-            unreadable += 1
-            continue
-        except OSError:
-            continue  # gone meanwhile
-        seen += 1
-        cwd = _readlink(os.path.join(folder, "cwd")) or ""
-        targets = [t for t in (_readlink(os.path.join(folder, "fd", fd)) for fd in fds) if t]
+    walk = processes.Walk()
+    for process in processes.open_files(ctx, walk):
         for lock, (lock_real, build) in builds.items():
+            cwd = process.cwd
             how = "works in the build folder" if cwd == build or \
                 cwd.startswith(build + "/") else None
-            for target in targets:
+            for target in process.open:
                 how = _match(target, lock_real, build) or how
                 if how == "has the lock open":
                     break
             if how:
-                found[lock].append(Holder(int(pid), _comm(folder), how))
-    return found, seen, unreadable
+                found[lock].append(Holder(process.pid, process.comm, how))
+    return found, walk.seen, walk.unreadable
 
 
 def describe_age(seconds: float) -> str:

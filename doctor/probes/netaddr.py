@@ -14,8 +14,8 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
+from . import processes
 from .context import Context
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's and DeepSpeed's runner's default --master_port
@@ -166,39 +166,12 @@ class Owner:
         return f"pid {self.pid} ({self.command})"
 
 
-def _command(process: Path) -> str:
-    try:
-        words = (process / "cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return "?"
-    text = " ".join(w.decode(errors="replace") for w in words if w)
-    return (text[:117] + "...") if len(text) > 120 else (text or "?")
-
-
 def socket_owners(ctx: Context, inodes: set[int]) -> list[Owner]:
     """Processes holding any of these socket inodes, found through /proc/<pid>/fd; other
     users' processes stay invisible without root. Bounded by OWNER_SCAN_SECONDS."""
     wanted = {f"socket:[{inode}]" for inode in inodes}
-    owners: list[Owner] = []
-    deadline = time.monotonic() + OWNER_SCAN_SECONDS
-    try:
-        processes = [p for p in ctx.path("/proc").iterdir() if p.name.isdigit()]
-    except OSError:
-        return owners
-    for process in processes:
-        if not wanted or time.monotonic() > deadline:
-            break
-        try:
-            targets = {_readlink(fd) for fd in (process / "fd").iterdir()}
-        except OSError:
-            continue
-        if targets & wanted:
-            owners.append(Owner(int(process.name), _command(process)))
-    return owners
-
-
-def _readlink(path: Path) -> str:
-    try:
-        return str(path.readlink())
-    except OSError:
-        return ""
+    if not wanted:
+        return []
+    return [Owner(p.pid, p.command)
+            for p in processes.open_files(ctx, seconds=OWNER_SCAN_SECONDS, include_self=True)
+            if wanted.intersection(p.open)]
