@@ -1,4 +1,4 @@
-"""A real one-node Slurm for tests: munge, slurmctld and slurmd on 127.0.0.1.
+"""A real Slurm for tests: munge, slurmctld and slurmd on 127.0.0.1, or across namespaced hosts.
 
 Everything lives in a temporary state directory (slurm.conf, spool, state, logs, the munge
 socket) and the daemons are this module's own children, stopped by PID. Only one slurmd can
@@ -10,6 +10,14 @@ for another configuration.
 in its own mount namespace where that one file is hidden, and :meth:`SlurmCluster.run` enters
 the same namespace, so srun, the job steps and ``dsenv doctor`` all see the same machine.
 The facts this is built on were measured here (slurm-wlm 22.05.8, Debian 12).
+
+``hosts=N`` (2 to 4) makes the cluster multi-host: N namespaced hosts h1..hN from
+:mod:`tests.netns` (own hostname, /etc/hosts and mounts; fabric ``hsn0`` on 192.0.2.0/24,
+management ``nmn0`` on 198.51.100.0/24), one slurmd per host (NodeName = its name, NodeAddr
+its fabric address), slurmctld on h1, one sshd per host with a root key every host accepts,
+and Debian's pdsh. h1 is also the login node: :meth:`SlurmCluster.run` runs commands there.
+One munged serves all of them through its socket file (a path, so every network namespace
+reaches it).
 """
 
 from __future__ import annotations
@@ -26,7 +34,10 @@ from pathlib import Path
 
 from dsenv.net import free_port
 
-APT_PACKAGES = ("slurm-wlm", "munge", "libpmix-dev")
+from . import netns
+
+APT_PACKAGES = ("slurm-wlm", "munge", "libpmix-dev", "openssh-server", "openssh-client",
+                "pdsh", "nftables", "iproute2")
 START_TIMEOUT = 60.0
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE")
@@ -79,7 +90,7 @@ def pmix_dev_library() -> Path | None:
 
 SLURM_CONF = """\
 ClusterName=dsenvtest
-SlurmctldHost={hostname}(127.0.0.1)
+SlurmctldHost={hostname}({ctld_address})
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 SlurmUser=root
@@ -88,11 +99,11 @@ AuthType=auth/munge
 AuthInfo=socket={munge_socket}
 CredType=cred/munge
 StateSaveLocation={state}/ctld
-SlurmdSpoolDir={state}/slurmd
+SlurmdSpoolDir={state}/slurmd-%n
 SlurmctldPidFile={state}/slurmctld.pid
-SlurmdPidFile={state}/slurmd.pid
+SlurmdPidFile={state}/slurmd-%n.pid
 SlurmctldLogFile={state}/slurmctld.log
-SlurmdLogFile={state}/slurmd.log
+SlurmdLogFile={state}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -104,21 +115,28 @@ SchedulerType=sched/backfill
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MinJobAge=600
-NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+{node_lines}
+PartitionName=debug Nodes={node_names} Default=YES MaxTime=INFINITE State=UP
 """
 
 
 class SlurmCluster:
-    def __init__(self, mpi_default: str = "none", pmix_library: bool = True, cpus: int = 4):
+    def __init__(self, mpi_default: str = "none", pmix_library: bool = True, cpus: int = 4,
+                 hosts: int = 0):
         self.mpi_default = mpi_default
         self.pmix_library = pmix_library
         self.cpus = cpus
+        self.host_count = hosts
         self.state_dir = Path(tempfile.mkdtemp(prefix="dsenv-slurm-"))
         self.conf_path = self.state_dir / "slurm.conf"
         self.munge_socket = self.state_dir / "munge" / "munge.socket"
         self._daemons: dict[str, subprocess.Popen] = {}
         self._namespace_pid: int | None = None
+        self.hosts: netns.Hosts | None = None
+
+    @property
+    def node_names(self) -> list[str]:
+        return [h.name for h in self.hosts.hosts] if self.hosts else ["localhost"]
 
     # -- environment and commands --------------------------------------------------------
     def env(self, extra: dict | None = None) -> dict:
@@ -128,7 +146,9 @@ class SlurmCluster:
         env.update(extra or {})
         return env
 
-    def _enter(self, argv) -> list[str]:
+    def _enter(self, argv, cwd=None) -> list[str]:
+        if self.hosts is not None:  # the login node is h1
+            return self.hosts.first.command(argv, cwd)
         if self._namespace_pid is None:
             return [str(a) for a in argv]
         return ["nsenter", f"--target={self._namespace_pid}", "--mount", "--",
@@ -136,7 +156,8 @@ class SlurmCluster:
 
     def run(self, argv, *, timeout: float, env=None, cwd=None) -> subprocess.CompletedProcess:
         """Run a client command (srun, sbatch, dsenv ...) as this cluster's nodes see the host."""
-        return subprocess.run(self._enter(argv), capture_output=True, text=True, timeout=timeout,
+        return subprocess.run(self._enter(argv, cwd), capture_output=True, text=True,
+                              timeout=timeout,
                               env=env if env is not None else self.env(), cwd=cwd)
 
     def sbatch(self, script: Path, *, timeout: float, cwd=None, args=(), env=None) -> JobResult:
@@ -174,9 +195,14 @@ class SlurmCluster:
         for sub in ("ctld", "slurmd", "munge"):
             (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
         try:
+            if self.host_count:
+                self.hosts = netns.Hosts(self.host_count, self.state_dir / "hosts").start()
+                for name, proc in netns.start_ssh(self.hosts).items():
+                    self._daemons[f"sshd-{name}"] = proc
             self._start_munge()
             self._write_conf()
-            self._start_daemon("slurmctld", ["slurmctld", "-D", "-f", str(self.conf_path)])
+            self._start_daemon("slurmctld", ["slurmctld", "-D", "-f", str(self.conf_path)],
+                               host=self.hosts.first if self.hosts else None)
             self._start_slurmd()
             self._wait_idle()
         except BaseException:
@@ -200,12 +226,27 @@ class SlurmCluster:
         self._wait_for(lambda: self.munge_socket.exists(), "munged to open its socket")
 
     def _write_conf(self) -> None:
+        if self.hosts:
+            nodes = [(h.name, h.fabric_ip) for h in self.hosts.hosts]
+            ctld = nodes[0]
+        else:
+            nodes = [("localhost", "127.0.0.1")]
+            ctld = (socket.gethostname(), "127.0.0.1")
+        # Each host has a network namespace of its own, so one fixed port serves them all.
         self.conf_path.write_text(SLURM_CONF.format(
-            hostname=socket.gethostname(), ctld_port=free_port(), slurmd_port=free_port(),
-            munge_socket=self.munge_socket, state=self.state_dir, mpi_default=self.mpi_default,
-            cpus=self.cpus))
+            hostname=ctld[0], ctld_address=ctld[1], ctld_port=free_port(),
+            slurmd_port=free_port(), munge_socket=self.munge_socket, state=self.state_dir,
+            mpi_default=self.mpi_default,
+            node_lines="\n".join(f"NodeName={name} NodeAddr={address} CPUs={self.cpus} "
+                                  "State=UNKNOWN" for name, address in nodes),
+            node_names=",".join(name for name, _ in nodes)))
 
     def _start_slurmd(self) -> None:
+        if self.hosts:
+            for host in self.hosts.hosts:
+                self._start_daemon(f"slurmd-{host.name}", ["slurmd", "-D", "-f",
+                                   str(self.conf_path), "-N", host.name], host=host)
+            return
         argv = ["slurmd", "-D", "-f", str(self.conf_path), "-N", "localhost"]
         if self.pmix_library:
             self._start_daemon("slurmd", argv)
@@ -224,8 +265,11 @@ class SlurmCluster:
                                       "sh", "-c", hide])
         self._namespace_pid = self._daemons["slurmd"].pid
 
-    def _start_daemon(self, name: str, argv: list[str], user: str | None = None) -> None:
+    def _start_daemon(self, name: str, argv: list[str], user: str | None = None,
+                      host: netns.Host | None = None) -> None:
         log = open(self.state_dir / f"{name}.stdout", "wb")
+        if host is not None:
+            argv = host.command(argv)
         self._daemons[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                                stdin=subprocess.DEVNULL, user=user,
                                                start_new_session=True, env=self.env())
@@ -244,14 +288,18 @@ class SlurmCluster:
                                + " | ".join(self.log_tail(n) for n in self._daemons))
 
     def node_state(self) -> str:
-        shown = self.run(["sinfo", "-h", "-N", "-o", "%T", "-n", "localhost"], timeout=15)
-        return shown.stdout.strip()
+        """`idle` when every node is idle, else the states sinfo shows."""
+        shown = self.run(["sinfo", "-h", "-N", "-o", "%T", "-n", ",".join(self.node_names)],
+                         timeout=15)
+        states = set(shown.stdout.split())
+        return "idle" if states == {"idle"} and len(shown.stdout.split()) == len(
+            self.node_names) else " ".join(sorted(states))
 
     def _wait_idle(self) -> None:
-        self._wait_for(lambda: self.node_state() == "idle", "the node to be idle")
+        self._wait_for(lambda: self.node_state() == "idle", "every node to be idle")
 
     def log_tail(self, name: str, chars: int = 400) -> str:
-        for candidate in (self.state_dir / f"{name}.log", self.state_dir / f"{name}.stdout",
+        for candidate in (self.state_dir / f"{name}.log", self.state_dir / f"{name}-h1.log", self.state_dir / f"{name}.stdout",
                           self.munge_socket.parent / f"{name}.log"):
             if candidate.is_file() and candidate.stat().st_size:
                 return f"{name}: " + candidate.read_text(errors="replace")[-chars:].strip()
@@ -269,21 +317,26 @@ class SlurmCluster:
                     proc.wait(timeout=15)
         self._daemons.clear()
         self._namespace_pid = None
+        if self.hosts is not None:
+            self.hosts.stop()
+            self.hosts = None
         shutil.rmtree(self.state_dir, ignore_errors=True)
 
 
 _current: SlurmCluster | None = None
 
 
-def start(mpi_default: str = "none", pmix_library: bool = True) -> SlurmCluster:
+def start(mpi_default: str = "none", pmix_library: bool = True,
+          hosts: int = 0) -> SlurmCluster:
     """The running test cluster with this configuration (restarted when it differs)."""
     global _current
     if _current is not None:
-        if (_current.mpi_default, _current.pmix_library) == (mpi_default, pmix_library):
+        if (_current.mpi_default, _current.pmix_library, _current.host_count) == (
+                mpi_default, pmix_library, hosts):
             return _current
         _current.stop()
         _current = None
-    _current = SlurmCluster(mpi_default, pmix_library).start()
+    _current = SlurmCluster(mpi_default, pmix_library, hosts=hosts).start()
     return _current
 
 
