@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-SECRET_NAME = re.compile(r"TOKEN|KEY|PASSWORD|PASSWD|SECRET|CREDENTIAL", re.IGNORECASE)
+SECRET_WORDS = ("TOKEN", "KEY", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
+SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
 MASK = "***"
 # Shorter values ("1", "no") would mask ordinary words everywhere in the report.
 MIN_SECRET_LENGTH = 4

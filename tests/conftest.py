@@ -103,17 +103,18 @@ def no_references(tmp_path) -> str:
 # ----------------------------------------------------------------------------- Slurm
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """``slurm_cluster(mpi_default="none", pmix_library=True)`` -> a running one-node Slurm.
+    """``slurm_cluster(mpi_default="none", pmix_library=True, hosts=0)`` -> a running Slurm:
+    one node on 127.0.0.1, or ``hosts`` namespaced hosts h1..hN (tests/netns.py).
 
-    One cluster at a time (one slurmd per host): asking for another configuration restarts it.
+    One cluster at a time: asking for another configuration restarts it.
     Stopped at the end of the session; skips the test when this machine cannot run it.
     """
-    from . import slurmcluster
+    from . import netns, slurmcluster
 
-    def start(mpi_default: str = "none", pmix_library: bool = True):
+    def start(mpi_default: str = "none", pmix_library: bool = True, hosts: int = 0):
         try:
-            return slurmcluster.start(mpi_default, pmix_library)
-        except slurmcluster.SlurmUnavailable as exc:
+            return slurmcluster.start(mpi_default, pmix_library, hosts)
+        except (slurmcluster.SlurmUnavailable, netns.NetnsUnavailable) as exc:
             pytest.skip(f"no test Slurm cluster: {exc}")
 
     yield start

@@ -196,7 +196,7 @@ class Hosts:
         etc = Path("/etc/netns") / host.netns
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "hosts").write_text(self.hosts_file())
-        for (network, prefix), address in ((FABRIC, host.fabric_ip),
+        for (network, _), address in ((FABRIC, host.fabric_ip),
                                            (MANAGEMENT, host.management_ip)):
             peer = f"{host.name}-{network}"
             _ip("-n", self.bridge_ns, "link", "add", peer, "type", "veth", "peer", "name",

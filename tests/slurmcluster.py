@@ -104,6 +104,7 @@ SlurmctldPidFile={state}/slurmctld.pid
 SlurmdPidFile={state}/slurmd-%n.pid
 SlurmctldLogFile={state}/slurmctld.log
 SlurmdLogFile={state}/slurmd-%n.log
+TmpFS={state}/tmp-%n
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -242,6 +243,11 @@ class SlurmCluster:
             node_names=",".join(name for name, _ in nodes)))
 
     def _start_slurmd(self) -> None:
+        for name in self.node_names:
+            # %n folders: each node's spool and its job-local temporary folder (PMIx makes
+            # spmix_appdir_UID_JOB.STEP there: one shared /tmp would collide across hosts).
+            (self.state_dir / f"slurmd-{name}").mkdir(exist_ok=True)
+            (self.state_dir / f"tmp-{name}").mkdir(exist_ok=True)
         if self.hosts:
             for host in self.hosts.hosts:
                 self._start_daemon(f"slurmd-{host.name}", ["slurmd", "-D", "-f",

@@ -24,6 +24,7 @@ import io
 import logging
 import math
 import os
+import socket
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -94,6 +95,7 @@ def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
     if dist.get_world_size() != rt.world_size:  # a silent singleton: refuse, never train alone
         raise WorkloadError(f"{rt.ranks.launcher} said world size {rt.world_size} but "
                             f"torch.distributed has {dist.get_world_size()}")
+    rt.hosts = gather(rt, socket.gethostname())  # the run report lists every rank's host
     return {"init_distributed_s": time.perf_counter() - started, "ops_built": building}
 
 

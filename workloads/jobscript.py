@@ -23,13 +23,19 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from dsenv.envs.launchers import OFFLINE_VARIABLES
+from dsenv.envs.launchers import (
+    OFFLINE_VARIABLES,
+    REMOTE_ENV_NAMES,
+    REMOTE_ENV_PREFIXES,
+    REMOTE_ENV_SKIPPED,
+)
 from dsenv.envs.sites import Container, Site
 from dsenv.provision.activation import ACTIVATE_NAME, sh_value
 from dsenv.workloads.errors import LaunchError
 
 from dsenv import __version__
 from dsenv.data import load_table
+from dsenv.redact import SECRET_WORDS
 
 WORKLOAD_MODULE = "dsenv.workloads.cli"
 # Same derivation as dsenv.workloads.launch_env for srun ranks without MASTER_PORT.
@@ -292,6 +298,34 @@ def _one_line(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
+def _remote_env_file() -> list[str]:
+    """Bash that writes the variables other hosts' ranks need into DS_ENV_FILE, at job time.
+
+    DeepSpeed's pdsh runner starts those ranks in a fresh ssh shell and carries only a few
+    prefixes (runner.py EXPORT_ENVS) plus the lines of DS_ENV_FILE (default .deepspeed_env in
+    ~ or the launch folder); it writes each line as `export NAME=VALUE;` for the remote shell,
+    so values with quotes, `$` or backslashes are left out. Secrets never go into the file.
+    """
+    wanted = "|".join([f"{p}*" for p in REMOTE_ENV_PREFIXES] + list(REMOTE_ENV_NAMES)
+                      + ["PATH"])
+    secret = "|".join(f"*{w}*" for w in SECRET_WORDS)
+    return [
+        "# DeepSpeed's pdsh runner carries few variables to the other hosts: the rest go in",
+        "# the file DS_ENV_FILE names (the doctor's launch.ds-env checks it).",
+        'export DS_ENV_FILE="$DSENV_OUTPUT_DIR/.deepspeed_env"',
+        ': > "$DS_ENV_FILE"',
+        "for _dsenv_name in $(compgen -e); do",
+        '    case "$_dsenv_name" in',
+        f"        {'|'.join(REMOTE_ENV_SKIPPED)}|{secret}) continue ;;",
+        f"        {wanted}) ;;",
+        "        *) continue ;;",
+        "    esac",
+        """    case "${!_dsenv_name}" in ''|*$'\\n'*|*'"'*|*'$'*|*'`'*|*'\\\\'*) continue ;; esac""",
+        """    printf '%s=%s\\n' "$_dsenv_name" "${!_dsenv_name}" >> "$DS_ENV_FILE\"""",
+        "done",
+    ]
+
+
 def render_script(plan: JobPlan) -> str:
     site = plan.site
     mode_text = "smoke" if plan.mode == "smoke" else "full run"
@@ -360,6 +394,8 @@ def render_script(plan: JobPlan) -> str:
         lines += ['export DSENV_HOSTFILE="$DSENV_OUTPUT_DIR/hostfile"',
                   f"printf '%s slots={plan.ranks_per_node}\\n' \"${{DSENV_HOSTS[@]}}\" "
                   '> "$DSENV_HOSTFILE"']
+        if plan.nodes > 1:
+            lines += _remote_env_file()
     lines += [
         'echo "dsenv launch: MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT '
         'output $DSENV_OUTPUT_DIR"',

@@ -163,6 +163,9 @@ def print_summary(console, report: dict) -> None:
     table.add_row("workload", f"{report['workload']} ({report['mode']})")
     table.add_row("launcher", f"{run['launcher']}, world size {run['world_size']}, "
                   f"{run['backend']} on {run['device_type']}")
+    if len(run.get("hosts", [])) > 1:
+        table.add_row("hosts", ", ".join(f"{h} ({n} rank{'s' if n > 1 else ''})"
+                                         for h, n in run["ranks_per_host"].items()))
     table.add_row("preset", f"{batch['preset']}"
                   + (f" + {batch['user_config']}" if batch.get("user_config") else ""))
     table.add_row("global batch", f"{batch['train_batch_size']} = micro-batch "

@@ -34,6 +34,7 @@ class Runtime:
     console: object  # rich Console; silent on ranks other than 0
     threads: int = 1
     notes: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)  # each rank's host name, in rank order
 
     @property
     def rank(self) -> int:
@@ -55,7 +56,9 @@ class Runtime:
                 "world_size": self.world_size, "local_size": self.ranks.local_size,
                 "device": self.device, "device_type": self.device_type,
                 "backend": self.backend, "torch_threads_per_rank": self.threads,
-                "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"}
+                "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}",
+                "hosts": sorted(set(self.hosts)) or [socket.gethostname()],
+                "ranks_per_host": {h: self.hosts.count(h) for h in sorted(set(self.hosts))}}
 
 
 def _cpu_model() -> str:

@@ -14,6 +14,8 @@ import shlex
 import socket
 from pathlib import Path
 
+from dsenv.envs.launchers import needed_on_remote_hosts
+
 from dsenv.net import free_port
 from dsenv.redact import show_variable
 
@@ -31,14 +33,6 @@ SLURM_LAUNCHER_FIX = ("pass `--launcher slurm` to the deepspeed runner (srun sta
                       "no pdsh and no ssh between nodes), or start the ranks with "
                       "`dsenv launch --launcher srun`")
 SSH_TIMEOUT = 5  # seconds ssh may take to connect (ConnectTimeout)
-# What a job typically needs on every host, beyond the runner's prefixes: caches, compilers,
-# libraries, the fabric (HF_*, TORCH_*, TRITON_* ... are prefixes; the rest exact names).
-NEEDED_PREFIXES = ("NCCL_", "HF_", "TRANSFORMERS_", "HUGGINGFACE_", "TORCH_", "TRITON_",
-                   "MIOPEN_", "FI_", "GLOO_", "UCX_", "PYTHON")
-NEEDED_NAMES = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "OMP_NUM_THREADS",
-                "DS_ACCELERATOR", "XDG_CACHE_HOME")
-NOT_NEEDED = ("PYTHONSTARTUP", "PYTHONUNBUFFERED", "PYTHONIOENCODING", "PYTHONHASHSEED",
-              "TORCHELASTIC_ERROR_FILE")
 
 
 def _severe(ctx: Context):
@@ -296,8 +290,7 @@ def ds_hostfile(ctx: Context):
 
 def needed_variables(ctx: Context) -> dict[str, str]:
     """Variables set here that the ranks on the other hosts are likely to need."""
-    needed = {n: v for n, v in ctx.env.items() if n not in NOT_NEEDED and v
-              and (n.startswith(NEEDED_PREFIXES) or n in NEEDED_NAMES)}
+    needed = {n: v for n, v in ctx.env.items() if v and needed_on_remote_hosts(n)}
     env_bins = [str(Path(ctx.env[n]) / "bin") for n in ("DSENV_ENV", "VIRTUAL_ENV", "CONDA_PREFIX")
                 if ctx.env.get(n)]
     path = ctx.env.get("PATH", "").split(os.pathsep)
