@@ -126,8 +126,8 @@ class Host:
 
     def drop_tcp_port(self, port: int) -> None:
         """An nftables drop of incoming TCP to PORT inside this host only."""
-        script = ("table inet dsenvtest { chain input { type filter hook input priority 0; "
-                  f"tcp dport {port} drop; }} }}")
+        script = ("table inet dsenvtest {\n chain input {\n  type filter hook input "
+                  f"priority 0;\n  tcp dport {port} drop\n }}\n}}\n")
         self.run(["nft", "-f", "-"], timeout=15, check=True, input=script)
 
     def allow_all(self) -> None:

@@ -40,7 +40,7 @@ def _severe(ctx: Context):
     return fail if ctx.is_compute else warn
 
 
-def _multi_node(ctx: Context) -> tuple[bool, str]:
+def multi_node(ctx: Context) -> tuple[bool, str]:
     """More than one node: --nodes, SLURM_NNODES, else (DeepSpeed's launcher or none named)
     a hostfile listing several hosts."""
     nodes = joblayout.planned_nodes(ctx)
@@ -60,7 +60,7 @@ def _master_addr_timeout(ctx: Context) -> float:
 
 @check("launch.master-addr", "MASTER_ADDR reaches the first node from every node")
 def master_addr(ctx: Context):
-    multi, why = _multi_node(ctx)
+    multi, why = multi_node(ctx)
     value = ctx.env.get("MASTER_ADDR", "").strip()
     if not multi:
         return skip(f"one node ({why}): the rendezvous may stay on loopback")
@@ -182,7 +182,7 @@ def pdsh_launch(ctx: Context) -> tuple[bool, str]:
     if launcher not in (None, "deepspeed"):
         return False, f"launcher {launcher}: DeepSpeed's pdsh runner is not used"
     hostfile = dsrunner.hostfile(ctx)
-    multi, why = _multi_node(ctx)
+    multi, why = multi_node(ctx)
     if launcher == "deepspeed" and multi:
         return True, f"the deepspeed launcher on more than one node ({why})"
     if len(hostfile.hosts) > 1:
@@ -244,7 +244,7 @@ def ds_hostfile(ctx: Context):
     if ctx.options.launcher != "deepspeed":
         return skip("only DeepSpeed's launcher reads a hostfile (--launcher deepspeed)")
     hostfile = dsrunner.hostfile(ctx)
-    multi, why = _multi_node(ctx)
+    multi, why = multi_node(ctx)
     ranks = joblayout.ranks_per_node(ctx)
     evidence = [why, f"hostfile: {hostfile.path} ({hostfile.source})"]
     make = ('scontrol show hostnames "$SLURM_JOB_NODELIST" | sed \'s/$/ slots='
@@ -278,6 +278,17 @@ def ds_hostfile(ctx: Context):
             return _severe(ctx)(f"{hostfile.path} names host(s) outside this allocation: "
                                 f"{', '.join(outside)}", make, *evidence,
                                 f"allocated: {', '.join(allocated)}")
+        listed = {joblayout.short_name(h) for h in hosts}
+        idle = [h for h in allocated if joblayout.short_name(h) not in listed]
+        if idle:
+            return _severe(ctx)(f"{hostfile.path} leaves out allocated host(s) "
+                                f"{', '.join(idle[:6])}: no rank starts there (they idle "
+                                "while the job is billed for them)", make, *evidence,
+                                f"allocated: {', '.join(allocated)}")
+    if not Path(hostfile.path).is_absolute():
+        absolute = Path(hostfile.path).absolute()
+        return warn(f"hostfile {hostfile.path} is a relative path: the runner reads it from "
+                    "the folder it is started in", f"pass --hostfile {absolute}", *evidence)
     if ranks.value and any(s < ranks.value for s in hosts.values()):
         short = [f"{h} slots={s}" for h, s in hosts.items() if s < ranks.value]
         return _severe(ctx)(f"{', '.join(short)}: fewer slots than the {ranks.value} ranks per "
