@@ -20,7 +20,9 @@ The modules, in the order a run goes through them:
 - :mod:`.distributed_launch`: the command: preflight, ``--launch``, or this rank's run;
 - :mod:`.distributed_rank`: one rank's run under a deadline no peer can break, with
   :mod:`.distributed_record` (what a rank reports about itself), :mod:`.distributed_liveness`
-  (who left) and :mod:`.distributed_allreduce` (the exact checks and the timings);
+  (who left), :mod:`.distributed_fingerprint` (every rank's environment, compared by rank 0),
+  :mod:`.distributed_allreduce` (the exact checks and the timings) and
+  :mod:`.distributed_pairs` (the bandwidth of each host pair, so one slow link is named);
 - :mod:`.distributed_report`: the results for the doctor report, the tables, the exit code.
 
 Test-only fault injection: DSENV_DISTRIBUTED_TEST_FAULT (:func:`parse_fault`).

@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from . import ranks
+from .distributed_pairs import rows_of, time_pairs
 
 if TYPE_CHECKING:
     from .distributed_rank import RankRun
@@ -73,6 +74,12 @@ def check_and_time(run: RankRun, seed: int) -> None:
         algbw = ranks.algorithm_bandwidth(row["bytes"], seconds)
         row.update(time_us=seconds * 1e6, algbw_gbps=algbw,
                    busbw_gbps=ranks.bus_bandwidth(algbw, n))
+    pairs = run.pair_plan.get("pairs") or []
+    if pairs:  # one rank of each host pair, after the sweep (distributed_pairs)
+        run.enter("host pairs")
+        seconds = time_pairs(run, pairs)
+        if run.rank == 0:
+            run.pair_plan["rows"] = rows_of(pairs, seconds, run.records, run.backend)
 
 
 def timed_allreduce(x, warmup: int, iters: int) -> float:

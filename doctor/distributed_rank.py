@@ -6,9 +6,12 @@ on MASTER_PORT, or torchrun's agent does):
 
 ==============  ============================================================================
 identity/<r>    rank r's record (:mod:`.distributed_record`), JSON
+fingerprint/<d> the environment table whose digest is d (:mod:`.distributed_fingerprint`),
+                JSON: set by the first rank that has it, read by rank 0 once per digest
 step/<r>        index of the step rank r last entered (rendezvous, init, check 1 MiB, ...)
 rank0           rank 0's liveness port and its deadline (epoch seconds), JSON
-go              rank 0's word after the rendezvous: the random seed, or why the run stops
+go              rank 0's word after the rendezvous: the random seed and the host pairs to
+                time (:mod:`.distributed_pairs`), or why the run stops
 ==============  ============================================================================
 
 Liveness (:mod:`.distributed_liveness`): every rank keeps one TCP connection to rank 0, so
@@ -42,9 +45,11 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 
+from . import distributed_fingerprint as fingerprints
 from . import ranks
 from .distributed_allreduce import check_and_time
 from .distributed_liveness import LivenessClient, LivenessServer
+from .distributed_pairs import plan_pairs
 from .distributed_record import local_record
 
 # Ranks other than 0 stop this long after rank 0's deadline, so that rank 0 names the
@@ -87,9 +92,12 @@ class RankRun:
         self.store = None
         self.records: dict[int, dict] = {}
         self.exited: dict[int, int] = {}
+        self.errors: dict[int, str] = {}  # rank -> the error it left in the store
         self.rank0_done = False
         self.rows: list[dict] = []
         self.timing = {}
+        self.environment: dict | None = None  # rank 0: the fingerprints compared
+        self.pair_plan: dict = {}  # the host pairs to time (rank 0 adds their rows)
         self.fault = plan.fault if plan.fault and plan.fault.rank == self.rank else None
         self._end_lock = threading.Lock()
         self._ending: str | None = None
@@ -137,8 +145,11 @@ class RankRun:
         except RunFailure as exc:
             self.end(exc.kind, str(exc))
         except Exception as exc:  # a collective or the store failed: find out who left
+            said = f"{type(exc).__name__}: {_first_line(exc)}"
+            if self.rank != 0:
+                self._leave_word(said)
             self._settle(SETTLE_S if self.rank == 0 else 3 * SETTLE_S)
-            self.end("error", f"{type(exc).__name__}: {_first_line(exc)}")
+            self.end("error", said)
         self.end("ok")
 
     def _run(self) -> None:
@@ -151,13 +162,18 @@ class RankRun:
         self.step_names = ["start", "rendezvous", "init",
                            *[f"all-reduce check {ranks.format_size(s)}" for s in self.sizes],
                            *[f"bandwidth {ranks.format_size(s)}" for s in self.sizes],
-                           "gather", "done"]
+                           "gather", "host pairs", "done"]
         record = local_record(self.info, self.env, self.backend)
+        record["fingerprint"], table = fingerprints.record_part(
+            fingerprints.local_fingerprint(self.env, self.backend))
         self.records[self.rank] = record
         self.fault_point("start")
         started = time.monotonic()
         self._open_store()
         self.enter("rendezvous")
+        key = f"{self.prefix}fingerprint/{record['fingerprint']['digest']}"
+        if not self.store.check([key]):  # identical environments send their table once
+            self.store.set(key, json.dumps(table))
         self.store.set(f"{self.prefix}identity/{self.rank}", json.dumps(record))
         go = self._rank0_rendezvous() if self.rank == 0 else self._peer_rendezvous()
         self.timing["rendezvous_s"] = time.monotonic() - started
@@ -205,11 +221,15 @@ class RankRun:
         self.store.wait(keys, self._timedelta(1.0))  # the watchdog, naming who is missing, first
         for r in range(self.world):
             self.records[r] = json.loads(self.store.get(keys[r]))
+        tables, distinct = fingerprints.fetch_tables(self.records, lambda d: json.loads(
+            self.store.get(f"{self.prefix}fingerprint/{d}")))
+        self.environment = fingerprints.compare(self.records, tables, distinct)
         problems = self.record_problems()
         if problems:
             go = {"ok": False, "reason": problems[0]}
         else:
-            go = {"ok": True, "seed": secrets.randbits(31)}
+            self.pair_plan = plan_pairs(self.records)
+            go = {"ok": True, "seed": secrets.randbits(31), "pairs": self.pair_plan["pairs"]}
         self.store.set(f"{self.prefix}go", json.dumps(go))
         if not go["ok"]:
             raise RunFailure("aborted", "; ".join(problems))
@@ -238,6 +258,7 @@ class RankRun:
         go = json.loads(self.store.get(f"{self.prefix}go"))
         if not go["ok"]:
             raise RunFailure("aborted", "rank 0 stopped the run: " + go["reason"])
+        self.pair_plan = {"pairs": go.get("pairs", [])}
         return go
 
     def hosts(self) -> dict[int, str]:
@@ -272,6 +293,18 @@ class RankRun:
         self.exited[0] = self._read_step(0)
         self.end("rank0-exited")
 
+    def _leave_word(self, said: str) -> None:
+        """Why this rank stops, under ``error/<rank>`` for rank 0 to quote (gloo's "Unable to
+        find address for: hsn0" names the cause on the host that has it)."""
+        if self.store is None:
+            return
+        try:
+            store = self.store.clone()
+            store.set_timeout(datetime.timedelta(seconds=2))
+            store.set(f"{self.prefix}error/{self.rank}", said)
+        except Exception:  # the store is gone with rank 0: rank 0 is not listening either
+            pass
+
     def _read_step(self, rank: int) -> int | None:
         steps = self._read_progress(only=[rank])
         return steps.get(rank)
@@ -292,6 +325,9 @@ class RankRun:
                 identity = f"{self.prefix}identity/{rank}"
                 if rank not in self.records and store.check([identity]):
                     self.records[rank] = json.loads(store.get(identity))
+                error = f"{self.prefix}error/{rank}"
+                if rank in self.exited and store.check([error]):
+                    self.errors[rank] = store.get(error).decode(errors="replace")
         except Exception:  # the store is gone with rank 0: report what is known
             pass
         return steps
@@ -331,6 +367,7 @@ class RankRun:
             "iters": self.plan.iters_for(self.backend),
             "ranks": [self.records[r] for r in sorted(self.records)],
             "allreduce": self.rows, "timing": self.timing, "failure": None,
+            "environment": self.environment, "pairs": self.pair_plan or None,
             "fault_injected": self.plan.fault.describe() if self.plan.fault else None,
         }
         if kind == "ok":
@@ -342,6 +379,9 @@ class RankRun:
         if self.info.local_size == self.world:  # one node: a rank that never came was ours
             here = self.records[self.rank]["host"] if self.rank in self.records else None
             hosts = {r: hosts.get(r) or here for r in range(self.world)}
+        else:  # several nodes: Slurm's layout names the host of a rank that never reported
+            hosts = {**ranks.slurm_step_hosts(self.env, self.world),
+                     **{r: h for r, h in hosts.items() if h}}
         if kind == "aborted":
             culprits = []
         elif self.store is None and self.rank == 0:
@@ -352,6 +392,9 @@ class RankRun:
                                    "answered"}]
         else:
             culprits = ranks.diagnose(self.world, hosts, steps, self.exited, self.step_names)
+            for culprit in culprits:
+                if culprit["rank"] in self.errors:
+                    culprit["detail"] += f"; it said {self.errors[culprit['rank']]}"
         cause = {"timeout": f"the run did not finish within {self.plan.timeout_s:g} s",
                  "terminated": "the launcher terminated this rank (SIGTERM)",
                  "error": f"this rank saw {message}"}.get(kind)

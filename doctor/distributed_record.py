@@ -12,31 +12,36 @@ from pathlib import Path
 import psutil
 
 from . import ranks
+from .probes.fingerprint import selected_interfaces
 from .probes.gpus import VISIBILITY_NAMES
 
 
 def socket_interface(master_addr: str, env: Mapping[str, str], backend: str
                      ) -> tuple[str, str | None]:
-    """(interface, local address) this rank's sockets use towards ``master_addr``: the one
-    NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME names, else the one the routing table picks."""
+    """(interface, local address) this rank's sockets use towards ``master_addr``: among
+    those NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME selects (the one the route takes when it
+    is one of them), else the one the routing table picks."""
     variable = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
     addresses = {name: [a.address for a in entries if a.family in (socket.AF_INET,
                                                                     socket.AF_INET6)]
                  for name, entries in psutil.net_if_addrs().items()}
-    chosen = env.get(variable, "").strip()
-    if chosen:
-        first = chosen.split(",")[0].lstrip("^=")
-        found = addresses.get(first) or [None]
-        return f"{chosen} ({variable})", found[0]
+    routed, local = "?", None
     try:
         family = socket.AF_INET6 if ":" in master_addr else socket.AF_INET
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.connect((master_addr, 9))  # UDP connect sends nothing: it only routes
             local = probe.getsockname()[0]
+        routed = next((n for n, addrs in addresses.items() if local in addrs), "?")
     except OSError:
-        return "?", None
-    name = next((n for n, addrs in addresses.items() if local in addrs), "?")
-    return name, local
+        pass
+    chosen = env.get(variable, "").strip()
+    if not chosen:
+        return routed, local
+    selected, _ = selected_interfaces(variable, chosen, addresses)
+    if not selected:
+        return f"none ({variable}={chosen} matches no interface here)", None
+    name = routed if routed in selected else selected[0]
+    return f"{name} ({variable}={chosen})", (addresses.get(name) or [None])[0]
 
 
 def local_record(info, env: Mapping[str, str], backend: str) -> dict:

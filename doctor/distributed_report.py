@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from dsenv.envs.sites import load_site
 from dsenv.provision import ProvisionError
 from dsenv.provision.manifest import read_manifest
 
-from . import ranks
+from . import distributed_fingerprint, distributed_pairs, ranks
 from .distributed import AREA, Plan, defaults
 from .probes.result import Result, Status
 from .render import exit_code, render_json, render_text, use_color
@@ -28,10 +29,11 @@ PREFLIGHT_LAG_S = 2.0
 
 
 # -- verdicts -----------------------------------------------------------------------------------
-STAGES = ("launch", "rendezvous", "devices", "allreduce", "busbw")
+STAGES = ("launch", "rendezvous", "environment", "devices", "allreduce", "busbw", "links")
 TITLES = {"launch": "Ranks and launcher", "rendezvous": "Every rank arrives",
+          "environment": distributed_fingerprint.TITLE,
           "devices": "One GPU per rank", "allreduce": "All-reduce is exact",
-          "busbw": "All-reduce bus bandwidth"}
+          "busbw": "All-reduce bus bandwidth", "links": distributed_pairs.TITLE}
 
 
 def stage_of(failure: dict | None) -> str | None:
@@ -44,6 +46,8 @@ def stage_of(failure: dict | None) -> str | None:
         return "devices" if "GPU" in failure["message"] else "launch"
     if step.startswith("all-reduce check"):
         return "allreduce"
+    if step == "host pairs":
+        return "links"
     if step.startswith(("bandwidth", "gather", "done")):
         return "busbw"
     return "rendezvous"
@@ -141,6 +145,11 @@ def results_from(outcome: dict, plan: Plan, prefix: Path | None = None) -> list[
                        _failure_fix(failure, records))
 
     for stage in STAGES:
+        if stage == "environment":  # compared at the rendezvous, shown whatever came later
+            if outcome.get("environment") or outcome.get("preflight") != "alone":
+                results.append(distributed_fingerprint.result(outcome.get("environment"),
+                                                              reached("environment")))
+                continue
         if failed_at == stage:
             results.append(failed(stage))
         elif not reached(stage):
@@ -177,6 +186,8 @@ def _passed(stage, outcome, plan, hosts, world, launcher, prefix) -> Result:
         return _result(stage, Status.OK, f"{len(gpus)} ranks on {len(gpus)} distinct GPUs",
                        [f"rank {r['rank']}: {r.get('device_name')} {r.get('device_uuid')}"
                         for r in gpus[:16]])
+    if stage == "links":
+        return distributed_pairs.result(outcome)
     rows = outcome.get("allreduce") or []
     if stage == "allreduce":
         wrong = [r for r in rows if r.get("wrong")]
@@ -222,8 +233,11 @@ def report(outcome: dict, plan: Plan, args, checks, ctx, marked_ok: bool = True)
         return 1 if failed else 0
     if outcome.get("rank", 0) != 0:  # rank 0 prints the report; the others one line
         if failed:
-            print(f"dsenv doctor --distributed: rank {outcome['rank']}: "
-                  f"{outcome['failure']['message']}", file=sys.stderr, flush=True)
+            here = next((r.get("host") for r in outcome.get("ranks") or []
+                         if r.get("rank") == outcome["rank"]), None)
+            print(f"dsenv doctor --distributed: rank {outcome['rank']} on "
+                  f"{here or socket.gethostname()}: {outcome['failure']['message']}",
+                  file=sys.stderr, flush=True)
             if outcome.get("preflight"):  # every rank stops at once: let rank 0 report
                 time.sleep(PREFLIGHT_LAG_S)  # before a launcher stops it for our exit
         return 1 if failed else 0
@@ -245,6 +259,11 @@ def report(outcome: dict, plan: Plan, args, checks, ctx, marked_ok: bool = True)
     return exit_code(results, strict=args.strict)
 
 
+def _group_size(outcome: dict, digest: str) -> int:
+    return sum(1 for r in outcome.get("ranks") or []
+               if (r.get("fingerprint") or {}).get("digest") == digest)
+
+
 def render_tables(outcome: dict, *, color: bool | None = None, width: int = 100) -> str:
     """The ranks table and nccl-tests' bandwidth table, as text."""
     # rich: only rank 0's text report needs it (this module is on every rank's path)
@@ -261,7 +280,12 @@ def render_tables(outcome: dict, *, color: bool | None = None, width: int = 100)
                   f" under {outcome.get('launcher')}, backend {outcome.get('backend') or '-'}, "
                   f"{len(hosts)} host(s), {outcome.get('seconds', 0):.1f} s")
     table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
-    for column in ("rank", "host", "local", "device", "visible", "NUMA", "interface"):
+    # environment column only when fingerprints differ: A is the largest group, then B, ...
+    digests = sorted({(r.get("fingerprint") or {}).get("digest") for r in outcome.get("ranks")
+                      or []} - {None}, key=lambda d: _group_size(outcome, d), reverse=True)
+    letters = {d: chr(ord("A") + i) if i < 26 else "+" for i, d in enumerate(digests)}
+    for column in ("rank", "host", "local", "device", "visible", "NUMA", "interface",
+                   *(["env"] if len(letters) > 1 else [])):
         table.add_column(column, justify="right" if column in ("rank", "local") else "left")
     for r in outcome.get("ranks") or []:
         device = r.get("device") or "-"
@@ -273,8 +297,11 @@ def render_tables(outcome: dict, *, color: bool | None = None, width: int = 100)
         interface = r.get("interface") or "-"
         if r.get("address"):
             interface += f" {r['address']}"
+        env = [letters.get((r.get("fingerprint") or {}).get("digest"), "-")] \
+            if len(letters) > 1 else []
         table.add_row(str(r.get("rank")), escape(str(r.get("host"))), str(r.get("local_rank")),
-                      escape(device), escape(r.get("visible") or "-"), numa, escape(interface))
+                      escape(device), escape(r.get("visible") or "-"), numa, escape(interface),
+                      *env)
     console.print(table)
     rows = outcome.get("allreduce") or []
     if rows and all("time_us" in r for r in rows):
@@ -290,5 +317,18 @@ def render_tables(outcome: dict, *, color: bool | None = None, width: int = 100)
                        f"{r['time_us']:.1f}", f"{r['algbw_gbps']:.2f}", f"{r['busbw_gbps']:.2f}",
                        str(r["wrong"]))
         console.print(bw)
+    links = (outcome.get("pairs") or {}).get("rows") or []
+    if links:
+        console.print(f"\n[bold]host pairs[/] ({escape(outcome['pairs']['selection'])}; "
+                      "one buffer both ways at once, the fastest of the timed exchanges, "
+                      "busbw = bytes / time)")
+        pairs = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
+        for column in ("host pair", "ranks", "size (B)", "time (us)", "busbw (GB/s)"):
+            pairs.add_column(column, justify="left" if column == "host pair" else "right")
+        for r in sorted(links, key=lambda r: r["busbw_gbps"])[:distributed_pairs.MAX_ROWS_SHOWN]:
+            pairs.add_row(escape(f"{r['hosts'][0]} - {r['hosts'][1]}"),
+                          f"{r['ranks'][0]},{r['ranks'][1]}", str(r["bytes"]),
+                          f"{r['time_us']:.1f}", f"{r['busbw_gbps']:.2f}")
+        console.print(pairs)
     console.print()
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"

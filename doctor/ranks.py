@@ -7,7 +7,8 @@ Pure functions over the environment, per-rank records and progress; ``dsenv doct
 A rank record is a dict (it travels as JSON between ranks): rank, local_rank, world_size,
 local_size, launcher, host, pid, visible (the *_VISIBLE_DEVICES setting), device ("cuda:0",
 "cpu"), device_name, device_uuid, device_bus_id, numa (the NUMA nodes of the rank's CPUs),
-device_numa, interface and address (the socket interface towards MASTER_ADDR).
+device_numa, interface and address (the socket interface towards MASTER_ADDR), fingerprint
+(the digest of the rank's environment: doctor/distributed_fingerprint.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from .probes.joblayout import expand_hostlist
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _SIZE = re.compile(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", re.IGNORECASE)
@@ -190,6 +193,46 @@ def numa_nodes_of(cpus: Iterable[int], root: Path = Path("/")) -> list[int]:
 
 
 # -- who is missing or stuck --------------------------------------------------------------------
+def expand_task_counts(text: str) -> list[int]:
+    """Slurm's SLURM_STEP_TASKS_PER_NODE: '2(x3),1' -> [2, 2, 2, 1]; [] when unreadable."""
+    counts = []
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part)
+        if not match:
+            return []
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
+
+
+def slurm_step_hosts(env: Mapping[str, str], world_size: int) -> dict[int, str]:
+    """rank -> host as Slurm places the tasks of this step, so that a rank that never
+    reported is still named with its host: block (consecutive ranks fill one node, then the
+    next) or cyclic (one rank per node in turn, sbatch's default when a job asks for one
+    task per node). Empty under any other launcher or distribution, or when the layout does
+    not add up to the world."""
+    nodelist = env.get("SLURM_STEP_NODELIST", "")
+    distribution = env.get("SLURM_DISTRIBUTION", "block").split(":")[0]
+    if not nodelist or distribution not in ("block", "cyclic"):
+        return {}
+    try:
+        hosts = expand_hostlist(nodelist)
+    except ValueError:
+        return {}
+    counts = expand_task_counts(env.get("SLURM_STEP_TASKS_PER_NODE", ""))
+    if len(counts) != len(hosts) or sum(counts) != world_size:
+        return {}
+    if distribution == "block":
+        placed = [host for host, n in zip(hosts, counts, strict=True) for _ in range(n)]
+    else:
+        placed, left = [], list(counts)
+        while len(placed) < world_size:
+            for index, host in enumerate(hosts):
+                if left[index]:
+                    placed.append(host)
+                    left[index] -= 1
+    return dict(enumerate(placed))
+
+
 def rank_name(rank: int, hosts: Mapping[int, str]) -> str:
     host = hosts.get(rank)
     return f"rank {rank} ({host})" if host else f"rank {rank} (host unknown: it never reported)"

@@ -228,7 +228,8 @@ class SlurmCluster:
 
     def _write_conf(self) -> None:
         if self.hosts:
-            nodes = [(h.name, h.fabric_ip) for h in self.hosts.hosts]
+            # Slurm on the management network, the ranks on the fabric, as on real clusters
+            nodes = [(h.name, h.management_ip) for h in self.hosts.hosts]
             ctld = nodes[0]
         else:
             nodes = [("localhost", "127.0.0.1")]

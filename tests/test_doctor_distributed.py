@@ -58,8 +58,9 @@ def explain(result) -> str:
 def assert_healthy(report: dict, launcher: str) -> None:
     seen = statuses(report)
     assert seen == {"distributed.launch": "ok", "distributed.rendezvous": "ok",
-                    "distributed.devices": "skip", "distributed.allreduce": "ok",
-                    "distributed.busbw": "info"}, seen
+                    "distributed.environment": "ok", "distributed.devices": "skip",
+                    "distributed.allreduce": "ok", "distributed.busbw": "info",
+                    "distributed.links": "skip"}, seen
     dist = report["distributed"]
     assert dist["launcher"] == launcher and dist["world_size"] == 2 and dist["failure"] is None
     assert [r["rank"] for r in dist["ranks"]] == [0, 1]
@@ -230,14 +231,17 @@ def test_bandwidth_verdict_against_the_expectation(expected, status, tmp_path):
     assert results["distributed.devices"].status is Status.OK
 
 
+STAGE_BUSBW = distributed_report.STAGES.index("busbw")
+
+
 def test_bandwidth_expectation_comes_from_the_site_profile(tmp_path):
     # two hosts: inter-node; lumi.toml says 50 GB/s
-    busbw = distributed_report.results_from(_outcome(), _plan(site="lumi"), prefix=tmp_path)[-1]
+    busbw = distributed_report.results_from(_outcome(), _plan(site="lumi"), prefix=tmp_path)[STAGE_BUSBW]
     assert busbw.status is Status.FAIL and "site lumi: expect_busbw_gbps.inter_node" in busbw.summary
-    none = distributed_report.results_from(_outcome(), _plan(site="hpc5"), prefix=tmp_path)[-1]
+    none = distributed_report.results_from(_outcome(), _plan(site="hpc5"), prefix=tmp_path)[STAGE_BUSBW]
     assert none.status is Status.INFO and "site hpc5 has no expect_busbw_gbps.inter_node" in none.summary
     # no --site, no provisioned environment: say how to give one
-    bare = distributed_report.results_from(_outcome(), _plan(), prefix=tmp_path)[-1]
+    bare = distributed_report.results_from(_outcome(), _plan(), prefix=tmp_path)[STAGE_BUSBW]
     assert bare.status is Status.INFO and "--expect-busbw" in bare.summary
 
 
@@ -325,7 +329,7 @@ def test_launch_mpirun_prints_one_table(tmp_path, run_env):
     table = out[out.index("rank  host"):out.index("all-reduce")]
     assert len(re.findall(r"^\s+[01]\s+\S+\s+[01]\s+cpu", table, re.M)) == 2
     assert re.search(r"^\s+65536\s+16384\s+float\s+sum\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+0$", out, re.M)
-    assert "✓  All-reduce is exact" in out and "3 ok, 1 info, 1 skipped" in out
+    assert "✓  All-reduce is exact" in out and "4 ok, 1 info, 2 skipped" in out
 
 
 def _under(launcher: str, env: dict) -> list[str]:

@@ -159,6 +159,10 @@ def master_port(ctx: Context):
         owners = netaddr.socket_owners(ctx, {h.inode for h in holders})
         evidence += [f"listening: {h.address}:{h.port} (uid {h.uid}, inode {h.inode})"
                      for h in holders]
+        if owners and all(o.pid == os.getpid() for o in owners):
+            # `dsenv doctor --distributed`: rank 0's own rendezvous store listens there
+            return ok(f"port {port} is held by this doctor's own rendezvous (rank 0 of "
+                      "--distributed)", *evidence)
         who = ("held by " + ", ".join(o.describe() for o in owners) if owners else
                "by a process this user cannot see (another user's job?)" if holders else
                "no listener in /proc/net/tcp: another network namespace?")
