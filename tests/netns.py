@@ -66,10 +66,23 @@ def remove_stale() -> list[str]:
             continue
         owner = name[len(PREFIX):].split("-")[0]
         if owner.isdigit() and not _pid_alive(int(owner)):
-            subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=15)
-            shutil.rmtree(Path("/etc/netns") / name, ignore_errors=True)
+            _delete_netns(name)
             removed.append(name)
     return removed
+
+
+def _delete_netns(name: str) -> None:
+    """End the processes still inside (a holder, a daemon, a rank a test left: they would
+    keep the namespace's interfaces alive), then delete it and its /etc/netns folder."""
+    pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
+                          timeout=15).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=15)
+    shutil.rmtree(Path("/etc/netns") / name, ignore_errors=True)
 
 
 @dataclass
@@ -234,17 +247,7 @@ class Hosts:
                 os.killpg(host.holder.pid, signal.SIGKILL)
                 host.holder.wait(timeout=15)
         for name in reversed(self._namespaces):
-            # Processes still inside (a rank a test left) would keep the namespace's
-            # interfaces alive: end them first.
-            pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True,
-                                  text=True, timeout=15).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=15)
-            shutil.rmtree(Path("/etc/netns") / name, ignore_errors=True)
+            _delete_netns(name)
         self._namespaces.clear()
 
 

@@ -352,3 +352,36 @@ def stop() -> None:
     if _current is not None:
         _current.stop()
         _current = None
+
+
+def demo(argv: list[str] | None = None) -> int:
+    """`python -m tests.slurmcluster --hosts 2`: the test cluster by hand, until Ctrl-C."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.slurmcluster",
+                                     description="Start the test Slurm (namespaced hosts with "
+                                     "--hosts N), print how to use it, tear it down on Ctrl-C.")
+    parser.add_argument("--hosts", type=int, default=2, help="2 to 4 namespaced hosts; 0: "
+                        "one node on 127.0.0.1")
+    args = parser.parse_args(argv)
+    cluster = SlurmCluster(hosts=args.hosts).start()
+    try:
+        print(f"cluster up: nodes {', '.join(cluster.node_names)}; SLURM_CONF="
+              f"{cluster.conf_path}")
+        if cluster.hosts:
+            for host in cluster.hosts.hosts:
+                print(f"  {host.name}: hsn0 {host.fabric_ip}, nmn0 {host.management_ip}; a "
+                      f"shell there: nsenter --target={host.pid} --net --uts --mount bash")
+            print(f"  from h1: SLURM_CONF={cluster.conf_path} srun -N{args.hosts} hostname; "
+                  "ssh h2; pdsh -R ssh -w h[1-2] hostname")
+        print("Ctrl-C stops it and removes every namespace, daemon and file.")
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(demo())
