@@ -153,6 +153,12 @@ class Plan:
     def iters_for(self, backend: str) -> int:
         return self.iters or self._backend(backend)["iters"]
 
+    def budget_for(self, backend: str) -> float | None:
+        """Seconds one size's timing may take; None when --iters or --warmup fix the counts."""
+        if self.iters or self.warmup is not None:
+            return None
+        return self._backend(backend).get("size_budget_s")
+
 
 
 def validate_usage(args) -> None:

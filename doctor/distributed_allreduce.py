@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from .distributed_rank import RankRun
 
 
+MIN_TIMED_ITERS = 3
+
+
 def check_and_time(run: RankRun, seed: int) -> None:
     """All-reduce checks, then timings, at each of ``run.sizes``; rows into ``run.rows``.
     ``seed`` is rank 0's, so that every rank draws the same random data."""
@@ -31,18 +34,18 @@ def check_and_time(run: RankRun, seed: int) -> None:
     bound = ranks.exact_value_bound(n)
     generator = torch.Generator(device=device)
     buffers = []
+    started = time.monotonic()
     for i, size in enumerate(run.sizes):
         if i == 0:
             run.fault_point("check")
         run.enter(f"all-reduce check {ranks.format_size(size)}")
         count = max(1, size // 4)
         generator.manual_seed(seed + i)  # the same A and B on every rank
-        a = torch.randint(-bound, bound + 1, (count,), generator=generator, device=device,
+        # One random draw (the draw, not the all-reduce, dominated a 64 MiB check on CPU):
+        # A in [-(m-1), m-1], B = |A shifted by one| + 1 in [1, m], never 0.
+        a = torch.randint(1 - bound, bound, (count,), generator=generator, device=device,
                           dtype=torch.int32).to(torch.float32)
-        b = torch.randint(1, bound + 1, (count,), generator=generator, device=device,
-                          dtype=torch.int32).to(torch.float32)
-        b *= torch.randint(0, 2, (count,), generator=generator, device=device,
-                           dtype=torch.int32).to(torch.float32) * 2 - 1
+        b = torch.roll(a, 1).abs_().add_(1)
         x = a + ranks.rank_coefficient(run.rank) * b  # differs per rank, never all 0
         dist.all_reduce(x)
         sync()
@@ -58,13 +61,17 @@ def check_and_time(run: RankRun, seed: int) -> None:
         run.rows.append(row)
         del a, b, expected, wrong
         buffers.append(x)
+    run.timing["check_s"] = time.monotonic() - started
+    started = time.monotonic()
     times = []
     for i, size in enumerate(run.sizes):
         if i == 0:
             run.fault_point("bandwidth")
         run.enter(f"bandwidth {ranks.format_size(size)}")
         times.append(timed_allreduce(buffers[i], run.plan.warmup_for(run.backend),
-                                     run.plan.iters_for(run.backend)))
+                                     run.plan.iters_for(run.backend),
+                                     run.plan.budget_for(run.backend)))
+    run.timing["bandwidth_s"] = time.monotonic() - started
     run.enter("gather")
     # nccl-tests reports the time averaged over the ranks (its -a 1 default)
     gathered = torch.tensor(times, dtype=torch.float64, device=device)
@@ -77,14 +84,23 @@ def check_and_time(run: RankRun, seed: int) -> None:
     pairs = run.pair_plan.get("pairs") or []
     if pairs:  # one rank of each host pair, after the sweep (distributed_pairs)
         run.enter("host pairs")
+        started = time.monotonic()
         seconds = time_pairs(run, pairs)
+        run.timing["pairs_s"] = time.monotonic() - started
         if run.rank == 0:
             run.pair_plan["rows"] = rows_of(pairs, seconds, run.records, run.backend)
 
 
-def timed_allreduce(x, warmup: int, iters: int) -> float:
+def timed_allreduce(x, warmup: int, iters: int, budget_s: float | None = None) -> float:
     """Seconds per in-place all-reduce of ``x`` as nccl-tests times it: ``warmup`` untimed
-    ones, a barrier, then ``iters`` back to back, timed to the completion of the last."""
+    ones, a barrier, then ``iters`` back to back, timed to the completion of the last.
+
+    ``budget_s``: the seconds this size may take. The first warm-up is timed and every rank
+    takes the slowest rank's time (one all-reduce of a float, so all ranks run the same
+    count); when ``warmup + iters`` of those would overrun the budget, fewer are run, never
+    fewer than MIN_TIMED_ITERS timed, as the OSU micro-benchmarks run fewer iterations of
+    large messages (a 64 MiB gloo all-reduce over a slow CPU fabric takes ~0.3 s each).
+    """
     import torch  # torch: only the ranks need it
     import torch.distributed as dist  # torch, as above
 
@@ -94,6 +110,17 @@ def timed_allreduce(x, warmup: int, iters: int) -> float:
         if on_gpu:
             torch.cuda.synchronize(x.device)
 
+    if budget_s is not None and warmup > 0:
+        sync()
+        first = time.perf_counter()
+        dist.all_reduce(x)
+        sync()
+        estimate = torch.tensor([time.perf_counter() - first], dtype=torch.float64,
+                                device=x.device)
+        dist.all_reduce(estimate, op=dist.ReduceOp.MAX)
+        each = max(estimate.item(), 1e-9)
+        iters = max(MIN_TIMED_ITERS, min(iters, int(budget_s / each)))
+        warmup = min(warmup - 1, max(0, int(budget_s / 4 / each) - 1))  # one already ran
     for _ in range(warmup):
         dist.all_reduce(x)
     sync()
