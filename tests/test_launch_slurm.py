@@ -1,15 +1,13 @@
 """`dsenv launch` scripts run by the real one-node Slurm (tests/slurmcluster.py).
 
-`bert-squad` smokes with 2 CPU ranks on the node (gloo over loopback) under each launcher:
-the job's exit code, the PASS verdict and world size 2 in the job output and in the smoke's
-report.json. A job whose preflight doctor fails stops before any rank starts. The submitting
-environment reaches the jobs (sbatch --export=ALL): TORCH_EXTENSIONS_DIR (DeepSpeed's ops,
+The four launchers' smokes run across two hosts in tests/test_multihost_launch.py; here: a
+job whose preflight doctor fails stops before any rank starts, and sbatch's refusal. The
+submitting environment reaches the jobs (sbatch --export=ALL): TORCH_EXTENSIONS_DIR (DeepSpeed's ops,
 compiled once per session), DS_ACCELERATOR, GLOO_SOCKET_IFNAME, MASTER_ADDR.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -39,42 +37,6 @@ def launch(tmp_path: Path, env: dict, *args) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert done.returncode == 0 or "--submit" in args, done.stderr
     return done
-
-
-@pytest.mark.slow
-# The deepspeed launcher's job line (hostfile from the allocation) ran to PASS once by hand
-# (bench/RESULTS.md); in CI its script is checked by test_launch.py, which saves ~80 s.
-@pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"])
-def test_smoke_job_passes_with_world_size_two(slurm, job_env, no_references, tmp_path,
-                                              launcher):
-    if launcher == "srun":  # rendezvous from the allocation: its node is `localhost`
-        del job_env["MASTER_ADDR"]
-    launch(tmp_path, job_env, "--nodes", "1", "--gpus-per-node", "2", "--cpu", "--launcher",
-           launcher, "--out", "job.sbatch", "--", "--steps", "300", "--references",
-           no_references, "--examples", "1")
-    script = tmp_path / "job.sbatch"
-    submitted = slurm.run(["sbatch", "--parsable", f"--output={tmp_path}/job.out", script],
-                          timeout=60, env=job_env, cwd=tmp_path)
-    job_id = submitted.stdout.strip().split(";")[0]
-    assert job_id.isdigit(), submitted.stderr
-    fields = slurm.wait(int(job_id), timeout=JOB_TIMEOUT)
-    output = ANSI.sub("", (tmp_path / "job.out").read_text(errors="replace"))
-    assert (fields["ExitCode"], fields["JobState"]) == ("0:0", "COMPLETED"), output[-6000:]
-    assert "dsenv launch: preflight:" in output and "dsenv launch: launcher exited 0" in output
-    assert "dsenv smoke bert-squad: PASS" in output
-    assert f"{launcher}, world size 2" in output
-    report = json.loads((tmp_path / "dsenv-output" /
-                         f"bert-squad-smoke-{launcher}-{job_id}" / "report.json").read_text())
-    assert report["status"] == "PASS"
-    assert (report["run"]["launcher"], report["run"]["world_size"]) == (launcher, 2)
-    port = 20000 + int(job_id) % 20000
-    if launcher == "torchrun":  # its agents meet there, then pick the workers' own port
-        assert f"'--rdzv-endpoint=127.0.0.1:{port}'" in output
-    else:
-        host = "localhost" if launcher == "srun" else "127.0.0.1"
-        assert report["run"]["master"] == f"{host}:{port}"
-    print(f"{launcher}: job {job_id} exit {fields['ExitCode']}, world size "
-          f"{report['run']['world_size']}, run time {fields['RunTime']}")
 
 
 def test_failed_preflight_stops_the_job_before_any_rank(slurm, job_env, tmp_path):
