@@ -153,6 +153,8 @@ def test_hosts_whose_environments_differ_are_named(two_hosts, run_env, tmp_path)
     # an interface only h1 has
     h1.run(["ip", "link", "add", "hsn1", "type", "veth", "peer", "name", "hsn1p"],
            timeout=15, check=True)
+    for end in ("hsn1", "hsn1p"):
+        h1.link(end, "up")
     h2.bind(changed, meta)
     h2.mount_tmpfs(hf_home, 8)
     h2.mount_tmpfs("/dev/shm", 64)

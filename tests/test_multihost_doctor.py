@@ -6,7 +6,8 @@ launcher will (ssh for the deepspeed launcher, one srun step otherwise). Each ch
 broken host and a healthy twin: a host that drops ssh (nftables, inside that host only),
 a launch folder that exists on one host only (a tmpfs over it on h2), MASTER_ADDR known to
 one host's /etc/hosts only or reached through the management network, an interface that
-one host lacks, an allocated host missing from the hostfile.
+one host lacks, an allocated host missing from the hostfile, variables that would not reach
+the other hosts' ranks.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ def test_every_host_answers_and_a_healthy_job_passes(cluster, base_env, tmp_path
         assert status(results, check_id) == "ok", results[check_id]
     transport = "ssh" if launcher == "deepspeed" else "srun"
     assert f"answered over {transport}" in results["launch.hosts-answer"]["summary"]
+    if launcher == "deepspeed":
+        assert status(results, "launch.pdsh") == "ok", results["launch.pdsh"]
+        assert status(results, "launch.ds-hostfile") == "ok", results["launch.ds-hostfile"]
     assert "resolves to 192.0.2.11 on all 2 hosts" in results["launch.hosts-master"]["summary"]
     assert seconds < 60
 
@@ -127,20 +131,21 @@ def test_master_addr_on_another_network_than_the_ranks(cluster, base_env, tmp_pa
 
 
 def test_an_interface_one_host_lacks(cluster, base_env, tmp_path):
-    h2 = cluster.hosts["h2"]
-    h2.link("nmn0", "down")
-    h2.run(["ip", "link", "set", "nmn0", "name", "mgmt0"], timeout=15, check=True)
+    h1 = cluster.hosts["h1"]  # a second fabric port on h1 only
+    h1.run(["ip", "link", "add", "hsn1", "type", "veth", "peer", "name", "hsn1p"], timeout=15,
+           check=True)
+    for end in ("hsn1", "hsn1p"):
+        h1.link(end, "up")
     try:
         results, _ = doctor_in_job(cluster, tmp_path / "bad", base_env, "srun",
-                                   exports="export NCCL_SOCKET_IFNAME==nmn0")
+                                   exports="export NCCL_SOCKET_IFNAME==hsn1")
         healthy, _ = doctor_in_job(cluster, tmp_path / "good", base_env, "srun",
                                    exports="export NCCL_SOCKET_IFNAME=hsn")
     finally:
-        h2.run(["ip", "link", "set", "mgmt0", "name", "nmn0"], timeout=15, check=True)
-        h2.link("nmn0", "up")
+        h1.run(["ip", "link", "del", "hsn1"], timeout=15)
     found = results["launch.hosts-ifname"]
     assert found["status"] == "fail", found
-    assert "NCCL_SOCKET_IFNAME==nmn0" in found["summary"] and "on h2" in found["summary"]
+    assert "NCCL_SOCKET_IFNAME==hsn1" in found["summary"] and "on h2" in found["summary"]
     assert status(healthy, "launch.hosts-ifname") == "ok", healthy["launch.hosts-ifname"]
 
 
@@ -149,3 +154,17 @@ def test_a_hostfile_that_leaves_out_an_allocated_host(cluster, base_env, tmp_pat
     found = results["launch.ds-hostfile"]
     assert found["status"] == "fail", found
     assert "1 host(s) for 2 nodes" in found["summary"] or "leaves out" in found["summary"]
+
+
+def test_variables_that_would_not_reach_the_other_hosts(cluster, base_env, tmp_path):
+    """Without the file DS_ENV_FILE names, GLOO_SOCKET_IFNAME stays behind on h1; with it
+    (as `dsenv launch` writes it), every variable travels."""
+    lost, _ = doctor_in_job(cluster, tmp_path / "lost", base_env, "deepspeed")
+    found = lost["launch.ds-env"]
+    assert found["status"] == "warn", found
+    assert "GLOO_SOCKET_IFNAME" in found["summary"]
+    carried, _ = doctor_in_job(
+        cluster, tmp_path / "carried", base_env, "deepspeed",
+        exports=f"export DS_ENV_FILE={tmp_path}/carried/.deepspeed_env\n"
+                "env | grep -E '^(GLOO_|HF_|TORCH_|DS_ACCELERATOR|OMP_)' > \"$DS_ENV_FILE\"")
+    assert status(carried, "launch.ds-env") == "ok", carried["launch.ds-env"]
