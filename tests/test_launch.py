@@ -157,6 +157,31 @@ def test_deepspeed_on_one_node_skips_the_ssh_check(capsys, tmp_path, scontrol):
     assert "--skip" not in preflight
 
 
+def test_deepspeed_on_two_nodes_writes_what_remote_ranks_need(capsys, tmp_path, scontrol):
+    """DS_ENV_FILE: the job's variables the other hosts need, never a secret, never a value
+    DeepSpeed's `export NAME=VALUE;` line would break; nothing of the kind on one node."""
+    script = render(capsys, tmp_path, "--nodes", "2", "--gpus-per-node", "1", "--cpu",
+                    "--launcher", "deepspeed")
+    got = run_pieces(script, tmp_path, variables=("DS_ENV_FILE",), env={
+        "HF_HOME": "/scratch/hf cache", "HF_TOKEN": "hf_abcdef123456", "GLOO_SOCKET_IFNAME":
+        "hsn0", "NCCL_DEBUG": 'say "hi"', "TORCH_EXTENSIONS_DIR": "/x/$y",
+        "MY_API_KEY": "k-123456", "UNRELATED": "1"})
+    out = tmp_path / "dsenv-output/bert-squad-smoke-deepspeed-4242"
+    assert got["DS_ENV_FILE"] == str(out / ".deepspeed_env")
+    carried = dict(line.split("=", 1) for line in
+                   (out / ".deepspeed_env").read_text().splitlines())
+    assert carried["HF_HOME"] == "/scratch/hf cache"
+    assert carried["GLOO_SOCKET_IFNAME"] == "hsn0"
+    assert carried["DS_ACCELERATOR"] == "cpu" and carried["OMP_NUM_THREADS"] == "1"
+    assert "PATH" in carried
+    for left_out in ("HF_TOKEN", "MY_API_KEY", "UNRELATED", "NCCL_DEBUG",
+                     "TORCH_EXTENSIONS_DIR"):
+        assert left_out not in carried
+    assert "hf_abcdef123456" not in (out / ".deepspeed_env").read_text()
+    one = render(capsys, tmp_path, "--gpus-per-node", "1", "--cpu", "--launcher", "deepspeed")
+    assert "DS_ENV_FILE" not in one
+
+
 def test_full_run_preflight_checks_the_workloads_assets(capsys, tmp_path, scontrol):
     script = render(capsys, tmp_path, "--full", "--launcher", "mpirun", "--gpus-per-node", "4")
     got = run_pieces(script, tmp_path)
