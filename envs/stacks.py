@@ -30,6 +30,7 @@ class Stack:
     toolkit: str  # CUDA / ROCm version torch is built with; "" for cpu
     archs: tuple[str, ...]
     ptx: tuple[str, ...] = ()
+    fallback_for: str = ""  # the stack this one replaces when that one's index is unreachable
 
     @property
     def torch_version(self) -> str:
@@ -79,7 +80,7 @@ def load_stacks() -> dict[str, Stack]:
     return {r["name"]: Stack(r["name"], r["vendor"], r["status"], r["torch"], r["local"],
                              r["index_url"], tuple(r.get("find_links", ())), r["lock"],
                              r.get("toolkit", ""), tuple(r.get("archs", ())),
-                             tuple(r.get("ptx", ()))) for r in rows}
+                             tuple(r.get("ptx", ())), r.get("fallback_for", "")) for r in rows}
 
 
 def stack_names() -> list[str]:

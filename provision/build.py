@@ -26,14 +26,17 @@ from dsenv.staging import staged_dir
 
 from . import ProvisionError
 from .activation import ACTIVATE_NAME, render_activation
-from .build_ops import BuiltOps, build_ops, read_deepspeed
+from .build_ops import BuiltOps, read_deepspeed
 from .conda_install import install_conda
 from .container import create_container_env
+from .cuda_toolkit import CudaBuild, prepare_cuda_build
 from .import_check import import_check, import_check_lock, import_names
-from .locks import locked_requirement
+from .locks import lock_on_site, locked_requirement
 from .manifest import env_versions, manifest_path, write_manifest
 from .ops import OpsChoice, choose_ops
-from .plan import Plan, make_plan
+from .ops_builders import inspect_ops
+from .ops_cache import provide_ops
+from .plan import SITE_LOCK_NAME, Plan, make_plan
 from .prefix import check_absent, out_of_space_message
 from .shared_libs import missing_shared_libraries
 from .venv import create_venv
@@ -44,7 +47,7 @@ def provision_command(args, argv: list[str]) -> int:
     console = Console(highlight=False)
     plan = make_plan(args)
     if plan.dry_run:
-        console.print(plan.render(), markup=False)
+        console.print(plan.render(), markup=False, soft_wrap=True)  # commands stay whole
         return 0
     for line in plan.header():
         console.print(line, markup=False)
@@ -74,11 +77,16 @@ def provision(plan: Plan, argv: list[str], console: Console) -> dict:
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(f"# dsenv provision {' '.join(argv[2:])}\n")
     step = Step(f"installing {plan.lock.name}")
+    draft = site_lock_draft(plan.prefix)
     try:
         with staged_dir(plan.prefix, "dsenv provision") as staging:
+            if plan.site_lock:
+                step.now = "locking on site"
+                plan.lock = _lock_on_site(plan, draft, console, timings)
+                step.now = f"installing {plan.lock.name}"
             python = _create(plan, staging, log, console, timings)
             step.now = "building DeepSpeed ops"
-            choice, built = _ops(plan, python, log, console, timings)
+            choice, built, cuda = _ops(plan, python, log, console, timings)
             step.now = "checking the environment"
             if plan.kind == "container":
                 _container_checks(plan, python, staging, console)
@@ -86,14 +94,19 @@ def provision(plan: Plan, argv: list[str], console: Console) -> dict:
             step.now = "writing the activate script and manifest"
             (staging / ACTIVATE_NAME).write_text(render_activation(
                 plan.prefix, plan.site, plan.target, plan.stack,
-                kind=_activation_kind(plan.kind)))
+                kind=_activation_kind(plan.kind)) + cuda.activation(staging, plan.prefix))
             installed = built.installed_ops if built else _installed_ops(python)
+            if plan.site_lock:  # kept in the environment, named by its manifest
+                os.replace(draft, staging / SITE_LOCK_NAME)
+                plan.lock = staging / SITE_LOCK_NAME
             manifest = write_manifest(
                 staging, kind=plan.kind, site=plan.site.name, stack=plan.stack,
                 target=plan.target, lock_file=plan.lock, ops_mode=plan.ops_mode,
                 ops_requested=list(choice.build), ops_installed=installed,
-                ops_omitted=choice.omitted, versions=env_versions(staging), command=argv)
-            _relocate_manifest(staging, plan.prefix)
+                ops_omitted=choice.omitted, versions=env_versions(staging), command=argv,
+                ops_extra={**({"cpu_flags": built.cpu, "cache": built.cache} if built else {}),
+                           **cuda.manifest(staging, plan.prefix)})
+            _relocate_manifest(staging, plan)
             os.replace(log, staging / "dsenv-build.log")
             step.now = f"moving the environment to {plan.prefix}"
     except (OSError, ProvisionError) as exc:
@@ -101,6 +114,10 @@ def provision(plan: Plan, argv: list[str], console: Console) -> dict:
             raise ProvisionError(out_of_space_message(plan.prefix, plan.stack,
                                                       step.now)) from None
         raise
+    finally:
+        draft.unlink(missing_ok=True)
+    if plan.site_lock:
+        plan.lock = plan.prefix / SITE_LOCK_NAME
     timings["total_s"] = time.perf_counter() - started
     return {"manifest": manifest, "ops": choice, "built": built, "timings": timings}
 
@@ -117,10 +134,31 @@ def run_log(prefix: Path) -> Path:
     return prefix.with_name(f"{prefix.name}.build-{os.getpid()}.log")
 
 
+def site_lock_draft(prefix: Path) -> Path:
+    """Where this run writes a lock made on site, beside the prefix (the staging folder must
+    stay empty for ``uv venv``), until it moves into the environment."""
+    return prefix.with_name(f"{prefix.name}.lock-{os.getpid()}.txt")
+
+
+def _lock_on_site(plan: Plan, draft: Path, console, timings: dict) -> Path:
+    begin = time.perf_counter()
+    site = plan.site_lock
+    with console.status(f"locking {site.requirements.name} on site against "
+                        f"{site.describe()}"):
+        lock_on_site(site.stack, site.requirements, draft, sources=plan.sources,
+                     python_version=site.python_version, kept_as=SITE_LOCK_NAME)
+    timings["site_lock_s"] = time.perf_counter() - begin
+    console.print(f"[green]✓[/] locked {site.requirements.name} on site against "
+                  f"{site.describe()} ({timings['site_lock_s']:.0f} s): kept as "
+                  f"{plan.prefix / SITE_LOCK_NAME}")
+    return draft
+
+
 def clear_dead_logs(prefix: Path) -> None:
-    """Logs earlier runs left beside ``prefix``; call only while holding its lock (every
-    other run that wrote one is then gone)."""
-    for pattern in (f"{prefix.name}.build-*.log", f"{prefix.name}.build.log"):
+    """Logs (and site-lock drafts) earlier runs left beside ``prefix``; call only while
+    holding its lock (every other run that wrote one is then gone)."""
+    for pattern in (f"{prefix.name}.build-*.log", f"{prefix.name}.build.log",
+                    f"{prefix.name}.lock-*.txt"):
         for stale in prefix.parent.glob(pattern):
             stale.unlink(missing_ok=True)
 
@@ -174,11 +212,17 @@ def _activation_kind(kind: str) -> str:
     return "conda" if kind == "conda" else "venv"
 
 
-def _relocate_manifest(staging: Path, prefix: Path) -> None:
-    """The manifest was written inside the staging folder: record the final location."""
+def _relocate_manifest(staging: Path, plan: Plan) -> None:
+    """The manifest was written inside the staging folder: record the final location (and
+    of a lock kept inside the environment), and how a lock made on site was made."""
     path = manifest_path(staging)
     data = read_json(path, "manifest")
-    data["env_dir"] = str(prefix)
+    data["env_dir"] = str(plan.prefix)
+    lock = data.get("lock") or {}
+    if str(lock.get("path", "")).startswith(str(staging) + os.sep):
+        lock["path"] = str(plan.prefix / Path(lock["path"]).relative_to(staging))
+    if plan.site_lock:
+        lock["locked_on_site"] = plan.site_lock.to_json()
     write_json_atomically(path, data, indent=2)
 
 
@@ -204,20 +248,28 @@ def _create(plan: Plan, staging: Path, log: Path, console, timings: dict) -> Pat
 
 
 def _ops(plan: Plan, python: Path, log: Path, console,
-         timings: dict) -> tuple[OpsChoice, BuiltOps | None]:
+         timings: dict) -> tuple[OpsChoice, BuiltOps | None, CudaBuild]:
+    # the nvcc of CUDA ops (the node's, or NVIDIA's wheels installed now) and the env's
+    # NVIDIA headers: provision/cuda_toolkit.py
+    cuda = prepare_cuda_build(plan.toolkit, python, sources=plan.sources, log=log)
+    if cuda.choice.kind == "wheels":
+        console.print(f"[green]✓[/] CUDA {cuda.choice.cuda} toolkit from NVIDIA's wheels in the "
+                      f"env: CUDA_HOME={cuda.home} ({cuda.choice.reason})")
     if plan.ops_mode.strip().lower() == "none":  # nothing to ask DeepSpeed (may be absent)
         console.print("[green]✓[/] DeepSpeed ops: none precompiled (--ops none); they "
                       "JIT-compile on first use")
-        return OpsChoice("none", "", ()), None
-    choice = choose_ops(plan.target, plan.stack, plan.ops_mode, python=str(python))
-    for op, reason in choice.omitted.items():
-        console.print(f"  [dim]– {op}: {reason}[/]")
+        return OpsChoice("none", "", ()), None, cuda
+    report = inspect_ops(plan.target, str(python), env=cuda.env)
+    choice = choose_ops(plan.target, plan.stack, plan.ops_mode, python=str(python),
+                        env=cuda.env, report=report)
+    for line in choice.omitted_lines():  # one line per reason, not per op
+        console.print(f"  – {line}", style="dim", markup=False)
     for warning in choice.warnings:
         console.print(f"  [yellow]! {warning}[/]")
     if not choice.build:
         console.print(f"[green]✓[/] DeepSpeed ops: none precompiled (--ops {plan.ops_mode}); "
                       "they JIT-compile on first use")
-        return choice, None
+        return choice, None, cuda
     if plan.kind == "conda":
         requirement = "deepspeed==" + _installed_version(python, "deepspeed")
     else:
@@ -225,15 +277,25 @@ def _ops(plan: Plan, python: Path, log: Path, console,
     begin = time.perf_counter()
     # the ops build runs without --no-index: uv may fetch the deepspeed sdist from the index
     sources = replace(plan.sources, no_index=False)
-    built = build_ops(python, {k: v for k, v in choice.env().items() if k.startswith("DS_BUILD")},
-                      plan.target.arch_env(), deepspeed_requirement=requirement, log=log,
-                      sources=sources, compile_bytecode=plan.bytecode,
-                      env={**os.environ, "DS_ACCELERATOR": choice.accelerator},
-                      console=console)
+    # the ops cache (provision/ops_cache.py) reuses the wheel of an earlier identical build
+    built = provide_ops(python, {k: v for k, v in choice.env().items()
+                                 if k.startswith("DS_BUILD")},
+                        plan.target.arch_env(), deepspeed_requirement=requirement, log=log,
+                        cache=plan.ops_cache, sources=sources, compile_bytecode=plan.bytecode,
+                        env={**cuda.env, "DS_ACCELERATOR": choice.accelerator},
+                        console=console, wait=plan.wait,
+                        say=lambda line: console.print(f"  ! {line}", style="yellow",
+                                                       markup=False))
     timings["ops_build_s"] = time.perf_counter() - begin
-    console.print(f"[green]✓[/] DeepSpeed ops precompiled and verified: "
+    how = ("from the ops cache" if built.cache.get("result") == "hit"
+           else "precompiled")
+    console.print(f"[green]✓[/] DeepSpeed ops {how} and verified: "
                   f"{', '.join(built.ops)} ({timings['ops_build_s']:.0f} s, log dsenv-build.log)")
-    return choice, built
+    cuda.verify(python, built.ops, plan.target, report, log)
+    if cuda.archs is not None and cuda.archs.describe():
+        console.print("✓ device code read from each op (.nv_fatbin): "
+                      + "; ".join(cuda.archs.describe()), style="green", markup=False)
+    return choice, built, cuda
 
 
 def _installed_version(python: Path, dist: str) -> str:

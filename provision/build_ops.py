@@ -14,6 +14,7 @@ env with the ops switched on::
   the environment (``DS_BUILD_*``, ``TORCH_CUDA_ARCH_LIST``, ``MAX_JOBS``) through.
 * ``--no-cache``: uv's cache keys a wheel built from an sdist by the sdist, not by the
   ``DS_BUILD_*`` variables, so a cached build (with other ops, or none) would be reused.
+  ``keep_wheel``: a fresh ``--cache-dir`` instead, whose wheel dsenv's ops cache keeps.
 * Inherited ``DS_BUILD_*``, ``TORCH_CUDA_ARCH_LIST`` and ``PYTORCH_ROCM_ARCH`` are dropped:
   ``ops_env`` and ``arch_env`` alone say what is built. The env's ``bin`` goes first on PATH
   (its ninja, its python). ``arch_env`` may also carry ``DS_ACCELERATOR`` (e.g. ``cuda`` on a
@@ -28,9 +29,12 @@ checked: ``deepspeed/git_version_info_installed.py``'s ``installed_ops`` in the 
 exactly the requested ops (:func:`verify_installed_ops`), or :class:`ProvisionError` names
 the difference and the log.
 
-CPU ops (cpu_adam, cpu_adagrad, cpu_lion) are compiled with ``-march=native`` for the CPU of
-the machine that builds them: build on the compute nodes' CPU type, or the op may die with
-SIGILL (illegal instruction) on an older CPU.
+CPU ops (cpu_adam, cpu_adagrad, cpu_lion, shm_comm, async_io, ...) are compiled with
+``-march=native`` for the CPU of the machine that builds them (DeepSpeed's
+``OpBuilder.cpu_arch()`` on x86_64 and ARM): build on the compute nodes' CPU type, or the op
+may die with SIGILL (illegal instruction) on an older CPU. provision records the CPU flags
+the compiler enabled in the manifest, and ``dsenv doctor`` (deepspeed.cpu-flags) fails a node
+that lacks one.
 """
 
 from __future__ import annotations
@@ -38,11 +42,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -71,6 +76,9 @@ class BuiltOps:
     log: Path | None = None
     variables: dict[str, str] = field(default_factory=dict)  # DS_BUILD_*, archs, MAX_JOBS
     command: tuple[str, ...] = ()
+    wheel: Path | None = None  # the built wheel, kept when build_ops was given keep_wheel
+    cache: dict = field(default_factory=dict)  # ops_cache's record: dir, key, hit or miss
+    cpu: dict = field(default_factory=dict)  # -march=native's CPU flags (ops_cache.cpu_record)
 
     @property
     def ops(self) -> list[str]:
@@ -208,6 +216,7 @@ def build_ops(
     compile_bytecode: bool = True,
     env: Mapping[str, str] | None = None,
     console=None,
+    keep_wheel: str | os.PathLike | None = None,
 ) -> BuiltOps:
     """Reinstall deepspeed into the env of ``python`` with ops precompiled, then verify.
 
@@ -218,7 +227,8 @@ def build_ops(
     "deepspeed").line()``; the hashes are then required) or ``deepspeed==0.19.8``.
     ``log``: build output is appended there. ``sources``: where uv finds the deepspeed sdist
     (default PyPI). ``jobs``: ``MAX_JOBS`` (default: the CPUs this process may use).
-    ``console``: a rich Console for a spinner line (None: silent).
+    ``console``: a rich Console for a spinner line (None: silent). ``keep_wheel``: a folder
+    the built deepspeed wheel is copied into (for the ops cache, provision/ops_cache.py).
 
     Returns :class:`BuiltOps` (with the build's seconds). Raises :class:`ProvisionError`
     naming the log, with its last error lines, when the build fails or times out, or when
@@ -244,13 +254,17 @@ def build_ops(
     variables = {**{k: str(v) for k, v in arch_env.items()},
                  **{k: str(v) for k, v in ops_env.items()}}
     variables.setdefault("MAX_JOBS", str(jobs))
-    build_env = _build_env(env, python, variables)
+    build_env = ops_build_env(env, python, variables)
     sources = sources or Sources()
 
     log.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dsenv-ops-") as scratch:
+        # uv keeps the wheel it builds in its cache (sdists-v*/.../NAME.whl): with a cache of
+        # its own for this build, the only deepspeed wheel there is this build's
+        uv_cache = Path(scratch) / "uv-cache"
+        caching = ["--cache-dir", str(uv_cache)] if keep_wheel else ["--no-cache"]
         args = ["pip", "install", "--python", str(python), "--no-build-isolation",
-                "--reinstall", "--no-deps", "--no-cache", "--color", "never", "-v",
+                "--reinstall", "--no-deps", *caching, "--color", "never", "-v",
                 *sources.args()]
         if compile_bytecode:
             args.append("--compile-bytecode")
@@ -270,11 +284,23 @@ def build_ops(
         result = _run_with_spinner(args, build_env, log, timeout, console,
                                    _ops_label(ops_env))
         seconds = time.monotonic() - started
+        wheel = _keep_built_wheel(uv_cache, keep_wheel) if keep_wheel and result.ok else None
     what = f"DeepSpeed ops build ({_ops_label(ops_env)})"
     if not result.ok:
         how = (f"timed out after {seconds:.0f} s" if result.timed_out
                else f"failed after {seconds:.0f} s")
         raise ProvisionError(f"{what} {how}: {error_summary(log, start_size)}; full log: {log}")
+    built = verified_ops(python, ops_env, what=what, log=log, start=start_size, env=env,
+                         seconds=seconds, variables=variables, command=("uv", *args))
+    return replace(built, wheel=wheel)
+
+
+def verified_ops(python: Path, ops_env: Mapping[str, str], *, what: str, log: Path,
+                 start: int, env: Mapping[str, str] | None, seconds: float,
+                 variables: Mapping[str, str], command: tuple[str, ...],
+                 verb: str = "built") -> BuiltOps:
+    """The env's installed_ops checked against ``ops_env``: :class:`BuiltOps`, or
+    :class:`ProvisionError` naming the difference and the log (from byte ``start``)."""
     info = read_deepspeed(python, env=env)
     if info is None:
         raise ProvisionError(f"{what}: uv reported success but deepspeed is not importable "
@@ -293,15 +319,24 @@ def build_ops(
             f"{what}: installed_ops differs from the request ({'; '.join(parts)}; DeepSpeed "
             f"built for its {accelerator} accelerator and skips ops it finds incompatible "
             f"there — `ds_report` in the env says why; set DS_ACCELERATOR in arch_env if "
-            f"{accelerator} is wrong){skip_reasons(log, start_size, missing)}; full log: {log}")
+            f"{accelerator} is wrong){skip_reasons(log, start, missing)}; full log: {log}")
     with open(log, "a", encoding="utf-8") as handle:
-        handle.write(f"=== dsenv: built {', '.join(requested) or 'no ops'} in {seconds:.1f} s\n")
+        handle.write(f"=== dsenv: {verb} {', '.join(requested) or 'no ops'} in {seconds:.1f} s\n")
     return BuiltOps(python=python, requested=tuple(requested),
                     installed_ops={k: bool(v) for k, v in installed_ops.items()},
                     deepspeed_version=str(info.get("version", "")),
                     accelerator=str(info.get("accelerator_name", "")),
                     torch_info=dict(info.get("torch_info") or {}), seconds=seconds, log=log,
-                    variables=variables, command=tuple(["uv", *args]))
+                    variables=dict(variables), command=tuple(command))
+
+
+def _keep_built_wheel(uv_cache: Path, folder: str | os.PathLike) -> Path | None:
+    """The deepspeed wheel uv built, copied into ``folder`` (None: uv kept none)."""
+    found = sorted(uv_cache.rglob("deepspeed-*.whl"))
+    if len(found) != 1:
+        return None
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy2(found[0], Path(folder) / found[0].name))
 
 
 def available_cpus() -> int:
@@ -312,17 +347,23 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _build_env(env: Mapping[str, str] | None, python: Path,
-               variables: Mapping[str, str]) -> dict[str, str]:
+def ops_build_env(env: Mapping[str, str] | None, python: Path,
+                  variables: Mapping[str, str]) -> dict[str, str]:
+    """The environment an ops build runs in: ``env`` (default os.environ) without inherited
+    op switches and arch variables, the env's ``bin`` first on PATH, ``variables`` added."""
     base = {k: v for k, v in (env if env is not None else os.environ).items()
             if not k.startswith("DS_BUILD_") and k not in ARCH_VARIABLES}
     base["PATH"] = os.pathsep.join(filter(None, [str(python.parent), base.get("PATH", "")]))
     return uv_env(base, extra=variables)
 
 
+def switched_on(ops_env: Mapping[str, str]) -> list[str]:
+    """The ``DS_BUILD_X`` switches set to 1, as ``x`` (``DS_BUILD_AIO`` -> ``aio``)."""
+    return [k.removeprefix("DS_BUILD_").lower() for k, v in ops_env.items() if _flag(v)]
+
+
 def _ops_label(ops_env: Mapping[str, str]) -> str:
-    on = [k.removeprefix("DS_BUILD_").lower() for k, v in ops_env.items() if _flag(v)]
-    return ", ".join(on) or "no ops"
+    return ", ".join(switched_on(ops_env)) or "no ops"
 
 
 _BUILDING = re.compile(r"building '([^']+)' extension")

@@ -26,7 +26,9 @@ Choices (and why):
 A stack whose index is unreachable from here (e.g. cuda12.6 from
 ``https://download.pytorch.org/whl/cu126``) cannot be locked here: :func:`compile_lock`
 fails with one line saying so, and ``dsenv lock --stack NAME`` must run on a machine that
-reaches that index.
+reaches that index. ``dsenv provision`` does that itself for a stack with no committed lock
+(:func:`lock_on_site`, on the site's login node, which reaches the index), and keeps the
+lock in the environment.
 """
 
 from __future__ import annotations
@@ -131,6 +133,21 @@ def compile_lock(
                          regenerate=regenerate)
     write_file_atomically(out, header + body)
     return out
+
+
+def lock_on_site(stack: str, requirements: Path, out: Path, *, sources: Sources,
+                 python_version: str, kept_as: str | None = None,
+                 timeout: float = DEFAULT_COMPILE_TIMEOUT) -> Path:
+    """``dsenv provision`` for a stack with no committed lock: its requirements resolved here
+    into ``out`` with hashes, for this machine's platform and the environment's Python. The
+    header's regenerate line is the ``dsenv lock`` command that makes the same file
+    (``kept_as``: the file name it ends up with, when ``out`` is a draft)."""
+    command = ["dsenv lock --stack", stack, "--out", kept_as or out.name]
+    command += [f"--find-links {link}" for link in sources.find_links]
+    if sources.index_url:
+        command.append(f"--index-url {sources.index_url}")
+    return compile_lock(requirements, out, python_version=python_version, sources=sources,
+                        regenerate=" ".join(command), timeout=timeout)
 
 
 def _compile_error(result, what: str, sources: Sources, regenerate: str | None) -> str:

@@ -123,14 +123,17 @@ def manifest_path(env_dir: Path) -> Path:
 def write_manifest(env_dir: Path, *, kind: str, site: str, stack, target, lock_file: Path,
                    ops_mode: str, ops_requested, ops_installed, versions: dict,
                    command: list[str], ops_omitted: dict | None = None, env=None,
-                   host: str | None = None, created: str | None = None) -> EnvManifest:
+                   host: str | None = None, created: str | None = None,
+                   ops_extra: dict | None = None) -> EnvManifest:
     """Write ``<env_dir>/dsenv-env.json`` atomically and return what was written.
 
     ``stack``: a :class:`~dsenv.envs.stacks.Stack` (or its name); ``target``: a
     :class:`~dsenv.envs.targets.Target` (or its JSON); ``lock_file``: the lock the
     environment was installed from (hashed and its pins recorded); ``ops_installed``: the
     ops DeepSpeed reports as installed (``installed_ops`` keys that are true, or a list);
-    ``command``: the argv, redacted here with ``env`` (default os.environ).
+    ``command``: the argv, redacted here with ``env`` (default os.environ); ``ops_extra``:
+    more records under ``ops`` (``cpu_flags``: the CPU flags the ops were compiled for, read
+    by the doctor's deepspeed.cpu-flags; ``cache``: what the ops cache did).
     """
     lock_file = Path(lock_file).absolute()
     try:
@@ -147,12 +150,20 @@ def write_manifest(env_dir: Path, *, kind: str, site: str, stack, target, lock_f
         lock={"file": lock_file.name, "path": str(lock_file), "sha256": sha256_text(lock_text)},
         packages=parse_lock(lock_text),
         ops={"mode": ops_mode, "requested": sorted(ops_requested),
-             "installed": sorted(ops_installed), "omitted": dict(ops_omitted or {})},
+             "installed": sorted(ops_installed), "omitted": dict(ops_omitted or {}),
+             **{k: v for k, v in (ops_extra or {}).items() if v}},
         versions=dict(versions), command=redact_command(list(command), env),
         host=host or socket.gethostname(),
         created=created or datetime.now(timezone.utc).isoformat(timespec="seconds"))
     write_json_atomically(manifest_path(env_dir), manifest.to_json(), indent=2)
     return manifest
+
+
+def required_cpu_flags(manifest: EnvManifest) -> tuple[list[str], dict]:
+    """(the CPU flags the env's precompiled ops were compiled for, their whole record)
+    from ``ops.cpu_flags``; ([], {}) when no op was compiled with -march=native."""
+    record = manifest.ops.get("cpu_flags") or {}
+    return [str(flag) for flag in record.get("flags") or ()], dict(record)
 
 
 def read_manifest(env_dir: Path) -> EnvManifest | None:

@@ -14,17 +14,23 @@ from dataclasses import dataclass, field
 from dsenv.envs.stacks import Stack
 from dsenv.envs.targets import Target, describe_arch, sm_name
 
+from dsenv.errors import UsageError
 from dsenv.versions import version_tuple
 
 from . import ProvisionError
 from .ops_builders import OpsReport, inspect_ops
-from .ops_reasons import compilers_here, here_reasons, target_reason
+from .ops_reasons import compilers_here, group_omissions, here_reasons, target_reason
 
 MODES = ("auto", "none", "all")
 BUILD_OPS_VAR = "DS_BUILD_OPS"  # setup.py: BUILD_OP_DEFAULT = DS_BUILD_OPS (0 on Linux)
 # setup.py (sdist deepspeed-0.19.8, lines 182-191): async_io and gds load pin_memory's shared
 # manager at runtime, so precompiling either precompiles pin_memory too.
 PIN_MEMORY_DEPENDENTS = ("async_io", "gds")
+
+
+class UnknownOpError(ProvisionError, UsageError):
+    """``--ops`` names an op the DeepSpeed asked does not have: a usage error (exit 2), in a
+    dry run as in a real one."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,11 @@ class OpsChoice:
     warnings: tuple[str, ...] = ()  # caveats for the whole build
     build_vars: dict[str, str] = field(default_factory=dict)  # every op -> its DS_BUILD_* var
     deepspeed: str = ""  # the DeepSpeed version whose builders decided
+    gpu_ops: tuple[str, ...] = ()  # ops compiled with nvcc/hipcc (CUDAOpBuilder)
+
+    def omitted_lines(self) -> list[str]:
+        """The omitted ops, one line per reason (ops_reasons.group_omissions)."""
+        return group_omissions(self.omitted, self.gpu_ops)
 
     def env(self) -> dict[str, str]:
         """The variables for ``pip install deepspeed`` (setup.py): DS_BUILD_OPS=0, then
@@ -121,7 +132,8 @@ def choose_ops(target: Target, stack: Stack | None, mode: str, python: str = sys
         report = inspect_ops(target, python, timeout, env)
     build_vars = {name: op.build_var for name, op in report.ops.items()}
     common = {"mode": mode, "accelerator": report.accelerator, "build_vars": build_vars,
-              "deepspeed": report.deepspeed}
+              "deepspeed": report.deepspeed,
+              "gpu_ops": tuple(n for n, op in report.ops.items() if op.gpu)}
     if kind == "none":
         return OpsChoice(build=(), **common)
     tools = compilers_here(env)
@@ -130,17 +142,7 @@ def choose_ops(target: Target, stack: Stack | None, mode: str, python: str = sys
                if n not in by_target}
     omitted: dict[str, str] = {}
     if kind == "list":
-        unknown = [n for n in names if n not in report.ops]
-        if unknown:
-            elsewhere = [n for n in unknown if n in report.other_ops]
-            extra = ""
-            if elsewhere:
-                extra = (f"; {', '.join(elsewhere)} belong to DeepSpeed's "
-                         f"{report.other_accelerator} accelerator, not to the "
-                         f"{report.accelerator} accelerator a {target.vendor} target builds")
-            raise ProvisionError(
-                f"--ops {mode}: unknown op(s) {', '.join(unknown)}{extra}; DeepSpeed "
-                f"{report.deepspeed} ({report.accelerator}) knows: {', '.join(report.ops)}")
+        check_known(report, names, mode, target)
         bad = {n: by_target.get(n) or by_here.get(n) for n in names
                if n in by_target or n in by_here}
         if bad:
@@ -184,15 +186,48 @@ def choose_ops(target: Target, stack: Stack | None, mode: str, python: str = sys
                      warnings=_warnings(report, target, build), **common)
 
 
+def check_known(report: OpsReport, names: list[str], mode: str, target: Target) -> None:
+    """UnknownOpError (one line naming the op and the known ones) for a name in ``names``
+    that ``report``'s DeepSpeed does not have for the target's accelerator."""
+    unknown = [n for n in names if n not in report.ops]
+    if not unknown:
+        return
+    elsewhere = [n for n in unknown if n in report.other_ops]
+    extra = ""
+    if elsewhere:
+        extra = (f"; {', '.join(elsewhere)} belong to DeepSpeed's "
+                 f"{report.other_accelerator} accelerator, not to the "
+                 f"{report.accelerator} accelerator a {target.vendor} target builds")
+    raise UnknownOpError(
+        f"--ops {mode}: unknown op(s) {', '.join(unknown)}{extra}; DeepSpeed "
+        f"{report.deepspeed} ({report.accelerator}) knows: {', '.join(report.ops)}")
+
+
+def check_op_names(target: Target, mode: str, python: str = sys.executable) -> None:
+    """Before anything is installed: an ``--ops`` list is checked against ``python``'s
+    DeepSpeed (the real run asks the new environment's again). Nothing to check without a
+    list, or when that interpreter has no DeepSpeed."""
+    kind, names = parse_mode(mode)
+    if kind != "list":
+        return
+    try:
+        report = inspect_ops(target, python)
+    except ProvisionError:
+        return  # no DeepSpeed here: the environment's DeepSpeed judges the names
+    check_known(report, names, mode, target)
+
+
 def preview_ops(target: Target, stack: Stack, mode: str) -> list[str]:
     """What --ops would choose, asked of this interpreter's DeepSpeed (the real run asks the
     new environment's DeepSpeed, whose version the lock fixes), as plan notes."""
     try:
         choice = choose_ops(target, stack, mode, judge_torch=False)
+    except UnknownOpError:
+        raise  # a usage error, as in the real run
     except ProvisionError as exc:
         return [f"ops: {exc}"]
     lines = [f"ops (DeepSpeed {choice.deepspeed} here): build "
              f"{', '.join(choice.build) or 'none'}"]
-    lines += [f"ops: omit {op}: {reason}" for op, reason in choice.omitted.items()]
+    lines += [f"ops: omit {line}" for line in choice.omitted_lines()]
     lines += [f"ops: {warning}" for warning in choice.warnings]
     return lines

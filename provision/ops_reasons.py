@@ -1,7 +1,9 @@
 """Why a DeepSpeed op cannot be built: for the target itself (DeepSpeed's own rules, wherever
 it is built) or on this node (no C++ compiler, no nvcc/hipcc, an nvcc that cannot build the
 archs or whose CUDA major is not torch's (DeepSpeed's ``cuda_minor_mismatch_ok``), a torch
-build that does not match the target). Each reason is one line that says how to fix it.
+build that does not match the target). Each reason is one line that says how to fix it, and
+ops that share a reason are shown as one line (:func:`group_omissions`: "14 GPU ops (...): no
+hipcc here ...").
 """
 
 from __future__ import annotations
@@ -124,3 +126,20 @@ def here_reasons(report: OpsReport, target: Target, stack: Stack | None, tools: 
         elif op.gpu and gpu_reason:
             reasons[name] = gpu_reason
     return reasons
+
+
+def group_omissions(omitted: dict[str, str], gpu_ops=()) -> list[str]:
+    """The omitted ops as one line per reason, most ops first: ``14 GPU ops (async_io, ...):
+    no hipcc here (...)`` rather than fourteen lines that repeat the reason. ``gpu_ops``:
+    the names of the ops compiled with nvcc/hipcc (the group says "GPU ops" when all are)."""
+    by_reason: dict[str, list[str]] = {}
+    for op, reason in omitted.items():
+        by_reason.setdefault(reason, []).append(op)
+    lines = []
+    for reason, ops in sorted(by_reason.items(), key=lambda item: -len(item[1])):
+        if len(ops) == 1:
+            lines.append(f"{ops[0]}: {reason}")
+            continue
+        kind = "GPU ops" if all(op in gpu_ops for op in ops) else "ops"
+        lines.append(f"{len(ops)} {kind} ({', '.join(ops)}): {reason}")
+    return lines

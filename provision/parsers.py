@@ -39,7 +39,10 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--prefix", metavar="DIR", help="where the environment goes (default: "
                                                    "the site's env root, else ./dsenv-envs/"
                                                    "STACK-KIND)")
-    p.add_argument("--lock", metavar="FILE", help="install this lock instead of the stack's")
+    p.add_argument("--lock", metavar="FILE",
+                   help="install this lock instead of the stack's (e.g. ENV/dsenv-lock.txt: "
+                        "a lock made on site, to rebuild that environment); a stack with no "
+                        "committed lock is locked on site against its index")
     p.add_argument("--python", metavar="PY", help="interpreter the venv is based on (default: "
                                                   "this one; --kind container: the image's)")
     p.add_argument("--find-links", action="append", metavar="DIR",
@@ -50,9 +53,18 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--no-bytecode", action="store_true",
                    help="do not write .pyc files at install (faster install, slower first "
                         "import)")
+    p.add_argument("--no-toolkit-wheels", action="store_true",
+                   help="when this node's nvcc cannot build the stack's CUDA ops, stop "
+                        "instead of installing the stack's CUDA toolkit from NVIDIA's wheels")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the plan: every step, command and variable; write nothing")
+                   help="print the whole plan: arch variables, ops, every step, command "
+                        "and variable (a missing lock as the step that locks on site); "
+                        "write nothing")
     p.add_argument("--force", action="store_true", help="replace an existing --prefix")
+    p.add_argument("--ops-cache", metavar="DIR|none",
+                   help="keep and reuse built DeepSpeed wheels here (default: "
+                        "$DSENV_OPS_CACHE, else the site's ops_cache, else "
+                        "~/.cache/dsenv/ops-cache; none: build every time)")
     add_wait_arguments(p, DEFAULT_WAIT, "--prefix")
     what = p.add_subparsers(dest="provision_what", metavar="WHAT", required=False,
                             title="also provisions (optional)")

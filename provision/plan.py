@@ -3,10 +3,14 @@ file is written.
 
     site profile + --arch  -> Target             (targets.py; `auto` through the GPU probes)
     Target + this nvcc     -> Stack              (targets.py; nvcc only when ops are built)
-    Stack + --kind         -> lock               (must exist: `dsenv lock` makes it)
+    Stack + --kind         -> lock               (committed, --lock FILE, or none: then the
+                                                  stack's requirements are locked on the site
+                                                  against its index, the first step)
     --prefix               -> absolute prefix    (prefix.py; symlinks resolved, free space)
     Stack + --find-links.. -> Sources            (uvcmd.py)
-    then the steps, each with its command and variables (what --dry-run prints)
+    then the steps, each with its command and variables (what --dry-run prints: always
+    the whole plan, arch variables and ops included; what would stop the real run is said
+    in the step it concerns)
 
 Carrying a plan out is build.py's job.
 """
@@ -23,13 +27,46 @@ from dsenv.envs.sites import Site, load_site
 from dsenv.envs.stacks import Stack
 from dsenv.envs.targets import Target
 
+from dsenv import proc
+
 from . import ProvisionError
 from .build_ops import available_cpus
 from .conda import lock_path as conda_lock_path
-from .ops import preview_ops
+from .cuda_toolkit import ToolkitChoice
+from .locks import requirements_path
+from .ops import check_op_names, preview_ops
+from .ops_cache import CacheDir, resolve_dir
 from .prefix import check_absent, default_prefix, free_space_check, resolve_prefix
-from .targets import choose_stack, node_nvcc_version, resolve_arch
-from .uvcmd import Sources, stack_sources
+from .targets import choose_stack_and_toolkit, resolve_arch
+from .uvcmd import Sources, index_unreachable, stack_sources
+
+SITE_LOCK_NAME = "dsenv-lock.txt"  # a lock made on the site, kept inside the environment
+INDEX_PROBE_TIMEOUT = 10.0  # seconds a package index has to answer before locking on site
+
+
+@dataclass
+class SiteLock:
+    """No lock is committed for the stack (and none given): its requirements are locked here,
+    against the stack's sources, before the install; the lock is kept in the environment
+    (``SITE_LOCK_NAME``) and named by its manifest, so ``--lock`` rebuilds the same env."""
+
+    stack: str
+    requirements: Path
+    sources: Sources
+    python_version: str
+    problem: str | None = None  # why the real run would stop (no requirements, no index)
+
+    def describe(self) -> str:
+        return (" and ".join(dict.fromkeys(self.sources.indexes()))
+                or ", ".join(self.sources.find_links))
+
+    def command(self, out: Path) -> list[str]:
+        return ["uv", "pip", "compile", str(self.requirements), "--generate-hashes",
+                "--python-version", self.python_version, *self.sources.args(), "-o", str(out)]
+
+    def to_json(self) -> dict:
+        return {"stack": self.stack, "requirements": self.requirements.name,
+                "sources": self.sources.describe(), "python": self.python_version}
 
 
 @dataclass
@@ -65,8 +102,12 @@ class Plan:
     bytecode: bool = True
     dry_run: bool = False  # print the plan, write nothing
     wait: float | None = None  # seconds to wait for another run building the prefix
+    ops_cache: CacheDir | None = None  # where built DeepSpeed wheels are kept (ops_cache.py)
+    toolkit: ToolkitChoice | None = None  # the nvcc of the CUDA ops (cuda_toolkit.py)
     notes: list[str] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
+    site_lock: SiteLock | None = None  # set when the lock is made on the site (then ``lock``
+    # is where the environment keeps it)
 
     @property
     def staging(self) -> Path:
@@ -78,7 +119,10 @@ class Plan:
                 f"  target  {self.target.describe()} ({self.target.source})",
                 f"  stack   {self.stack.name}: {self.stack.torch_requirement}"
                 + (f", {self.stack.toolkit}" if self.stack.toolkit else ""),
-                f"  lock    {self.lock}",
+                f"  lock    {self.lock}" + (
+                    f" (none committed for stack {self.stack.name}: locked on site against "
+                    f"{self.site_lock.describe()}, the first step)" if self.site_lock else ""),
+                f"  arch    {_arch_line(self.target)}",
                 f"  python  {self.python}",
                 *[f"  note    {note}" for note in self.notes]]
 
@@ -96,45 +140,117 @@ def make_plan(args) -> Plan:
     site = load_site(args.site)
     kind = args.kind or site.default_kind
     target = resolve_arch(args.arch or site.default_arch or "auto")
-    # nvcc only matters when ops are compiled: with --ops none it is never used
-    toolkit_version = (node_nvcc_version() if target.vendor == "nvidia" and args.ops != "none"
-                       else None)
-    stack = choose_stack(target, toolkit_version, args.stack or site.default_stack or None)
-    lock = _lock(kind, stack, args.lock)
+    # the stack, and the nvcc its CUDA ops compile with (the node's, or NVIDIA's wheels)
+    stack, toolkit, toolkit_notes = choose_stack_and_toolkit(
+        target, args.ops, args.stack or site.default_stack or None,
+        toolkit_wheels=not getattr(args, "no_toolkit_wheels", False))
     prefix = resolve_prefix(args.prefix or default_prefix(site, kind, stack))
     check_absent(prefix, args.force)
     sources = stack_sources(stack, args.find_links, args.index_url, args.no_index)
-    plan = Plan(kind, site, target, stack, lock.resolve(), prefix, args.python or sys.executable,
+    python = args.python or sys.executable
+    lock = _lock(kind, stack, args.lock, args.dry_run)
+    site_lock = None
+    if lock is None:  # nothing committed: lock on the site (a step, checked before it runs)
+        site_lock = _site_lock(stack, sources, python, args.dry_run)
+        lock = prefix / SITE_LOCK_NAME
+    if not args.dry_run:  # an unknown op is a usage error before anything is installed
+        check_op_names(target, args.ops)  # (a dry run's preview asks the same builders)
+    plan = Plan(kind, site, target, stack, lock.resolve(), prefix, python,
                 args.ops, sources, args.force, not args.no_bytecode, args.dry_run,
-                getattr(args, "wait", None))
-    if toolkit_version:
-        plan.notes.append(f"ops compile with this node's nvcc {toolkit_version}")
+                getattr(args, "wait", None), site_lock=site_lock)
+    plan.toolkit = toolkit
+    plan.notes += toolkit_notes
     if plan.dry_run:
         plan.notes += preview_ops(target, stack, plan.ops_mode)
     else:
         plan.notes.append(free_space_check(prefix, stack))
+    plan.ops_cache = resolve_dir(getattr(args, "ops_cache", None), site.ops_cache, site.name)
     _add_steps(plan)
     return plan
 
 
-def _lock(kind: str, stack: Stack, given: str | None) -> Path:
-    """The lock to install: ``given``, else the stack's (conda-lock.yml for --kind conda)."""
+def _arch_line(target: Target) -> str:
+    """The variable DeepSpeed's op builds read the archs from, as the build sets it."""
+    variables = target.arch_env()
+    if not variables:
+        return "none (CPU target: no TORCH_CUDA_ARCH_LIST / PYTORCH_ROCM_ARCH)"
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in variables.items())
+
+
+def _lock(kind: str, stack: Stack, given: str | None, dry_run: bool) -> Path | None:
+    """The lock to install: ``given``, else the stack's (conda-lock.yml for --kind conda);
+    None when the stack has none committed and a venv/container env can lock on site."""
     if kind == "conda":
         lock = Path(given) if given else conda_lock_path(stack.name)
         regenerate = f"dsenv lock --kind conda --stack {stack.name}"
     else:
         lock = Path(given) if given else stack.lock_path
         regenerate = f"dsenv lock --stack {stack.name}"
-    if not lock.is_file():
+        if not given and not lock.is_file():
+            return None
+    if not lock.is_file() and not (dry_run and not given):
         raise ProvisionError(f"no lock for stack {stack.name} ({kind}): {lock} does not exist; "
                              f"generate it with `{regenerate}` where the stack's package "
                              f"index ({stack.index_url}) is reachable, or pass --lock FILE")
     return lock
 
 
+def _site_lock(stack: Stack, sources: Sources, python: str, dry_run: bool) -> SiteLock:
+    """What locking on site needs, checked now: the stack's requirements file and an index
+    that answers. The real run stops here with one line; a dry run shows it in the step."""
+    requirements = requirements_path(stack.name)
+    lock = SiteLock(stack.name, requirements, sources, _python_version(python))
+    fix = f"run `dsenv lock --stack {stack.name} --out FILE` where it is reachable and pass "
+    if not requirements.is_file():
+        lock.problem = (f"no lock is committed for stack {stack.name} and there are no "
+                        f"requirements to lock on site: {requirements} does not exist; pass "
+                        "--lock FILE")
+    else:
+        for index in dict.fromkeys(sources.indexes()):
+            cause = index_unreachable(index, INDEX_PROBE_TIMEOUT)
+            if cause:
+                # torch's own index is left out when a wheel folder has torch; PyPI's place
+                # takes a mirror
+                other = ("--find-links DIR with its torch wheel"
+                         if index.rstrip("/") == stack.index_url.rstrip("/")
+                         and index != sources.index_url else "--index-url MIRROR")
+                lock.problem = (f"no lock is committed for stack {stack.name} and its package "
+                                f"index {index} cannot be reached from here ({cause}) to lock "
+                                f"on site: {fix}--lock FILE, or give {other}")
+                break
+    if lock.problem and not dry_run:
+        raise ProvisionError(lock.problem)
+    return lock
+
+
+def _python_version(python: str) -> str:
+    """``3.11``: the version of the interpreter the environment is built on (a site lock
+    resolves for it); a version string given as --python is taken as it is."""
+    result = proc.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                      timeout=30)
+    if result.ok and result.stdout.strip():
+        return result.stdout.strip()
+    given = Path(python).name.removeprefix("python")
+    return given if given.replace(".", "").isdigit() else "{}.{}".format(*sys.version_info[:2])
+
+
 def _add_steps(plan: Plan) -> None:
     env_python = str(plan.staging / "bin" / "python")
     source_args = plan.sources.args()
+    if plan.site_lock:
+        lock = plan.site_lock
+        plan.steps.append(Step(
+            f"lock on site against {lock.describe()}",
+            f"no lock is committed for stack {lock.stack}: {lock.requirements.name} resolved "
+            f"with hashes for Python {lock.python_version}, kept as {plan.lock} and named in "
+            "the manifest (rebuild the same env with --lock FILE)"
+            + (f"; STOPS THE REAL RUN HERE: {lock.problem}" if lock.problem else ""),
+            lock.command(plan.lock)))
+    elif not plan.lock.is_file():  # a dry run of a conda env whose stack has no conda lock
+        plan.steps.append(Step(
+            f"no conda lock for stack {plan.stack.name}: STOPS THE REAL RUN HERE",
+            "generate it where the stack's channels are reachable, or pass --lock FILE",
+            ["dsenv", "lock", "--kind", "conda", "--stack", plan.stack.name]))
     if plan.kind == "venv":
         plan.steps.append(Step("create the venv", "relocatable, so it survives the rename",
                                ["uv", "venv", str(plan.staging), "--relocatable", "--python",
@@ -162,7 +278,9 @@ def _add_steps(plan: Plan) -> None:
     plan.steps.append(Step(
         f"DeepSpeed ops --ops {plan.ops_mode}",
         "chosen by the env's own DeepSpeed op builders for this target; each chosen op gets "
-        "DS_BUILD_<OP>=1; skipped when none is chosen",
+        "DS_BUILD_<OP>=1; skipped when none is chosen; ops cache "
+        + (plan.ops_cache.describe() if plan.ops_cache else "off")
+        + ": the wheel of an identical earlier build is installed instead, hash-checked",
         ["uv", "pip", "install", "--no-build-isolation", "--reinstall", "--no-deps",
          "--no-cache", "--python", env_python, *source_args, "deepspeed==<locked, hashes>"],
         ops_env))

@@ -7,7 +7,8 @@ or DeepSpeed.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from dsenv.doctor.probes import gpus as gpu_probes
 from dsenv.doctor.probes import toolkit
@@ -20,7 +21,8 @@ from dsenv.envs.targets import Target, arch_key, describe_arch, generation, know
 from dsenv.data import load_table
 from dsenv.versions import major_minor, version_tuple
 
-from . import ProvisionError
+from . import ProvisionError, cuda_toolkit
+from .uvcmd import index_unreachable
 
 
 def resolve_arch(spec: str, detect=None) -> Target:
@@ -120,13 +122,19 @@ def _major_refusal(toolkit_version: str, serving: list[Stack]) -> str | None:
             f"`module load cuda/{example.toolkit}`) or pass --ops none")
 
 
-def _stack_problem(stack: Stack, target: Target, toolkit_version: str | None) -> str | None:
+def _stack_problem(stack: Stack, target: Target, toolkit_version: str | None,
+                   toolkit_wheels: bool = False) -> str | None:
     if stack.vendor != target.vendor:
         return f"it is built for {stack.vendor}, the target is {target.describe()}"
     missing = _unserved(stack, target)
     if missing:
         return (f"torch {stack.torch_version} ships kernels for {stack.describe_archs()}; "
                 f"{', '.join(describe_arch(a) for a in missing)} is not among them")
+    if target.vendor == "nvidia" and toolkit_wheels:
+        choice = cuda_toolkit.toolkit_choice(stack, target, toolkit_version)
+        if choice.kind == "refused":
+            return f"{choice.reason}: {cuda_toolkit.refusal_fix(choice)}"
+        return None
     if target.vendor == "nvidia" and toolkit_version:
         return (nvcc_refusal(toolkit_version, target, [stack])
                 or _major_refusal(toolkit_version, [stack]))
@@ -134,29 +142,40 @@ def _stack_problem(stack: Stack, target: Target, toolkit_version: str | None) ->
 
 
 def choose_stack(target: Target, toolkit_version: str | None = None,
-                 requested: str | None = None) -> Stack:
+                 requested: str | None = None, *, toolkit_wheels: bool = False,
+                 index_unreachable: Callable[[str], str | None] | None = None,
+                 notes: list[str] | None = None) -> Stack:
     """The stack to build for ``target``.
 
     Without ``requested``: the newest non-experimental stack of the target's vendor whose
-    torch ships kernels for every target arch. ``toolkit_version`` is the version of the
-    nvcc that will compile DeepSpeed's ops on this node (pass it only when ops are compiled:
-    with --ops none nvcc is never used): it must build every target arch (CUDA 13 cannot build
-    sm_70) and have the CUDA major of the stack's torch. ProvisionError with the reason and
-    a way out when nothing fits, or when ``requested`` cannot serve the target.
+    torch ships kernels for every target arch. A stack with ``fallback_for`` stands in for
+    that stack only when ``index_unreachable(its index_url)`` gives a reason (not asked when
+    ``index_unreachable`` is None: the primary stays first). ``toolkit_version`` is the
+    version of the nvcc that will compile DeepSpeed's ops on this node (pass it only when
+    ops are compiled: with --ops none nvcc is never used); ``None`` with ops compiled means
+    pass ``toolkit_wheels`` and no nvcc was found. The nvcc must build every target arch
+    (CUDA 13 cannot build sm_70) and have the CUDA major of the stack's torch; with
+    ``toolkit_wheels`` a stack whose toolkit NVIDIA publishes as wheels is chosen anyway
+    (provision/cuda_toolkit.py installs it), a stack the node's nvcc fits first.
+    ProvisionError with the reason and a way out when nothing fits, or when ``requested``
+    cannot serve the target. ``notes`` collects lines for the plan (a fallback taken).
     """
     stacks = load_stacks()
     if requested:
         stack = get_stack(requested)
-        problem = _stack_problem(stack, target, toolkit_version)
+        problem = _stack_problem(stack, target, toolkit_version, toolkit_wheels)
         if problem:
-            others = [s.name for s in _newest_first(stacks.values())
-                      if s.name != stack.name and not _stack_problem(s, target, toolkit_version)]
+            # preferred first: a fallback stack (fallback_for) after the stacks it stands in for
+            ordered = sorted(_newest_first(stacks.values()), key=lambda s: bool(s.fallback_for))
+            others = [s.name for s in ordered
+                      if s.name != stack.name
+                      and not _stack_problem(s, target, toolkit_version, toolkit_wheels)]
             hint = f" (stacks that can: {', '.join(others)})" if others else ""
             raise ProvisionError(f"--stack {requested} cannot serve {target.describe()}: "
                                  f"{problem}{hint}")
         return stack
-    same_vendor = [s for s in stacks.values()
-                   if s.vendor == target.vendor and s.status != "experimental"]
+    same_vendor = [s for s in stacks.values() if s.vendor == target.vendor
+                   and s.status != "experimental" and not s.fallback_for]
     if not same_vendor:
         raise ProvisionError(f"no {target.vendor} stack in envs/stacks.toml")
     serving = [s for s in _newest_first(same_vendor) if not _unserved(s, target)]
@@ -167,16 +186,94 @@ def choose_stack(target: Target, toolkit_version: str | None = None,
             f"no torch {same_vendor[0].torch} stack ships kernels for "
             f"{', '.join(describe_arch(a) for a in missing)} ({offered}): provision for newer "
             "GPUs with --arch, build torch from source for these, or use `--arch cpu`")
-    if target.vendor == "nvidia" and toolkit_version:
-        refusal = nvcc_refusal(toolkit_version, target, serving)
-        if refusal:
-            raise ProvisionError(refusal)
-        refusal = _major_refusal(toolkit_version, serving)
-        if refusal:
-            raise ProvisionError(refusal)
-        major = version_tuple(toolkit_version)[0]
-        serving = [s for s in serving if s.toolkit_major == major]
+    if index_unreachable is not None:
+        serving = _with_fallbacks(serving, stacks, target, index_unreachable, notes)
+    if target.vendor != "nvidia" or (not toolkit_version and not toolkit_wheels):
+        return serving[0]
+    if toolkit_wheels:
+        choices = [(s, cuda_toolkit.toolkit_choice(s, target, toolkit_version)) for s in serving]
+        for wanted in ("node", "wheels"):
+            found = next((s for s, c in choices if c.kind == wanted), None)
+            if found is not None:
+                return found
+        stack, choice = choices[0]
+        node = toolkit_version and (nvcc_refusal(toolkit_version, target, serving)
+                                    or _major_refusal(toolkit_version, serving))
+        if node:  # the node's own reason, as without wheels, and why the wheels do not help
+            raise ProvisionError(f"{node}; {choice.why_not}")
+        raise ProvisionError(f"no nvcc for the ops of stack {stack.name} ({target.describe()}):"
+                             f" {choice.reason}: {cuda_toolkit.refusal_fix(choice)}")
+    refusal = nvcc_refusal(toolkit_version, target, serving)
+    if refusal:
+        raise ProvisionError(refusal)
+    refusal = _major_refusal(toolkit_version, serving)
+    if refusal:
+        raise ProvisionError(refusal)
+    major = version_tuple(toolkit_version)[0]
+    serving = [s for s in serving if s.toolkit_major == major]
     return serving[0]
+
+
+def _with_fallbacks(serving: list[Stack], stacks: dict[str, Stack], target: Target,
+                    index_unreachable: Callable[[str], str | None],
+                    notes: list[str] | None) -> list[Stack]:
+    """``serving`` with a stack replaced by its fallback (``fallback_for``) when the stack's
+    index does not answer and the fallback serves the target too. Only the first stack's
+    index is asked (the one that would be chosen)."""
+    first = serving[0]
+    fallbacks = [s for s in stacks.values() if s.fallback_for == first.name
+                 and not _unserved(s, target)]
+    if not fallbacks:
+        return serving
+    why = index_unreachable(first.index_url)
+    if why is None:
+        return serving
+    fallback = fallbacks[0]
+    if notes is not None:
+        notes.append(f"stack {fallback.name} (torch {fallback.torch_version} from "
+                     f"{fallback.index_url}) instead of {first.name}: {first.index_url} does "
+                     f"not answer ({why})")
+    return [fallback, *serving[1:]]
+
+
+def choose_stack_and_toolkit(target: Target, ops_mode: str, requested: str | None, *,
+                             toolkit_wheels: bool = True, env=None
+                             ) -> tuple[Stack, cuda_toolkit.ToolkitChoice, list[str]]:
+    """``dsenv provision``'s stack and the nvcc its CUDA ops compile with, plus plan notes.
+
+    nvcc only matters when ops are compiled (with --ops none it is never used). A stack with
+    a ``fallback_for`` replaces that stack when its index does not answer (asked with a
+    HEAD request, only for the stack that would be chosen and only when a fallback exists).
+    """
+    notes: list[str] = []
+    compiles = target.vendor == "nvidia" and ops_mode.strip().lower() != "none"
+    node = node_nvcc(env) if compiles else None
+    version = node.version if node is not None and node.found else None
+    try:
+        stack = choose_stack(target, version, requested,
+                             toolkit_wheels=toolkit_wheels and compiles,
+                             index_unreachable=index_unreachable, notes=notes)
+    except ProvisionError as exc:  # say which stack was judged when a fallback was taken
+        if not notes:
+            raise
+        raise ProvisionError(f"{exc} ({'; '.join(notes)})") from None
+    if not compiles:
+        return stack, cuda_toolkit.ToolkitChoice("none"), notes
+    choice = cuda_toolkit.toolkit_choice(stack, target, version, allow_wheels=toolkit_wheels)
+    if choice.kind == "node" and node is not None and node.path:
+        home = cuda_toolkit.nvcc_home(node.path) or (Path(node.home) if node.home else None)
+        choice = cuda_toolkit.ToolkitChoice("node", version or "", home=str(home or ""))
+    if choice.kind == "refused":  # choose_stack let it through: nvcc given, no wheels asked
+        raise ProvisionError(f"{choice.reason}: {cuda_toolkit.refusal_fix(choice)}")
+    notes.append(choice.note())
+    return stack, choice, notes
+
+
+def node_nvcc(env=None) -> toolkit.Tool:
+    """The nvcc DeepSpeed would compile with here (the node-facts probe)."""
+    ctx = Context(options=Options(target="login"),
+                  env=dict(env if env is not None else os.environ))
+    return toolkit.nvcc(ctx)
 
 
 def node_nvcc_version(env=None) -> str | None:

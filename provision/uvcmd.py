@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,7 +118,8 @@ def stack_sources(stack: Stack, find_links: Iterable[str | os.PathLike] | None =
     the stack's torch is on PyPI or in a local wheel folder (CI keeps the CPU wheel there)."""
     links = list(find_links or stack.available_find_links())
     torch_index = stack.index_url.rstrip("/")
-    extra = [] if torch_index in (PYPI.rstrip("/"), "") or links else [stack.index_url]
+    primary = (index_url or PYPI).rstrip("/")
+    extra = [] if torch_index in (primary, PYPI.rstrip("/"), "") or links else [stack.index_url]
     return Sources.of(links, index_url, extra, no_index)
 
 
@@ -149,6 +152,24 @@ def run_uv(args: Sequence[str], *, timeout: float, env: Mapping[str, str] | None
     """``uv ARGS`` through dsenv.proc (timeout, whole group killed); never raises itself."""
     return proc.run([uv_binary(), *args], timeout=timeout, env=env if env is not None else uv_env(),
                     cwd=os.fspath(cwd) if cwd is not None else None, output=output)
+
+
+def index_unreachable(url: str, timeout: float = 10.0) -> str | None:
+    """Why the package index ``url`` did not answer within ``timeout`` seconds, or None when
+    it answered (any HTTP status counts: the server is there). A HEAD request (PyPI's
+    /simple/ page is tens of MB), through HTTPS_PROXY/HTTP_PROXY as uv would go."""
+    request = urllib.request.Request(url.rstrip("/") + "/", method="HEAD",
+                                     headers={"User-Agent": "dsenv"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None  # 403/404/405: a server answered
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        return str(getattr(reason, "strerror", None) or reason)
+    except (TimeoutError, OSError) as exc:
+        return f"no answer within {timeout:.0f} s" if isinstance(exc, TimeoutError) else str(exc)
 
 
 # ----------------------------------------------------------------------------- errors

@@ -17,7 +17,7 @@ from dsenv.envs import archs
 from dsenv.data import load_table
 from dsenv.versions import version_tuple
 
-from . import pyenv
+from . import pyenv, target_env
 from .context import Context, probe
 
 
@@ -89,8 +89,36 @@ def _versioned(ctx: Context, name: str, home_vars, default_home, parser) -> Tool
 
 @probe
 def nvcc(ctx: Context) -> Tool:
+    """The nvcc a job of the environment under test compiles with: CUDA_HOME/CUDA_PATH,
+    else a toolkit installed into that environment from NVIDIA's wheels (its dsenv activate
+    script sets CUDA_HOME there), else PATH, else /usr/local/cuda."""
+    if not any(ctx.env.get(v) for v in ("CUDA_HOME", "CUDA_PATH")):
+        local = env_local_toolkit(ctx)
+        if local is not None:
+            result = ctx.run([str(local / "bin" / "nvcc"), "--version"])
+            version = parse_nvcc_version(result.stdout) if result.ok else None
+            how = (f"the environment's own CUDA toolkit from NVIDIA's wheels ({local}; its "
+                   "activate script sets CUDA_HOME there)")
+            return Tool("nvcc", str(local / "bin" / "nvcc"), version,
+                        how if result.ok else result.describe(), str(local))
     return _versioned(ctx, "nvcc", ("CUDA_HOME", "CUDA_PATH"), "/usr/local/cuda",
                       parse_nvcc_version)
+
+
+# NVIDIA's CUDA 13 wheels share one tree; `dsenv provision` installs nvcc there when the
+# node's nvcc cannot build the stack's ops (provision/cuda_toolkit.py)
+ENV_TOOLKIT_ROOTS = ("nvidia/cu13",)
+
+
+def env_local_toolkit(ctx: Context) -> Path | None:
+    """The toolkit root inside the environment under test (``site-packages/nvidia/cu13``
+    with a bin/nvcc), None when it has none."""
+    prefix = Path(target_env.environment(ctx).prefix)
+    for site in sorted(prefix.glob("lib/python3*/site-packages")):
+        for root in ENV_TOOLKIT_ROOTS:
+            if (site / root / "bin" / "nvcc").is_file():
+                return site / root
+    return None
 
 
 @probe

@@ -52,6 +52,9 @@ class Site:
     hf_home: str = ""  # "" = leave HF_HOME as the user has it
     offline_on_compute: bool = True
     env_root: str = ""  # where environments should live ("" = anywhere)
+    # where `dsenv provision` keeps built DeepSpeed wheels (provision/ops_cache.py): a shared
+    # file system lets every job of the site reuse one build ("" = ~/.cache/dsenv/ops-cache)
+    ops_cache: str = ""
     env: dict[str, str] = field(default_factory=dict)  # NCCL/RCCL/FI/MIOPEN variables
     container: Container | None = None
     # all-reduce bus bandwidth (GB/s) a healthy job reaches: `dsenv doctor --distributed`
@@ -106,6 +109,8 @@ def _problems(name: str, raw: dict) -> list[str]:
                          "secrets")
         if not isinstance(value, str):
             found.append(f"[env] {key} must be a string")
+    if not isinstance(raw.get("ops_cache", ""), str):
+        found.append("ops_cache must be a folder path (a string)")
     busbw = raw.get("expect_busbw_gbps") or {}
     if not isinstance(busbw, dict):
         found.append("expect_busbw_gbps must be a table (intra_node = GB/s, inter_node = GB/s)")
@@ -143,7 +148,8 @@ def load_site(name: str | None = None) -> Site:
         modules=tuple(raw.get("modules", ())), launcher=raw.get("launcher", ""),
         srun_mpi=raw.get("srun_mpi", ""), hf_home=raw.get("hf_home", ""),
         offline_on_compute=bool(raw.get("offline_on_compute", True)),
-        env_root=raw.get("env_root", ""), env=dict(raw.get("env") or {}),
+        env_root=raw.get("env_root", ""), ops_cache=raw.get("ops_cache", ""),
+        env=dict(raw.get("env") or {}),
         expect_busbw_gbps={k: float(v) for k, v in (raw.get("expect_busbw_gbps") or {}).items()},
         container=Container(container["runtime"], container.get("image", ""),
                             tuple(container.get("binds", ()))) if container else None)

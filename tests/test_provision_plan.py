@@ -1,0 +1,116 @@
+"""`dsenv provision --dry-run` always prints the whole plan: the arch variable DeepSpeed's op
+builds read, the ops (omissions grouped by reason), every step, and a missing lock as the
+step that locks on site rather than a stop. An unknown op in --ops is a usage error (exit 2,
+one line naming it and the known ones) in a dry run as in a real one.
+
+Each dry run asks this interpreter's DeepSpeed for its op builders (~2 s).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from dsenv.envs.targets import resolve_arch
+from dsenv.provision.ops import UnknownOpError, check_op_names
+from dsenv.provision.ops_reasons import group_omissions
+
+from .clirun import dsenv, one_line
+
+WIDE = {"COLUMNS": "400"}
+
+
+def dry_run(tmp_path: Path, *args: str, env=None):
+    prefix = tmp_path / "envs" / "env"
+    done = dsenv("provision", *args, "--prefix", str(prefix), "--dry-run",
+                 env={**WIDE, **(env or {})})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not prefix.parent.exists()  # a dry run writes nothing
+    header, steps = done.stdout.split("\nsteps (", 1)
+    return header, steps
+
+
+def line_of(text: str, start: str) -> str:
+    return next(line for line in text.splitlines() if line.strip().startswith(start))
+
+
+def test_gfx90a_plans_the_site_lock_and_groups_the_gpu_ops_without_hipcc(tmp_path):
+    env = {"ROCM_PATH": "", "ROCM_HOME": "", "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    header, steps = dry_run(tmp_path, "--arch", "gfx90a", env=env)
+    assert line_of(header, "arch").split() == ["arch", "PYTORCH_ROCM_ARCH=gfx90a"]
+    assert "stack   rocm7.2: torch==2.13.0+rocm7.2" in header
+    assert "none committed for stack rocm7.2: locked on site" in line_of(header, "lock")
+    # the first step locks rocm7.2.in on site; whether this machine reaches the index or not,
+    # the rest of the plan follows it
+    first = steps.split("\n- ")[1]
+    assert first.startswith("lock on site against https://download.pytorch.org/whl/rocm7.2")
+    assert "uv pip compile" in first and "requirements/rocm7.2.in --generate-hashes" in first
+    lock = str(tmp_path / "envs" / "env" / "dsenv-lock.txt")
+    assert "uv pip sync --require-hashes" in steps and steps.count(lock) >= 2
+    assert "PYTORCH_ROCM_ARCH=gfx90a uv pip install --no-build-isolation" in steps
+    if Path("/opt/rocm").exists():
+        pytest.skip("this machine has /opt/rocm: hipcc may be found")
+    grouped = re.search(r"ops: omit (\d+) GPU ops \(([^)]*)\): no hipcc here", header)
+    assert grouped, header
+    ops = grouped.group(2).split(", ")
+    assert int(grouped.group(1)) == len(ops) >= 10 and "fused_adam" in ops
+    assert header.count("no hipcc here") == 1  # one line for the reason, not one per op
+
+
+@pytest.mark.parametrize("arch, variable", [("8.0", "TORCH_CUDA_ARCH_LIST=8.0"),
+                                            ("8.0;9.0", "TORCH_CUDA_ARCH_LIST='8.0;9.0'")])
+def test_nvidia_plans_show_the_arch_list_the_ops_and_the_committed_lock(tmp_path, arch,
+                                                                        variable):
+    header, steps = dry_run(tmp_path, "--arch", arch)
+    assert line_of(header, "arch").split() == ["arch", variable]
+    assert line_of(header, "lock").endswith("envs/locks/cuda13.0.txt")
+    assert "lock on site" not in steps
+    assert re.search(r"ops \(DeepSpeed [0-9.]+ here\): build ", header)
+    assert "fused_adam" in header  # built, or omitted with its reason
+    assert f"{variable} uv pip install --no-build-isolation" in steps
+    assert "uv pip sync --require-hashes" in steps and "verify" in steps
+
+
+def test_cpu_plan_has_no_arch_variable_and_builds_the_cpu_ops(tmp_path):
+    header, steps = dry_run(tmp_path, "--arch", "cpu")
+    assert "none (CPU target" in line_of(header, "arch")
+    assert line_of(header, "lock").endswith("envs/locks/cpu.txt")
+    built = line_of(header, "note    ops (DeepSpeed").split("build ", 1)[1].split(", ")
+    assert "cpu_adam" in built
+    assert "TORCH_CUDA_ARCH_LIST" not in steps and "PYTORCH_ROCM_ARCH" not in steps
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "real"])
+def test_an_unknown_op_is_a_usage_error_naming_it_and_the_known_ones(tmp_path, dry):
+    prefix = tmp_path / "envs" / "env"
+    done = dsenv("provision", "--arch", "cpu", "--ops", "cpu_adam,no_such_op", "--prefix",
+                 str(prefix), *(["--dry-run"] if dry else []))
+    line = one_line(done, "dsenv provision: --ops cpu_adam,no_such_op: unknown op(s) "
+                          "no_such_op; DeepSpeed ")
+    known = line.split(" knows: ", 1)[1].split(", ")
+    assert "cpu_adam" in known and "no_such_op" not in known
+    assert not prefix.parent.exists()
+
+
+def test_known_op_names_pass_the_early_check():
+    check_op_names(resolve_arch("cpu"), "cpu_adam,fused_adam")  # no error
+    with pytest.raises(UnknownOpError):
+        check_op_names(resolve_arch("cpu"), "fused_lamb")  # a CUDA op: not cpu's
+
+
+def test_omissions_are_grouped_by_reason_most_ops_first():
+    omitted = {"a": "no hipcc here", "b": "no hipcc here", "c": "not linked", "d": "no hipcc here",
+               "e": "cannot import"}
+    lines = group_omissions(omitted, gpu_ops=("a", "b", "d"))
+    assert lines[0] == "3 GPU ops (a, b, d): no hipcc here"
+    assert sorted(lines[1:]) == ["c: not linked", "e: cannot import"]
+    assert group_omissions({"a": "x", "c": "x"}, gpu_ops=("a",)) == ["2 ops (a, c): x"]
+    assert group_omissions({}) == []
+
+
+def test_a_dry_run_shows_no_arch_variable_from_the_callers_shell(tmp_path):
+    """The plan's variable is the target's, not a stray TORCH_CUDA_ARCH_LIST in the shell."""
+    header, _steps = dry_run(tmp_path, "--arch", "8.0",
+                             env={"TORCH_CUDA_ARCH_LIST": "7.0;7.5"})
+    assert line_of(header, "arch").split() == ["arch", "TORCH_CUDA_ARCH_LIST=8.0"]

@@ -1,0 +1,91 @@
+"""The four bundled smokes run inside an environment provisioned from envs/locks/cpu.txt: the
+lock carries what they import beyond torch and DeepSpeed (accelerate for gpt2-wikitext's
+transformers Trainer, rouge-score for t5-xsum's ROUGE, sentencepiece for T5 tokenizers), as
+a user's own Trainer script needs it.
+
+Slow: `dsenv provision --arch cpu --ops none` (hashes required; ~10 s with a warm uv cache,
+torch from /opt/wheels on this project's machines), dsenv itself added to the env without
+its dependencies (the lock holds them), then `dsenv smoke all` with the env's interpreter.
+The smokes run 40 steps each: this test proves that every workload runs end to end in the
+env (training, evaluation, report); whether they learn is test_workloads_smoke_all.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from dsenv.provision.locks import lock_path, parse_lock
+from dsenv.provision.uvcmd import run_uv, uv_env
+
+from dsenv import proc
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCAL_TORCH = Path("/opt/wheels")
+WORKLOADS = ["bert-squad", "t5-xsum", "gpt2-wikitext", "bert-mrpc"]
+MAIN_METRIC = {"bert-squad": "exact_match", "t5-xsum": "rouge1", "gpt2-wikitext": "perplexity",
+               "bert-mrpc": "accuracy"}
+NEEDED = ("accelerate", "rouge-score", "sentencepiece")
+
+
+def test_the_locks_carry_what_the_workloads_and_a_trainer_script_import():
+    for stack in ("cpu", "cuda13.0"):
+        pins = parse_lock(lock_path(stack).read_text())
+        assert all(name in pins for name in NEEDED), (stack, [n for n in NEEDED
+                                                              if n not in pins])
+
+
+@pytest.fixture(scope="module")
+def provisioned(tmp_path_factory):
+    """`dsenv provision --arch cpu --ops none` with dsenv added: the env's python."""
+    prefix = tmp_path_factory.mktemp("smokes") / "env"
+    links = ["--find-links", str(LOCAL_TORCH)] if LOCAL_TORCH.is_dir() else []
+    done = proc.run([sys.executable, "-m", "dsenv", "provision", "--arch", "cpu", "--ops",
+                     "none", "--no-bytecode", "--prefix", str(prefix), *links], timeout=1800,
+                    env={**os.environ, "COLUMNS": "200"})
+    assert done.ok, done.stdout[-3000:] + done.stderr[-3000:]
+    python = prefix / "bin" / "python"
+    # dsenv's own code (editable, no dependencies: the lock holds them)
+    added = run_uv(["pip", "install", "--no-deps", "--python", str(python), "-e", str(ROOT)],
+                   timeout=600, env=uv_env())
+    assert added.ok, added.stderr[-3000:]
+    return python
+
+
+def test_the_four_smokes_run_in_the_provisioned_env(provisioned, tmp_path, run_env,
+                                                    no_references):
+    out = tmp_path / "all"
+    result = proc.run([str(provisioned), "-m", "dsenv", "smoke", "all", "--steps", "40",
+                       "--examples", "1", "--references", no_references, "--output-dir",
+                       str(out), "--report", str(tmp_path / "all.json")],
+                      timeout=1500, env=run_env, cwd=str(tmp_path))
+    assert not result.timed_out and result.returncode in (0, 1), \
+        result.stdout[-3000:] + result.stderr[-3000:]
+    rows = json.loads((tmp_path / "all.json").read_text())["workloads"]
+    assert [row["workload"] for row in rows] == WORKLOADS
+    for name in WORKLOADS:
+        doc = json.loads((out / name / "report.json").read_text())
+        assert doc["workload"] == name and doc["status"] in ("PASS", "FAIL"), name
+        assert MAIN_METRIC[name] in doc["metrics"], (name, doc["metrics"])
+        log = (out / name / "smoke.log").read_text()
+        assert not re.search(r"ModuleNotFoundError|ImportError|requires the .* library", log), \
+            (name, log[-2000:])
+        assert f"dsenv smoke {name}: " in log
+    # the env's own copies, not this interpreter's (the venv does not see its site-packages)
+    prefix = str(provisioned.parent.parent)
+    for module in ("accelerate", "rouge_score", "sentencepiece", "dsenv.workloads"):
+        assert _imported_from(provisioned, module).startswith((prefix, str(ROOT))), module
+    assert _imported_from(provisioned, "rouge_score").startswith(prefix)
+
+
+def _imported_from(python: Path, module: str) -> str:
+    done = proc.run([str(python), "-c", f"import {module}; print({module}.__file__)"],
+                    timeout=120)
+    assert done.ok, done.stderr
+    return done.stdout.strip()
