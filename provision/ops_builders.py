@@ -106,7 +106,18 @@ try:
                 error=error, warnings=warnings, bf16=bool(builder.enable_bf16),
                 kept=[] if error else [a.replace("+PTX", "") for a in left.split(";") if a],
                 where=where(CUDAOpBuilder.compute_capability_args))
-        _, info["link_error"], _ = call(builder.extra_ldflags)
+        flags, info["link_error"], _ = call(builder.extra_ldflags)
+        if not gpu and not info["link_error"]:
+            # Does the extension setup.py compiles keep the builder's own -l flags? (the CPU
+            # builders' builder() passes no extra_link_args: a precompiled async_io then
+            # fails to load with "undefined symbol: io_submit", while its JIT build links)
+            ext, error, _ = call(builder.builder)
+            if ext is not None and error is None:
+                kept = set(getattr(ext, "libraries", None) or [])
+                kept |= set(getattr(ext, "extra_link_args", None) or [])
+                info["lost_link_flags"] = [f for f in (flags or []) if f.startswith("-l")
+                                           and f not in kept and f[2:] not in kept]
+                info["builder_where"] = where(type(builder).builder)
         sources, error, _ = call(builder.sources)
         info["sources"] = len(sources or []) if error is None else -1
         ops[name] = info
@@ -153,6 +164,8 @@ class OpInfo:
     arch_rule: dict = field(default_factory=dict)  # filter_ccs facts (NVIDIA GPU ops)
     link_error: str | None = None
     sources: int = 0
+    lost_link_flags: tuple[str, ...] = ()  # -l flags the precompiled extension would drop
+    builder_where: str = ""  # file:line of the builder() that makes the extension
 
     @property
     def minimum_arch(self) -> str | None:
@@ -212,7 +225,8 @@ def inspect_ops(target: Target, python: str = sys.executable, timeout: float = 1
                                                        if raw["compat_error"] else ()),
             rocm_only_refusal=bool(raw.get("rocm_refusal")) and not raw["compatible"],
             arch_rule=raw.get("arch_rule") or {}, link_error=raw["link_error"],
-            sources=raw["sources"])
+            sources=raw["sources"], lost_link_flags=tuple(raw.get("lost_link_flags") or ()),
+            builder_where=raw.get("builder_where") or "")
     return OpsReport(data["accelerator"], ops, data["other"]["accelerator"],
                      tuple(data["other"]["ops"]), data["deepspeed"], data["deepspeed_dir"],
                      data["torch"], data["cuda_minor_mismatch_ok"], data["builder_where"])

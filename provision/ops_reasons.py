@@ -37,6 +37,11 @@ def target_reason(op: OpInfo, target: Target) -> str | None:
         dropped = ", ".join(describe_arch(a) for a in target.archs)
         return (f"{needs}: {op.builder}.filter_ccs ({op.arch_rule.get('filter_where')}) drops "
                 f"{dropped}, so DeepSpeed's build stops with \"{op.arch_rule['error']}\"")
+    if op.lost_link_flags:
+        return (f"its precompiled build would not load: {op.builder}.builder() "
+                f"({op.builder_where}) drops {' '.join(op.lost_link_flags)} from the link, so "
+                "the op fails with 'undefined symbol' (its JIT build links them: it "
+                "JIT-compiles on first use)")
     if target.vendor == "amd" and op.rocm_only_refusal:
         said = "; ".join(op.compat_warnings) or "is_compatible() is False on ROCm"
         return f"not supported on ROCm: {op.builder}.is_compatible ({op.where}): {said}"

@@ -122,7 +122,10 @@ def test_cpu_auto_builds_the_cpu_ops_and_says_why_not_the_others(reports):
     choice = choose(reports, "cpu", "cpu", judge_torch=True)
     assert choice.accelerator == "cpu"
     assert CPU_OPS <= set(choice.build)
-    assert ("async_io" in choice.build) == libaio_links()
+    # DeepSpeed's CPU builder() drops async_io's -laio: precompiled, it would not load
+    assert "async_io" not in choice.build
+    assert "drops -laio from the link" in choice.omitted["async_io"]
+    assert "cpu/builder.py" in choice.omitted["async_io"]
     assert "CCL_ROOT" in choice.omitted["deepspeed_ccl_comm"]  # oneCCL is not here
     assert "placeholder" in choice.omitted["deepspeed_not_implemented"]
     env = choice.env()
@@ -136,10 +139,10 @@ def test_cpu_list_and_pin_memory_follows_async_io(reports):
     assert choice.build == ("cpu_adam", "fused_adam") and not choice.omitted
     assert {k for k, v in choice.env().items() if v == "1"} == {"DS_BUILD_CPU_ADAM",
                                                                 "DS_BUILD_FUSED_ADAM"}
-    if libaio_links():
-        choice = choose(reports, "cpu", "cpu", "async_io")
-        assert choice.build == ("async_io", "pin_memory")
-        assert "setup.py precompiles pin_memory" in choice.notes["pin_memory"]
+    if libaio_links():  # the GPU accelerator's builder keeps -laio: there it precompiles
+        report, _ = reports("cpu")
+        assert report.ops["async_io"].lost_link_flags == ("-laio",)
+        assert report.ops["cpu_adam"].lost_link_flags == ()
 
 
 def test_none_builds_nothing_and_disables_every_op(reports):
@@ -165,7 +168,9 @@ def test_no_cxx_compiler_means_nothing_builds(reports, tmp_path):
     bare = dict(env, PATH=str(tmp_path), CXX="no-such-c++")
     choice = choose_ops(resolve_arch("cpu"), get_stack("cpu"), "auto", env=bare, report=report)
     assert choice.build == ()
-    assert all("no C++ compiler" in r or "placeholder" in r for r in choice.omitted.values())
+    assert all("no C++ compiler" in r or "placeholder" in r or "drops -laio" in r
+               for r in choice.omitted.values())
+    assert "no C++ compiler" in choice.omitted["cpu_adam"]
 
 
 def test_mode_parsing():
