@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from dsenv.doctor.probes import toolkit
 from dsenv.doctor.probes.context import Context, Options
+from dsenv.envs.op_failures import known_failure
 from dsenv.envs.stacks import Stack
 from dsenv.envs.targets import Target, describe_arch, sm_name
 
@@ -130,6 +131,10 @@ def here_reasons(report: OpsReport, target: Target, stack: Stack | None, tools: 
             reasons[name] = _link_reason(op)
         elif op.gpu and gpu_reason:
             reasons[name] = gpu_reason
+        elif op.gpu and target.vendor == "nvidia" and (failure := known_failure(
+                name, report.deepspeed, tools.nvcc.version)):
+            reasons[name] = (f"nvcc {tools.nvcc.version} cannot compile it with DeepSpeed "
+                             f"{report.deepspeed}: {failure.error} ({failure.source})")
     return reasons
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from dsenv.envs.op_failures import known_failure
 from dsenv.envs.stacks import get_stack
 from dsenv.provision import ProvisionError
 from dsenv.provision.ops import OpsChoice, choose_ops, parse_mode
@@ -219,11 +220,20 @@ def test_ampere_and_hopper_build_the_sm80_ops(reports):
     for spec in ("8.0", "9.0"):
         choice = choose(reports, spec, "cuda13.0", nvcc="gpu/nvcc_13.0.txt")
         assert not arch_omitted(choice), spec
-        assert {"fp_quantizer", "transformer_inference", "fused_adam"} <= set(choice.build)
+        assert {"transformer_inference", "fused_adam"} <= set(choice.build)
         assert "deepspeed-kernels" in choice.omitted["cutlass_ops"]  # dskernels not here
         assert "CUTLASS" in choice.omitted["evoformer_attn"]
         env = choice.env()
-        assert env["DS_ACCELERATOR"] == "cuda" and env["DS_BUILD_FP_QUANTIZER"] == "1"
+        assert env["DS_ACCELERATOR"] == "cuda" and env["DS_BUILD_FUSED_ADAM"] == "1"
+        # nvcc 13.0 cannot compile DeepSpeed 0.19.8's fp_quantizer (envs/op_build_failures)
+        assert "fp_quantizer" not in choice.build
+        assert "q_exponent_bits" in choice.omitted["fp_quantizer"]
+        assert env["DS_BUILD_FP_QUANTIZER"] == "0"
+    # its healthy twin: an nvcc outside the failing range builds it (CUDA major permitting)
+    assert known_failure("fp_quantizer", "0.19.8", "13.0.88") is not None
+    assert known_failure("fp_quantizer", "0.19.8", "12.8.93") is None
+    assert known_failure("fp_quantizer", "0.19.9", "13.0.88") is None
+    assert known_failure("fused_adam", "0.19.8", "13.0.88") is None
 
 
 def test_volta_plus_ampere_builds_fp_quantizer_for_ampere_only_and_warns_about_bf16(reports):
