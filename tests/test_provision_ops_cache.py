@@ -8,7 +8,6 @@ concurrent provisions on one cache folder build once. The real CPU stack twice t
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import subprocess
@@ -32,6 +31,8 @@ from dsenv.provision.ops_cache import (
 )
 from dsenv.provision.uvcmd import Sources
 from dsenv.provision.venv import make_venv
+
+from tests.tarfiles import add_text as _add
 
 SETUP_PY = '''
 import os, time
@@ -59,13 +60,6 @@ class CPULionBuilder:
 '''
 
 ADAM = {"DS_BUILD_CPU_ADAM": "1"}
-
-
-def _add(tar: tarfile.TarFile, name: str, text: str) -> None:
-    data = text.encode()
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tar.addfile(info, io.BytesIO(data))
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,8 @@ from dsenv.provision.build_ops import (
 )
 from dsenv.provision.venv import make_venv
 
+from tests.tarfiles import add_text as _add
+
 from .conftest import offline
 
 SETUP_PY = '''
@@ -75,13 +77,6 @@ class FusedLambBuilder:
     BUILD_VAR = "DS_BUILD_FUSED_LAMB"
     NAME = "fused_lamb"
 '''
-
-
-def _add(tar: tarfile.TarFile, name: str, text: str) -> None:
-    data = text.encode()
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tar.addfile(info, io.BytesIO(data))
 
 
 @pytest.fixture(scope="module")
