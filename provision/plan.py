@@ -104,6 +104,7 @@ class Plan:
     wait: float | None = None  # seconds to wait for another run building the prefix
     ops_cache: CacheDir | None = None  # where built DeepSpeed wheels are kept (ops_cache.py)
     toolkit: ToolkitChoice | None = None  # the nvcc of the CUDA ops (cuda_toolkit.py)
+    ops_stop: str = ""  # dry run: why the real run would stop at the ops step
     notes: list[str] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     site_lock: SiteLock | None = None  # set when the lock is made on the site (then ``lock``
@@ -141,9 +142,17 @@ def make_plan(args) -> Plan:
     kind = args.kind or site.default_kind
     target = resolve_arch(args.arch or site.default_arch or "auto")
     # the stack, and the nvcc its CUDA ops compile with (the node's, or NVIDIA's wheels)
-    stack, toolkit, toolkit_notes = choose_stack_and_toolkit(
-        target, args.ops, args.stack or site.default_stack or None,
-        toolkit_wheels=not getattr(args, "no_toolkit_wheels", False))
+    wheels = not getattr(args, "no_toolkit_wheels", False)
+    ops_stop = ""  # a dry run always plans: a toolkit refusal becomes the ops step's stop
+    try:
+        stack, toolkit, toolkit_notes = choose_stack_and_toolkit(
+            target, args.ops, args.stack or site.default_stack or None, toolkit_wheels=wheels)
+    except ProvisionError as exc:
+        if not args.dry_run or args.ops.strip().lower() == "none":
+            raise
+        ops_stop = str(exc)  # the stack as --ops none takes it; the refusal stays visible
+        stack, toolkit, toolkit_notes = choose_stack_and_toolkit(
+            target, "none", args.stack or site.default_stack or None, toolkit_wheels=wheels)
     prefix = resolve_prefix(args.prefix or default_prefix(site, kind, stack))
     check_absent(prefix, args.force)
     sources = stack_sources(stack, args.find_links, args.index_url, args.no_index)
@@ -159,6 +168,7 @@ def make_plan(args) -> Plan:
                 args.ops, sources, args.force, not args.no_bytecode, args.dry_run,
                 getattr(args, "wait", None), site_lock=site_lock)
     plan.toolkit = toolkit
+    plan.ops_stop = ops_stop
     plan.notes += toolkit_notes
     if plan.dry_run:
         plan.notes += preview_ops(target, stack, plan.ops_mode)
@@ -275,6 +285,9 @@ def _add_steps(plan: Plan) -> None:
                                ["dsenv-internal", "install_conda", str(plan.lock),
                                 str(plan.staging), f"--final-prefix={plan.prefix}"]))
     ops_env = {"DS_BUILD_OPS": "0", **plan.target.arch_env(), "MAX_JOBS": str(available_cpus())}
+    if plan.ops_stop:
+        plan.steps.append(Step(f"DeepSpeed ops --ops {plan.ops_mode}: STOPS THE REAL RUN HERE",
+                               plan.ops_stop))
     plan.steps.append(Step(
         f"DeepSpeed ops --ops {plan.ops_mode}",
         "chosen by the env's own DeepSpeed op builders for this target; each chosen op gets "

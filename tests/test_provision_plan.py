@@ -9,6 +9,7 @@ Each dry run asks this interpreter's DeepSpeed for its op builders (~2 s).
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,21 @@ def test_a_dry_run_shows_no_arch_variable_from_the_callers_shell(tmp_path):
     header, _steps = dry_run(tmp_path, "--arch", "8.0",
                              env={"TORCH_CUDA_ARCH_LIST": "7.0;7.5"})
     assert line_of(header, "arch").split() == ["arch", "TORCH_CUDA_ARCH_LIST=8.0"]
+
+
+def test_volta_with_a_cuda13_nvcc_plans_and_shows_where_the_real_run_stops(tmp_path):
+    """nvcc 13 cannot build sm_70 and no CUDA 12 nvcc comes from PyPI's wheels: the dry run
+    still prints the whole plan with that refusal as the ops step; the real run refuses in
+    one line before it installs anything."""
+    if not Path("/usr/local/bin/nvcc").exists() and not shutil.which("nvcc"):
+        pytest.skip("needs the CUDA 13 nvcc this machine has")
+    header, steps = dry_run(tmp_path, "--arch", "7.0")
+    assert line_of(header, "arch").split() == ["arch", "TORCH_CUDA_ARCH_LIST=7.0"]
+    stop = line_of(steps, "- DeepSpeed ops --ops auto: STOPS THE REAL RUN HERE")
+    assert "cannot build sm_70" in stop and "nvidia-cuda-nvcc-cu12" in stop
+    assert "uv pip sync --require-hashes" in steps  # the steps before and after it are there
+    real = dsenv("provision", "--arch", "7.0", "--prefix", str(tmp_path / "real"))
+    assert not (tmp_path / "real").exists()
+    assert "cannot build sm_70" in one_line(real, "dsenv provision: ")
+    none = dry_run(tmp_path, "--arch", "7.0", "--ops", "none")[1]
+    assert "STOPS THE REAL RUN HERE" not in none  # its healthy twin: no ops, no nvcc needed
