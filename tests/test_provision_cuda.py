@@ -197,7 +197,14 @@ def test_dry_run_without_node_nvcc_plans_the_toolkit_wheels(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "CUDA 13.0's nvcc from NVIDIA's wheels" in done.stdout
     assert "no nvcc on this node" in done.stdout
-    refused = dsenv("provision", "--arch", "9.0", "--ops", "fused_adam", "--dry-run",
+    # --no-toolkit-wheels: the dry run still plans, the refusal as the step the real run
+    # stops at; the real run refuses in one line before it writes anything
+    planned = dsenv("provision", "--arch", "9.0", "--ops", "fused_adam", "--dry-run",
+                    "--no-toolkit-wheels", "--prefix", tmp_path / "env", env=env)
+    assert planned.returncode == 0, planned.stderr
+    stop = next(line for line in planned.stdout.splitlines() if "STOPS THE REAL RUN" in line)
+    assert "--no-toolkit-wheels" in stop
+    refused = dsenv("provision", "--arch", "9.0", "--ops", "fused_adam",
                     "--no-toolkit-wheels", "--prefix", tmp_path / "env", env=env)
     assert refused.returncode != 0
     lines = [line for line in refused.stderr.splitlines() if line.strip()]

@@ -259,30 +259,4 @@ def test_the_dry_run_names_the_cache(tmp_path):
     assert f"ops cache {tmp_path / 'shared-ops'} (--ops-cache)" in text
 
 
-# -- the real CPU stack, twice --------------------------------------------------------------
-@pytest.mark.slow
-def test_a_second_provision_of_the_cpu_stack_reuses_the_wheel(tmp_path):
-    from tests.clirun import dsenv
-
-    cache = tmp_path / "ops-cache"
-    runs = []
-    for name in ("first", "second"):
-        started = time.monotonic()
-        done = dsenv("provision", "--arch", "cpu", "--ops", "cpu_adam", "--no-bytecode",
-                     "--prefix", tmp_path / name, "--ops-cache", cache, timeout=1800)
-        assert done.returncode == 0, done.stdout + done.stderr
-        runs.append(time.monotonic() - started)
-        manifest = json.loads((tmp_path / name / "dsenv-env.json").read_text())
-        assert manifest["ops"]["installed"] == ["cpu_adam"]
-        assert manifest["ops"]["cpu_flags"]["flags"]  # -march=native's flags recorded
-    assert manifest["ops"]["cache"]["result"] == "hit"
-    assert "DeepSpeed ops from the ops cache and verified: cpu_adam" in " ".join(
-        done.stdout.split())
-    load = subprocess.run(
-        [tmp_path / "second" / "bin" / "python", "-c",
-         "from deepspeed.ops.op_builder import CPUAdamBuilder; "
-         "print(CPUAdamBuilder().load().__file__)"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "DS_ACCELERATOR": "cpu"})
-    assert load.returncode == 0, load.stderr
-    assert str(tmp_path / "second") in load.stdout  # the precompiled op, no JIT build
-    assert runs[1] < runs[0] / 3, runs
+# The real CPU stack provisioned twice with one cache: tests/provision/test_real_env.py.

@@ -63,8 +63,11 @@ def cpu_env(tmp_path_factory):
     final = root / "envs" / "dsenv-cpu"
     links = ["--find-links", str(LOCAL_TORCH)] if LOCAL_TORCH.is_dir() else []
     start = time.monotonic()
+    # a cache of this module's own: empty, so this build compiles (test_a_second_... reuses it)
+    cache = root / "ops-cache"
     done = subprocess.run([sys.executable, "-m", "dsenv", "provision", "--arch", "cpu", "--ops",
-                           "cpu_adam", "--no-bytecode", "--prefix", str(final), *links],
+                           "cpu_adam", "--no-bytecode", "--prefix", str(final), "--ops-cache",
+                           str(cache), *links],
                           capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "COLUMNS": "200"})
     seconds = time.monotonic() - start
@@ -107,6 +110,30 @@ def test_cpu_adam_is_precompiled_and_ds_report_runs_from_the_renamed_env(cpu_env
     row = next(line for line in out.stdout.splitlines() if line.startswith("cpu_adam "))
     assert "[YES]" in row
     assert f"deepspeed install path ........... ['{final}" in out.stdout
+
+
+def test_a_second_provision_reuses_the_built_wheel(cpu_env, tmp_path):
+    """The same stack again, with the same ops cache: the wheel the first build made is
+    installed (hash-checked), verified as usual, and its precompiled op loads without JIT."""
+    final, manifest, _ = cpu_env
+    assert manifest["ops"]["cache"]["result"] != "hit"  # the first build compiled
+    assert manifest["ops"]["cpu_flags"]["flags"]  # -march=native's flags recorded
+    second = tmp_path / "again"
+    links = ["--find-links", str(LOCAL_TORCH)] if LOCAL_TORCH.is_dir() else []
+    done = _run([sys.executable, "-m", "dsenv", "provision", "--arch", "cpu", "--ops",
+                 "cpu_adam", "--no-bytecode", "--prefix", second, "--ops-cache",
+                 final.parent.parent / "ops-cache", *links], timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    again = json.loads((second / "dsenv-env.json").read_text())
+    assert again["ops"]["cache"]["result"] == "hit"
+    assert again["ops"]["installed"] == ["cpu_adam"]
+    assert "DeepSpeed ops from the ops cache and verified: cpu_adam" in " ".join(
+        done.stdout.split())
+    load = _run([second / "bin" / "python", "-c", "from deepspeed.ops.op_builder import "
+                 "CPUAdamBuilder; print(CPUAdamBuilder().load().__file__)"],
+                env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    assert load.returncode == 0, load.stderr
+    assert str(second) in load.stdout  # the precompiled op of the second env, no JIT build
 
 
 def test_a_training_step_uses_the_precompiled_op_and_compiles_nothing(cpu_env, tmp_path):
