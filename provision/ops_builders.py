@@ -51,6 +51,15 @@ try:
     from deepspeed.ops.op_builder import builder as bmod
     from deepspeed.ops.op_builder import all_ops
     base = os.path.dirname(os.path.dirname(deepspeed.__file__))
+    try:
+        # py-cpuinfo answers every get_cpu_info() with a fresh subprocess (1-1.5 s each) and
+        # DeepSpeed's builders ask twice per CPU op (cpu_arch, simd_width, from cpuinfo
+        # import get_cpu_info at call time): one answer per probe is enough (the CPU stays).
+        import functools
+        import cpuinfo
+        cpuinfo.get_cpu_info = functools.lru_cache(maxsize=None)(cpuinfo.get_cpu_info)
+    except ImportError:
+        pass
 
     def where(obj):
         try:

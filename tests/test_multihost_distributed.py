@@ -103,13 +103,13 @@ def test_a_host_whose_fabric_is_down_is_named(two_hosts, run_env, tmp_path):
     h2.link("hsn0", "down")
     try:
         report, seconds, _ = distributed_doctor(two_hosts, tmp_path,
-                                                job_env(two_hosts, run_env), 2)
+                                                job_env(two_hosts, run_env), 2, timeout=20)
     finally:
         h2.link("hsn0", "up")
     assert report["exit_code"] != 0
     text = failure_text(report)
     assert "h2" in text and "rank 1" in text, text
-    assert seconds < TIMEOUT + 30
+    assert seconds < 20 + 30
 
 
 def test_a_host_whose_rendezvous_port_is_blocked_is_named(two_hosts, run_env, tmp_path):

@@ -42,12 +42,16 @@ def job_env(cluster, run_env) -> dict:
     return {k: v for k, v in env.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
 
 
-@pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun", "deepspeed"])
-def test_smoke_across_two_hosts(cluster, job_env, no_references, tmp_path, launcher):
+# Every launcher once and every preset once, across hosts (these replaced the single-host
+# two-rank bert-squad runs: the same launcher x preset pairs, now over the fabric).
+@pytest.mark.parametrize("launcher, preset", [
+    ("srun", "fp32"), ("mpirun", "zero2"), ("torchrun", "zero3-offload"),
+    ("deepspeed", "zero3")])
+def test_smoke_across_two_hosts(cluster, job_env, no_references, tmp_path, launcher, preset):
     made = subprocess.run([sys.executable, "-m", "dsenv", "launch", "bert-squad", "--nodes",
                            "2", "--gpus-per-node", "1", "--cpu", "--launcher", launcher,
                            "--out", "job.sbatch", "--", "--steps", "300", "--references",
-                           no_references, "--examples", "1"],
+                           no_references, "--examples", "1", "--preset", preset],
                           capture_output=True, text=True, timeout=120, env=job_env,
                           cwd=tmp_path)
     assert made.returncode == 0, made.stderr
@@ -59,8 +63,12 @@ def test_smoke_across_two_hosts(cluster, job_env, no_references, tmp_path, launc
     assert "dsenv smoke bert-squad: PASS" in output
     run_dir = tmp_path / "dsenv-output" / f"bert-squad-smoke-{launcher}-{job.job_id}"
     report = json.loads((run_dir / "report.json").read_text())
-    assert report["status"] == "PASS"
+    assert report["status"] == "PASS" and report["metrics"]["exact_match"] >= 60
+    assert output.count("dsenv smoke bert-squad: PASS") == 1  # rank 0 only
     assert (report["run"]["launcher"], report["run"]["world_size"]) == (launcher, 2)
+    assert report["batch"]["preset"] == preset
+    assert report["ds_config"]["zero_optimization"]["stage"] == {"fp32": 0, "zero2": 2}.get(
+        preset, 3)
     assert report["run"]["hosts"] == ["h1", "h2"]
     assert report["run"]["ranks_per_host"] == {"h1": 1, "h2": 1}
     assert report["batch"]["train_batch_size"] == 2 * report["batch"]["micro_batch"]

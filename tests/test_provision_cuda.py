@@ -237,6 +237,32 @@ def test_real_cuda_build_holds_the_requested_archs(tmp_path, arch):
     assert manifest["ops"]["toolkit"]["source"] in ("node", "wheels")
 
 
+CUDA12_HOME = os.environ.get("DSENV_CUDA12_HOME", "")
+
+
+@pytest.mark.skipif(os.environ.get("DSENV_CUDA_BUILD") != "1" or not CUDA12_HOME,
+                    reason="the real Volta build is opt-in: DSENV_CUDA_BUILD=1 and "
+                           "DSENV_CUDA12_HOME=<a CUDA 12 toolkit root> (CUDA 13 cannot build "
+                           "sm_70, and PyPI has no CUDA 12 nvcc)")
+@pytest.mark.slow
+@pytest.mark.timeout(5400)
+def test_real_volta_build_with_a_cuda12_toolkit(tmp_path):
+    """`--arch 7.0`: the cuda12.8 stack (torch 2.10.0 from PyPI) with the node's CUDA 12
+    toolkit (CUDA_HOME, as a `module load cuda/12.x` sets it): every op holds sm_70 only."""
+    prefix = tmp_path / "env"
+    done = subprocess.run(
+        ["nice", "-n", "10", "python", "-m", "dsenv", "provision", "--arch", "7.0", "--ops",
+         "fused_adam,fused_lamb,transformer", "--ops-cache", "none", "--prefix", str(prefix)],
+        capture_output=True, text=True, timeout=5400, env={**os.environ,
+                                                             "CUDA_HOME": CUDA12_HOME})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    manifest = json.loads((prefix / "dsenv-env.json").read_text())
+    assert manifest["stack"]["name"] == "cuda12.8", manifest["stack"]
+    for op in ("fused_adam", "fused_lamb", "transformer"):
+        assert manifest["ops"]["archs"][op]["elf"] == ["7.0"], manifest["ops"]["archs"]
+    assert manifest["ops"]["toolkit"]["source"] == "node"
+
+
 # -- the doctor and an env-local toolkit ------------------------------------------------------
 def test_doctor_finds_the_toolkit_installed_into_the_env(tmp_path, make_ctx):
     from dsenv.doctor.checks import toolkit as checks

@@ -162,9 +162,18 @@ def barrier(rt: Runtime) -> None:
 
 
 def shutdown() -> None:
+    """Leave the process group together: a rank that tears gloo down while a peer still
+    waits on its last message aborts that peer ("terminate called without an active
+    exception", exit -6, seen across hosts with the deepspeed launcher), so every rank
+    meets at a barrier first (mosaicml/streaming#186 does the same)."""
     import torch.distributed as dist  # torch: only once a run starts
 
     if dist.is_available() and dist.is_initialized():
+        if dist.get_world_size() > 1:
+            try:
+                dist.barrier()
+            except RuntimeError:  # a peer already gone: nothing left to wait for
+                pass
         dist.destroy_process_group()
 
 

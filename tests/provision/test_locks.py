@@ -148,6 +148,17 @@ def test_committed_cuda13_lock_is_pypis_cuda_13_0_torch():
     assert all(entry.hashes for entry in read_lock(text))
 
 
+@pytest.mark.parametrize("stack", ["cpu", "cuda12.8", "cuda13.0"])
+def test_every_committed_lock_carries_what_the_ops_build_imports(stack):
+    """The ops build installs DeepSpeed's sdist without build isolation: its setup.py imports
+    setuptools (and ninja drives the compile) from the env. torch 2.10 (cuda12.8) does not
+    pull setuptools in: without the pin the Volta build failed at once ("No module named
+    'setuptools'")."""
+    locked = parse_lock(lock_path(stack).read_text())
+    assert "setuptools" in _pins(stack) and "setuptools" in locked
+    assert "ninja" in locked
+
+
 def test_constraints_are_applied_and_recorded_by_file_name(tiny_wheels, tmp_path):
     reqs = tmp_path / "in" / "c.in"
     reqs.parent.mkdir()
