@@ -306,6 +306,25 @@ def test_hung_interpreter_is_killed(tmp_path):
         inspect_ops(resolve_arch("cpu"), python=str(python), timeout=1)
 
 
+def test_the_probe_asks_py_cpuinfo_once(tmp_path):
+    """DeepSpeed's builders call cpuinfo.get_cpu_info() twice per CPU op and each call is a
+    fresh subprocess (1-1.5 s here): the probe answers them all from one call."""
+    import cpuinfo
+
+    (tmp_path / "answer.json").write_text(json.dumps(cpuinfo.get_cpu_info()))
+    (tmp_path / "cpuinfo.py").write_text(
+        "import json, os\n"
+        "def get_cpu_info():\n"
+        f"    with open({str(tmp_path / 'calls')!r}, 'a') as f:\n"
+        "        f.write('call\\n')\n"
+        f"    return json.load(open({str(tmp_path / 'answer.json')!r}))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    report = inspect_ops(resolve_arch("cpu"), env=env)
+    assert report.ops["cpu_adam"].compatible
+    assert (tmp_path / "calls").read_text().splitlines() == ["call"]
+
+
 def test_setup_py_can_create_every_chosen_cpu_extension(reports):
     """What DeepSpeed's setup.py does for each enabled op before compiling it:
     ``ext_modules.append(builder.builder())`` (sources, include dirs, flags), for real."""
