@@ -206,6 +206,19 @@ def test_doctor_fails_an_h100_for_an_sm80_only_build(env_with_ops):
     assert "sm_90" in failing.summary
 
 
+@pytest.mark.skipif("arch-7.0.cuobjdump.txt" not in RECORDED, reason="no Volta listing")
+def test_doctor_on_the_real_volta_build(env_with_ops):
+    """The --arch 7.0 build (CUDA 12.4 nvcc, torch 2.10.0 cu128): a V100 and a T4 (sm_75
+    runs sm_70 SASS) pass; an A100 fails, since sm_70 SASS does not run on another major and
+    the build holds no PTX to JIT."""
+    name = "arch-7.0.cuobjdump.txt"
+    healthy = run_check(env_with_ops(name, [gpu("Tesla V100-SXM2-32GB", "7.0"),
+                                            gpu("Tesla T4", "7.5", 1)]))
+    failing = run_check(env_with_ops(name, [gpu("NVIDIA A100-SXM4-80GB", "8.0")]))
+    assert (healthy.status, failing.status) == (Status.OK, Status.FAIL), failing.summary
+    assert "sm_80" in failing.summary and "transformer" in failing.summary
+
+
 @needs_recorded
 def test_doctor_without_gpu_or_record(env_with_ops):
     assert run_check(env_with_ops(RECORDED[0], [])).status is Status.INFO
