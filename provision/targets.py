@@ -85,7 +85,7 @@ def nvcc_refusal(toolkit_version: str, target: Target, serving: list[Stack]) -> 
         fix_version = max((r["version"] for r in rows), key=version_tuple, default=None)
     if fix_version:
         fix = (f"load a CUDA {version_tuple(fix_version)[0]}.x module (e.g. `module load "
-               f"cuda/{fix_version}`) or pass --ops none")
+               f"cuda/{fix_version}`, or CUDA_HOME=<its root>) or pass --ops none")
     else:
         fix = "pass --ops none (no CUDA toolkit builds every one of these archs)"
     if row is None:
