@@ -116,7 +116,8 @@ def test_a_build_working_in_the_folder_keeps_the_lock_live(tmp_path, run_one, ho
         expected = "has cpu_adam.o open"
     try:
         deadline = time.time() + 30
-        while time.time() < deadline and (how != "open-file" or not _opened(child.pid)):
+        # the open-file twin waits until the shell has opened cpu_adam.o (cwd is set at once)
+        while how == "open-file" and time.time() < deadline and not _opened(child.pid):
             time.sleep(0.05)
         found = run_one("deepspeed.extension-locks",
                         make(tmp_path, {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}))

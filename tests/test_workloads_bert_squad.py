@@ -5,9 +5,9 @@ runs talk over loopback only (MASTER_ADDR=127.0.0.1, GLOO_SOCKET_IFNAME=lo, a fr
 DeepSpeed's JIT ops compile into ONE directory for the whole session: $TORCH_EXTENSIONS_DIR
 when set, else ~/.cache/dsenv-tests/torch_extensions (cache it in CI: ~3 min cold).
 
-Matrix: single process with fp32, zero2, zero3, zero3-offload; two ranks under each
-launcher with one preset each run across two hosts (tests/test_multihost_launch.py); here
-two ranks only where a ds_config written for one rank is rejected.
+Matrix: single process with fp32 and zero2; two ranks under each launcher with one preset
+each (fp32, zero2, zero3, zero3-offload) run across two hosts (tests/test_multihost_launch.py);
+here two ranks only where a ds_config written for one rank is rejected.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def rescore(out: Path, settings: dict) -> dict:
 
 # ----------------------------------------------------------------------------- 1 process
 @pytest.mark.slow
-@pytest.mark.parametrize("preset, seed", [("fp32", 1), ("zero2", 2), ("zero3", 3),
-                                          ("zero3-offload", 4)])
+# zero3 and zero3-offload run with two ranks across hosts (tests/test_multihost_launch.py)
+@pytest.mark.parametrize("preset, seed", [("fp32", 1), ("zero2", 2)])
 def test_single_process_presets_pass(tmp_path, run_env, no_references, preset, seed):
     result, doc = run_dsenv(tmp_path, run_env, "--preset", preset, "--seed", str(seed),
                         "--references", no_references, timeout=240)
@@ -96,9 +96,9 @@ def test_model_is_saved_atomically_over_leftovers_and_loads_back(tmp_path, run_e
 
 # ----------------------------------------------------------------------------- both sides
 @pytest.mark.slow
-def test_healthy_runs_pass_five_times_out_of_five(tmp_path, run_env, no_references):
+def test_healthy_runs_pass_three_times_out_of_three(tmp_path, run_env, no_references):
     scores = []
-    for seed in (11, 12, 13, 14, 15):
+    for seed in (11, 12, 13):
         result, doc = run_dsenv(tmp_path, run_env, "--seed", str(seed), "--references",
                             no_references, "--examples", "0", name=f"seed{seed}", timeout=240)
         assert result.returncode == 0, f"seed {seed}: " + explain(result)
