@@ -583,3 +583,22 @@ def test_full_run_without_fetched_assets_names_fetch_at_once(tmp_path, workload,
     assert lines[0].startswith(f"dsenv run {workload}: model {repo}@main (no snapshot in ")
     assert f"`dsenv fetch {workload}`" in lines[0]
     assert not (tmp_path / "empty").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_rank_ends_without_interpreter_finalization(tmp_path):
+    """end_rank_process: the exit code and the flushed output stay, finalization (atexit,
+    where gloo's threads can abort a finished rank) does not run."""
+    marker = tmp_path / "finalized"
+    script = ("import atexit, sys\n"
+              "from dsenv.workloads import runtime\n"
+              f"atexit.register(lambda: open({str(marker)!r}, 'w').close())\n"
+              "print('report written', end='')\n"
+              "sys.stderr.write('last words')\n"
+              "runtime.end_rank_process(3)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "report written", "last words")
+    assert not marker.exists()
+    healthy = subprocess.run([sys.executable, "-c", script.replace(
+        "runtime.end_rank_process(3)", "sys.exit(3)")], capture_output=True, timeout=60)
+    assert healthy.returncode == 3 and marker.exists()  # the ordinary exit finalizes

@@ -16,6 +16,7 @@ import argparse
 import importlib
 import sys
 
+from dsenv.workloads import runtime
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.smoke_all import run_all
 
@@ -185,4 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if runtime.left_a_process_group:
+        runtime.end_rank_process(code)
+    sys.exit(code)

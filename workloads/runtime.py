@@ -161,6 +161,9 @@ def barrier(rt: Runtime) -> None:
         dist.barrier()
 
 
+left_a_process_group = False  # set by shutdown() on a rank of a multi-rank run
+
+
 def shutdown() -> None:
     """Leave the process group together: a rank that tears gloo down while a peer still
     waits on its last message aborts that peer ("terminate called without an active
@@ -170,11 +173,27 @@ def shutdown() -> None:
 
     if dist.is_available() and dist.is_initialized():
         if dist.get_world_size() > 1:
+            global left_a_process_group
+            left_a_process_group = True
             try:
                 dist.barrier()
             except RuntimeError:  # a peer already gone: nothing left to wait for
                 pass
         dist.destroy_process_group()
+
+
+def end_rank_process(code: int) -> None:
+    """End a rank of a multi-rank run without interpreter finalization. A rank can still
+    abort there after leaving the group (SIGABRT, "terminate called without an active
+    exception": gloo's worker threads hold work objects while Python tears down,
+    pytorch/pytorch#179291), which turns a PASS into a failed job. Its report is written by
+    now; MPI is finalized if mpi4py started it (mpirun fails a rank that exits without)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 # ----------------------------------------------------------------------------- versions
