@@ -212,7 +212,8 @@ def test_cuda13_nvcc_refuses_volta_ops_with_the_fix(reports):
     choice = choose(reports, "7.0", "cuda12.6", nvcc="gpu/nvcc_13.0.txt")
     assert choice.omitted["fused_adam"] == (
         "CUDA 13.0's nvcc cannot build sm_70 (Volta; CUDA 13 dropped sm_50–sm_72): load a "
-        "CUDA 12.x module (e.g. `module load cuda/12.6`) or pass --ops none")
+        "CUDA 12.x module (e.g. `module load cuda/12.6`, or CUDA_HOME=<its root>) or pass "
+        "--ops none")
     assert "fused_adam" not in choice.build and "cpu_adam" in choice.build  # host ops build
 
 

@@ -198,7 +198,8 @@ def test_cuda13_nvcc_refuses_volta_with_the_fix():
         choose_stack(resolve_arch("7.0"), toolkit_version="13.0.88")
     assert str(error.value) == (
         "CUDA 13.0's nvcc cannot build sm_70 (Volta; CUDA 13 dropped sm_50–sm_72): load a "
-        "CUDA 12.x module (e.g. `module load cuda/12.6`) or pass --ops none")
+        "CUDA 12.x module (e.g. `module load cuda/12.6`, or CUDA_HOME=<its root>) or pass "
+        "--ops none")
 
 
 def test_cuda12_nvcc_picks_the_cuda12_stack_for_ampere():
