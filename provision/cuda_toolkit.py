@@ -318,12 +318,13 @@ class OpArchs:
 
 
 def check_op_archs(package: Path, ops: Iterable[str], archs: Iterable[str],
-                   gpu_ops: Iterable[str], expected: Mapping[str, Iterable[str]] | None = None
-                   ) -> OpArchs:
+                   gpu_ops: Iterable[str], expected: Mapping[str, Iterable[str]] | None = None,
+                   modules: Mapping[str, str] | None = None) -> OpArchs:
     """Read every built op's shared object in an installed deepspeed package folder.
     ``gpu_ops``: the ops that must hold device code for exactly ``archs`` (or for
-    ``expected[op]``, where a builder's filter_ccs narrows the list)."""
-    libraries = fatbin.op_libraries(package)
+    ``expected[op]``, where a builder's filter_ccs narrows the list). ``modules``: each op's
+    extension module name, for the ops that live outside deepspeed/ops."""
+    libraries = fatbin.op_libraries(package, dict(modules or {}))
     result = OpArchs()
     wanted = list(archs)
     gpu = set(gpu_ops)
@@ -353,11 +354,12 @@ def check_op_archs(package: Path, ops: Iterable[str], archs: Iterable[str],
 
 def verify_op_archs(python: str | os.PathLike, ops: Iterable[str], target: Target,
                     gpu_ops: Iterable[str], expected: Mapping[str, Iterable[str]] | None = None,
-                    log: str | os.PathLike | None = None) -> OpArchs:
+                    log: str | os.PathLike | None = None,
+                    modules: Mapping[str, str] | None = None) -> OpArchs:
     """:func:`check_op_archs` for the env of ``python``; ProvisionError naming each op whose
     device code differs from the requested archs."""
     result = check_op_archs(site_packages(python) / "deepspeed", ops, target.archs, gpu_ops,
-                            expected)
+                            expected, modules)
     if log is not None:
         with open(log, "a", encoding="utf-8") as handle:
             handle.write("=== dsenv: device code per op (.nv_fatbin): "
@@ -397,9 +399,14 @@ class CudaBuild:
         if self.choice.kind == "none":
             return
         ops = list(ops)
-        gpu = [op for op in ops if op in report.ops and report.ops[op].gpu]
+        # kernels are required of ops compiled from .cu sources, not of a CUDA builder's
+        # host-code ops (async_io, gds, dc: their objects hold no device code)
+        gpu = [op for op in ops if op in report.ops and report.ops[op].gpu
+               and report.ops[op].device_sources]
         expected = {op: report.ops[op].kept_archs or target.archs for op in gpu}
-        self.archs = verify_op_archs(python, ops, target, gpu, expected, log)
+        modules = {op: report.ops[op].module for op in ops
+                   if op in report.ops and report.ops[op].module}
+        self.archs = verify_op_archs(python, ops, target, gpu, expected, log, modules)
 
     def activation(self, staging: Path, prefix: Path) -> str:
         """Lines for the activate script: CUDA_HOME of a toolkit installed into the env."""

@@ -129,6 +129,13 @@ try:
                 info["builder_where"] = where(type(builder).builder)
         sources, error, _ = call(builder.sources)
         info["sources"] = len(sources or []) if error is None else -1
+        # device code is compiled from .cu (CUDA) sources only: async_io, gds and dc are
+        # CUDA-builder ops of host code, whose shared objects hold no kernels at all
+        info["device_sources"] = sum(str(x).endswith(".cu") for x in sources or [])
+        # where setup.py puts the extension: inference v2 ops live outside deepspeed/ops
+        # (0.19.8's InferenceCoreBuilder even says "deepspeed.inference.v2.kernelsinference_
+        # core_ops", without the dot), so the package is asked rather than guessed
+        info["module"], _, _ = call(builder.absolute_name)
         ops[name] = info
     result["accelerator"] = all_ops.accelerator_name
     result["ops"] = ops
@@ -173,6 +180,8 @@ class OpInfo:
     arch_rule: dict = field(default_factory=dict)  # filter_ccs facts (NVIDIA GPU ops)
     link_error: str | None = None
     sources: int = 0
+    device_sources: int = 0  # .cu sources: 0 for host-code ops even under a CUDA builder
+    module: str = ""  # the extension's module name (builder.absolute_name())
     lost_link_flags: tuple[str, ...] = ()  # -l flags the precompiled extension would drop
     builder_where: str = ""  # file:line of the builder() that makes the extension
 
@@ -234,7 +243,8 @@ def inspect_ops(target: Target, python: str = sys.executable, timeout: float = 1
                                                        if raw["compat_error"] else ()),
             rocm_only_refusal=bool(raw.get("rocm_refusal")) and not raw["compatible"],
             arch_rule=raw.get("arch_rule") or {}, link_error=raw["link_error"],
-            sources=raw["sources"], lost_link_flags=tuple(raw.get("lost_link_flags") or ()),
+            sources=raw["sources"], device_sources=raw.get("device_sources", 0),
+            module=raw.get("module") or "", lost_link_flags=tuple(raw.get("lost_link_flags") or ()),
             builder_where=raw.get("builder_where") or "")
     return OpsReport(data["accelerator"], ops, data["other"]["accelerator"],
                      tuple(data["other"]["ops"]), data["deepspeed"], data["deepspeed_dir"],

@@ -189,6 +189,50 @@ def test_built_ops_must_hold_exactly_the_requested_archs(tmp_path):
     assert "transformer: no shared object" in gone.problems[0]
 
 
+@needs_nvcc
+def test_ops_outside_deepspeed_ops_and_host_code_ops_are_judged_as_deepspeed_says(tmp_path):
+    """The real --arch 9.0 build of every op stopped in verification: the inference v2 ops'
+    objects are not under deepspeed/ops (setup.py places them by the builder's
+    absolute_name()), and async_io, gds and dc are CUDA-builder ops of host code
+    with no kernels at all. Both facts come from the installed DeepSpeed's builders."""
+    from dsenv.provision.ops_builders import inspect_ops
+
+    report = inspect_ops(resolve_arch("9.0"))
+    host_code = ["async_io", "gds", "dc"]
+    assert all(report.ops[op].gpu and report.ops[op].device_sources == 0 for op in host_code)
+    assert report.ops["fused_adam"].device_sources > 0
+    v2 = {op: report.ops[op].module for op in ("ragged_ops", "inference_core_ops")}
+    assert all(m.startswith("deepspeed.inference.v2") for m in v2.values()), v2
+    python = fake_env(tmp_path, {})
+    site = python.parent.parent / "lib/python3.11/site-packages"
+    sm90 = compile_so(tmp_path, "k90", "arch=compute_90,code=sm_90").read_bytes()
+    (tmp_path / "host.c").write_text("int host_only(void) { return 1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "host.so"),
+                    str(tmp_path / "host.c")], check=True, timeout=120)
+    host = (tmp_path / "host.so").read_bytes()
+    for module in v2.values():  # where setup.py puts them (.../kernelsinference_core_ops)
+        *folders, name = module.split(".")
+        site.joinpath(*folders).mkdir(parents=True, exist_ok=True)
+        site.joinpath(*folders, f"{name}.cpython-311-x86_64-linux-gnu.so").write_bytes(sm90)
+    for op in host_code:
+        *folders, name = report.ops[op].module.split(".")
+        site.joinpath(*folders).mkdir(parents=True, exist_ok=True)
+        site.joinpath(*folders, f"{name}.cpython-311-x86_64-linux-gnu.so").write_bytes(host)
+    build = cuda_toolkit.CudaBuild(cuda_toolkit.ToolkitChoice("node", "13.0.88"), {})
+    ops = [*v2, *host_code]
+    build.verify(python, ops, resolve_arch("9.0"), report)
+    assert build.archs.problems == [] and set(build.archs.code) == set(ops)
+    assert all(build.archs.code[op].elf == ("9.0",) for op in v2)
+    assert all(not build.archs.code[op].elf and not build.archs.code[op].ptx
+               for op in host_code)
+    # the unhealthy twin: a v2 op built for another arch is still caught where it lives
+    module = v2["ragged_ops"].split(".")
+    site.joinpath(*module[:-1], f"{module[-1]}.cpython-311-x86_64-linux-gnu.so").write_bytes(
+        compile_so(tmp_path, "k80", "arch=compute_80,code=sm_80").read_bytes())
+    with pytest.raises(ProvisionError, match="ragged_ops lacks sm_90"):
+        build.verify(python, ops, resolve_arch("9.0"), report)
+
+
 # -- the command line -------------------------------------------------------------------------
 def test_dry_run_without_node_nvcc_plans_the_toolkit_wheels(tmp_path):
     env = {"CUDA_HOME": str(tmp_path / "no-toolkit")}

@@ -207,16 +207,27 @@ def parse_cuobjdump(text: str, path: str = "") -> DeviceCode:
 _LISTED = re.compile(r"^(ELF|PTX) file\s+\d+:\s*\S*?\.sm_(\d+)[af]?\.(?:cubin|ptx)$")
 
 
-def op_libraries(package_dir: str | os.PathLike) -> dict[str, Path]:
+def op_libraries(package_dir: str | os.PathLike,
+                 modules: dict[str, str] | None = None) -> dict[str, Path]:
     """{op name: shared object} of the ops precompiled into an installed deepspeed package
     (``deepspeed/ops/adam/fused_adam_op.cpython-311-x86_64-linux-gnu.so`` -> fused_adam):
-    DeepSpeed's setup.py names each extension ``<op NAME>_op``."""
+    DeepSpeed's setup.py names most extensions ``<op NAME>_op`` under deepspeed/ops.
+    ``modules`` ({op: its builder's absolute_name()}) finds the others, such as the
+    inference v2 ops (``deepspeed.inference.v2.ragged_ops``)."""
     found = {}
-    root = Path(package_dir) / "ops"
-    for library in sorted(root.rglob("*.so")):
+    package = Path(package_dir)
+    for library in sorted((package / "ops").rglob("*.so")):
         stem = library.name.split(".", 1)[0]
         if stem.endswith("_op"):
             found[stem[:-3]] = library
+    for op, module in (modules or {}).items():
+        head, _, name = module.rpartition(".")
+        if op in found or not name or head.split(".")[0] != package.name:
+            continue
+        folder = package.parent.joinpath(*head.split("."))
+        match = sorted(folder.glob(f"{name}.*.so")) if folder.is_dir() else []
+        if match:
+            found[op] = match[0]
     return found
 
 
