@@ -5,7 +5,7 @@ all_reduce loop at the same size, alternating, in one run.
                                       [--size 64M] [--nprocs 2] [--threads 1]
 
 inprocess: N ranks (torchrun) of this file's worker share one process group and alternate,
-    round by round, between dsenv's timing (dsenv.doctor.distributed_allreduce.timed_allreduce,
+    round by round, between dsenv's timing (dsenv.doctor.distributed.allreduce.timed_allreduce,
     what the doctor's ranks run) and a bare loop written here (warm-up all_reduces, a
     barrier, timed all_reduces). Same processes, same size, the order swapped every round:
     the comparison the machine's load disturbs least.
@@ -28,9 +28,13 @@ import subprocess
 import sys
 import time
 
-from dsenv.doctor.distributed_allreduce import timed_allreduce
-from dsenv.doctor.ranks import algorithm_bandwidth, bus_bandwidth, format_size, parse_size
-
+from dsenv.doctor.distributed.allreduce import timed_allreduce
+from dsenv.doctor.distributed.ranks import (
+    algorithm_bandwidth,
+    bus_bandwidth,
+    format_size,
+    parse_size,
+)
 from dsenv.net import free_port
 
 

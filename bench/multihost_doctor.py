@@ -85,7 +85,7 @@ def main() -> int:
     parser.add_argument("--bare", metavar="SIZE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from dsenv.doctor.ranks import parse_size
+    from dsenv.doctor.distributed.ranks import parse_size
 
     if args.bare:
         bare(parse_size(args.bare))

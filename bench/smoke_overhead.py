@@ -236,8 +236,9 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     import torch
     import transformers
-    from dsenv.workloads import bert_squad, dsconfig, engine, runner, runtime
     from transformers import BertForQuestionAnswering
+
+    from dsenv.workloads import bert_squad, dsconfig, engine, runner, runtime
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()

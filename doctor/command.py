@@ -5,19 +5,17 @@ from __future__ import annotations
 import os
 import sys
 
-from dsenv.workloads.assets import WORKLOAD_NAMES
-
+from dsenv.doctor.catalogue import by_check
+from dsenv.doctor.context import Context, Options
+from dsenv.doctor.distributed.command import validate_usage
+from dsenv.doctor.distributed.launch import run_distributed
+from dsenv.doctor.fix.command import run_fixes
+from dsenv.doctor.registry import AREAS, all_checks
+from dsenv.doctor.render import exit_code, render_json, render_text
+from dsenv.doctor.runner import run_checks
 from dsenv.errors import UsageError
-
-from .catalogue import by_check
-from .distributed import validate_usage
-from .distributed_launch import run_distributed
-from .fix_command import run_fixes
-from .probes import target_env
-from .probes.context import Context, Options
-from .registry import AREAS, all_checks
-from .render import exit_code, render_json, render_text
-from .runner import run_checks
+from dsenv.facts.python import target_env
+from dsenv.workloads.fetch.assets import WORKLOAD_NAMES
 
 
 def run_doctor(args) -> int:

@@ -7,9 +7,8 @@ import json
 import sys
 import textwrap
 
+from dsenv.doctor import catalogue
 from dsenv.errors import UsageError
-
-from . import catalogue
 
 
 def add_explain_parser(subparsers) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .probes.result import Finding
+from dsenv.verdicts.findings import Finding
 
 # Report order; a check's area is the part of its id before the dot.
 # "distributed" has no registered checks: `dsenv doctor --distributed` adds its results.
@@ -48,6 +48,6 @@ def check(check_id: str, title: str):
 
 def all_checks() -> list[Check]:
     """Every check, in report order (by area, then as its module defines them)."""
-    from . import checks  # noqa: F401  (dsenv.doctor.checks: registers every check; off --help)
+    from dsenv.doctor import checks  # noqa: F401  (dsenv.doctor.checks: registers every check; off --help)
 
     return sorted(CHECKS.values(), key=lambda c: AREAS.index(c.area))

@@ -24,13 +24,19 @@ from datetime import datetime, timezone
 from typing import TextIO
 
 from dsenv import __version__
+from dsenv.doctor.context import Context
+from dsenv.doctor.registry import AREAS
+from dsenv.doctor.verdict import (
+    COUNT_WORDS,
+    Folded,
+    exit_code,
+    fold_skipped,
+    summary_line,
+    verdict_line,
+)
+from dsenv.facts.python import target_env
 from dsenv.redact import Redactor
-
-from .probes import target_env
-from .probes.context import Context
-from .probes.result import Result, Status
-from .registry import AREAS
-from .verdict import COUNT_WORDS, Folded, exit_code, fold_skipped, summary_line, verdict_line
+from dsenv.verdicts.findings import Result, Status
 
 __all__ = ["COUNT_WORDS", "SCHEMA_ID", "exit_code", "render_json", "render_text", "report_dict",
            "summary_line", "use_color", "verdict_line"]

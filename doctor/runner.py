@@ -7,9 +7,9 @@ import time
 import traceback
 from collections.abc import Iterable
 
-from .probes.context import Context
-from .probes.result import Finding, Result, Status
-from .registry import Check
+from dsenv.doctor.context import Context
+from dsenv.doctor.registry import Check
+from dsenv.verdicts.findings import Finding, Result, Status
 
 # A check waits on probes that each have their own timeout; this bounds the rest.
 CHECK_DEADLINE_FACTOR = 3.0

@@ -10,7 +10,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from .probes.result import Result, Status
+from dsenv.verdicts.findings import Result, Status
 
 COUNT_WORDS = {Status.OK: "ok", Status.INFO: "info", Status.WARN: "warning",
                Status.FAIL: "failure", Status.SKIP: "skipped", Status.ERROR: "error"}

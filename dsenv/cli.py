@@ -8,15 +8,15 @@ from pathlib import Path
 
 from dsenv import __version__
 from dsenv.argtypes import csv_list, non_negative_int, positive_float, positive_int
-from dsenv.doctor.distributed import add_distributed_arguments
+from dsenv.doctor.distributed.command import add_distributed_arguments
 from dsenv.doctor.explain import add_explain_parser, run_explain
 from dsenv.doctor.registry import AREAS
 from dsenv.envs.launchers import LAUNCHERS
 from dsenv.errors import UsageError, run_command
 from dsenv.provision.parsers import add_parsers as add_provision_parsers
 from dsenv.workloads.cli import add_launcher_arguments, add_workload_parsers, run_workload_command
-from dsenv.workloads.fetch import add_fetch_parser, run_fetch
-from dsenv.workloads.launch import add_launch_parser, run_launch, split_workload_args
+from dsenv.workloads.fetch.command import add_fetch_parser, run_fetch
+from dsenv.workloads.launch.command import add_launch_parser, run_launch, split_workload_args
 
 
 def build_parser() -> argparse.ArgumentParser:

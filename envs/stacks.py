@@ -8,11 +8,10 @@ from importlib import resources
 from pathlib import Path
 
 from dsenv.data import load_table
+from dsenv.envs import archs
+from dsenv.envs.targets import sm_name, vendor_of
 from dsenv.errors import UsageError
 from dsenv.versions import version_tuple
-
-from . import archs
-from .targets import sm_name, vendor_of
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from dsenv.data import load_table
+from dsenv.envs import archs
 from dsenv.errors import UsageError
-
-from . import archs
 
 VENDORS = ("nvidia", "amd", "cpu")
 # The variables torch's extension builder (torch/utils/cpp_extension.py) and DeepSpeed's op
@@ -167,7 +166,7 @@ def resolve_arch(spec: str, detect: Callable[[], Iterable] | None = None) -> Tar
     ``spec``: compute capabilities ("7.0", "sm_80", "8.0;9.0", "8.0,9.0"), AMD gfx targets,
     GPU names (case-insensitive: "V100", "mi250x"), "cpu", or "auto". For "auto",
     ``detect()`` returns the visible GPUs (objects with ``vendor``, ``arch``, ``name``, like
-    the doctor's :class:`~dsenv.doctor.probes.gpus.Gpu`); by default the doctor's GPU probes
+    the doctor's :class:`~dsenv.facts.gpu.inventory.Gpu`); by default the doctor's GPU probes
     run on this node. UsageError for unknown entries, NVIDIA and AMD mixed, or no GPU.
     """
     text = (spec or "").strip()

@@ -28,7 +28,7 @@ staging folder renamed into place at the end (build.py).
     conda_locking.py  `dsenv lock --kind conda`: conda-lock with micromamba/mamba/conda
     conda_install.py  installing a conda-lock.yml: every archive's sha256/md5 checked, linked
                       by py-rattler for the final prefix
-    conda_rattler.py  the linking subprocess (python -m dsenv.provision.conda_rattler)
+    conda_rattler.py  the linking subprocess (python -m dsenv.provision.conda.rattler)
     conda_pip.py      the lock's pip packages through uv --require-hashes
     ops_builders.py   what the installed DeepSpeed's op builders say, asked in a subprocess
     ops_reasons.py    why an op cannot be built: for the target, or on this node

@@ -22,24 +22,23 @@ from rich.console import Console
 
 from dsenv import proc, targetlock
 from dsenv.jsonfiles import read_json, write_json_atomically
+from dsenv.provision import ProvisionError
+from dsenv.provision.conda.install import install_conda
+from dsenv.provision.container import create_container_env
+from dsenv.provision.locks import lock_on_site, locked_requirement
+from dsenv.provision.ops.build import BuiltOps, read_deepspeed
+from dsenv.provision.ops.builders import inspect_ops
+from dsenv.provision.ops.cache import provide_ops
+from dsenv.provision.ops.choose import OpsChoice, choose_ops
+from dsenv.provision.ops.cuda import CudaBuild, prepare_cuda_build
+from dsenv.provision.plan import SITE_LOCK_NAME, Plan, make_plan
+from dsenv.provision.prefix import check_absent, out_of_space_message
+from dsenv.provision.record.activation import ACTIVATE_NAME, render_activation
+from dsenv.provision.record.manifest import env_versions, manifest_path, write_manifest
+from dsenv.provision.venv import create_venv
+from dsenv.provision.verify.imports import import_check, import_check_lock, import_names
+from dsenv.provision.verify.shared_libs import missing_shared_libraries
 from dsenv.staging import staged_dir
-
-from . import ProvisionError
-from .activation import ACTIVATE_NAME, render_activation
-from .build_ops import BuiltOps, read_deepspeed
-from .conda_install import install_conda
-from .container import create_container_env
-from .cuda_toolkit import CudaBuild, prepare_cuda_build
-from .import_check import import_check, import_check_lock, import_names
-from .locks import lock_on_site, locked_requirement
-from .manifest import env_versions, manifest_path, write_manifest
-from .ops import OpsChoice, choose_ops
-from .ops_builders import inspect_ops
-from .ops_cache import provide_ops
-from .plan import SITE_LOCK_NAME, Plan, make_plan
-from .prefix import check_absent, out_of_space_message
-from .shared_libs import missing_shared_libraries
-from .venv import create_venv
 
 
 def provision_command(args, argv: list[str]) -> int:
@@ -250,7 +249,7 @@ def _create(plan: Plan, staging: Path, log: Path, console, timings: dict) -> Pat
 def _ops(plan: Plan, python: Path, log: Path, console,
          timings: dict) -> tuple[OpsChoice, BuiltOps | None, CudaBuild]:
     # the nvcc of CUDA ops (the node's, or NVIDIA's wheels installed now) and the env's
-    # NVIDIA headers: provision/cuda_toolkit.py
+    # NVIDIA headers: provision/ops/cuda.py
     cuda = prepare_cuda_build(plan.toolkit, python, sources=plan.sources, log=log)
     if cuda.choice.kind == "wheels":
         console.print(f"[green]✓[/] CUDA {cuda.choice.cuda} toolkit from NVIDIA's wheels in the "
@@ -277,7 +276,7 @@ def _ops(plan: Plan, python: Path, log: Path, console,
     begin = time.perf_counter()
     # the ops build runs without --no-index: uv may fetch the deepspeed sdist from the index
     sources = replace(plan.sources, no_index=False)
-    # the ops cache (provision/ops_cache.py) reuses the wheel of an earlier identical build
+    # the ops cache (provision/ops/cache.py) reuses the wheel of an earlier identical build
     built = provide_ops(python, {k: v for k, v in choice.env().items()
                                  if k.startswith("DS_BUILD")},
                         plan.target.arch_env(), deepspeed_requirement=requirement, log=log,

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsenv.envs.stacks import get_stack
-
 from dsenv import targetlock
-
-from . import ProvisionError
-from .conda import lock_path as conda_lock_path
-from .conda import recipe_path
-from .conda_locking import lock_conda
-from .locks import LINUX_X86_64, compile_lock, lock_path, requirements_path
-from .openmpi import make_build, provision_openmpi
-from .uvcmd import stack_sources
+from dsenv.envs.stacks import get_stack
+from dsenv.provision import ProvisionError
+from dsenv.provision.conda.locking import lock_conda
+from dsenv.provision.conda.recipe import lock_path as conda_lock_path
+from dsenv.provision.conda.recipe import recipe_path
+from dsenv.provision.locks import LINUX_X86_64, compile_lock, lock_path, requirements_path
+from dsenv.provision.openmpi.provide import make_build, provision_openmpi
+from dsenv.provision.uvcmd import stack_sources
 
 # `dsenv provision` options that `dsenv provision openmpi` refuses (they shape Python
 # environments)
@@ -33,7 +31,7 @@ def run_provision(args, argv: list[str]) -> int:
     if getattr(args, "provision_what", None) == "openmpi":
         return run_openmpi(args, argv)
     # rich: build.py shows its progress with rich.console (kept off dsenv --help)
-    from .build import provision_command
+    from dsenv.provision.build import provision_command
 
     return provision_command(args, argv)
 

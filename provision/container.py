@@ -30,12 +30,11 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from dsenv import proc
+from dsenv.provision import ProvisionError
+from dsenv.provision.locks import read_lock
+from dsenv.provision.uvcmd import Sources
+from dsenv.provision.venv import make_venv, run_sync
 from dsenv.versions import same_version
-
-from . import ProvisionError
-from .locks import read_lock
-from .uvcmd import Sources
-from .venv import make_venv, run_sync
 
 MARK = "@@dsenv@@"  # the children's JSON answer lines start with it
 

@@ -45,10 +45,17 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from dsenv.provision import ProvisionError
+from dsenv.provision.uvcmd import (
+    Sources,
+    index_of,
+    run_uv,
+    unreachable_index,
+    uv_env,
+    uv_error,
+    uv_version,
+)
 from dsenv.staging import write_file_atomically
-
-from . import ProvisionError
-from .uvcmd import Sources, index_of, run_uv, unreachable_index, uv_env, uv_error, uv_version
 
 HERE = Path(__file__).resolve().parent
 # Source tree and installed package alike: dsenv/provision -> dsenv/envs.

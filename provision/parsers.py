@@ -4,12 +4,10 @@ nothing that provisioning needs. What runs them is command.py."""
 
 from __future__ import annotations
 
-from dsenv.envs.sites import site_names
-
 from dsenv.argtypes import positive_float, positive_int
+from dsenv.envs.sites import site_names
+from dsenv.provision.openmpi.options import table
 from dsenv.targetlock import add_wait_arguments
-
-from .openmpi_options import table
 
 KINDS = ("venv", "container", "conda")
 # How long a run waits for another run building the same prefix (an op build takes minutes

@@ -23,22 +23,20 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dsenv import proc
 from dsenv.envs.sites import Site, load_site
 from dsenv.envs.stacks import Stack
 from dsenv.envs.targets import Target
-
-from dsenv import proc
-
-from . import ProvisionError
-from .build_ops import available_cpus
-from .conda import lock_path as conda_lock_path
-from .cuda_toolkit import ToolkitChoice
-from .locks import requirements_path
-from .ops import check_op_names, preview_ops
-from .ops_cache import CacheDir, resolve_dir
-from .prefix import check_absent, default_prefix, free_space_check, resolve_prefix
-from .targets import choose_stack_and_toolkit, resolve_arch
-from .uvcmd import Sources, index_unreachable, stack_sources
+from dsenv.provision import ProvisionError
+from dsenv.provision.conda.recipe import lock_path as conda_lock_path
+from dsenv.provision.locks import requirements_path
+from dsenv.provision.ops.build import available_cpus
+from dsenv.provision.ops.cache import CacheDir, resolve_dir
+from dsenv.provision.ops.choose import check_op_names, preview_ops
+from dsenv.provision.ops.cuda import ToolkitChoice
+from dsenv.provision.prefix import check_absent, default_prefix, free_space_check, resolve_prefix
+from dsenv.provision.targets import choose_stack_and_toolkit, resolve_arch
+from dsenv.provision.uvcmd import Sources, index_unreachable, stack_sources
 
 SITE_LOCK_NAME = "dsenv-lock.txt"  # a lock made on the site, kept inside the environment
 INDEX_PROBE_TIMEOUT = 10.0  # seconds a package index has to answer before locking on site

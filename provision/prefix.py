@@ -8,12 +8,11 @@ import os
 import shutil
 from pathlib import Path
 
-from dsenv.doctor.probes import mounts
-from dsenv.doctor.probes.context import Context, Options
 from dsenv.envs.sites import Site
 from dsenv.envs.stacks import Stack
-
-from . import ProvisionError
+from dsenv.facts.host import mounts
+from dsenv.facts.node import Node
+from dsenv.provision import ProvisionError
 
 # Disk an environment of each vendor's stack takes once installed, with headroom for the op
 # build (measured here: the CPU stack's venv is ~1.5 GB; CUDA and ROCm torch wheels with their
@@ -42,7 +41,7 @@ def check_absent(prefix: Path, force: bool, why: str = "") -> None:
 
 def out_of_space_message(prefix: Path, stack: Stack, step: str) -> str:
     """One line for ENOSPC: where, during what, and how much to free."""
-    found = mounts.mount_for(Context(options=Options(target="login")), prefix.parent)
+    found = mounts.mount_for(Node(wanted_target="login"), prefix.parent)
     mount = Path(found.point if found else "/")
     free = shutil.disk_usage(mount).free / 2**30
     needed = max(1, math.ceil(NEEDED_GIB.get(stack.vendor, 12) - free))

@@ -10,19 +10,18 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from dsenv.doctor.probes import gpus as gpu_probes
-from dsenv.doctor.probes import toolkit
-from dsenv.doctor.probes.context import Context, Options
+from dsenv.data import load_table
 from dsenv.envs import archs
 from dsenv.envs import targets as arch_targets
 from dsenv.envs.stacks import Stack, get_stack, load_stacks
 from dsenv.envs.targets import Target, arch_key, describe_arch, generation, known_archs, sm_name
-
-from dsenv.data import load_table
+from dsenv.facts.gpu import inventory as gpu_probes
+from dsenv.facts.node import Node
+from dsenv.facts.toolchain import toolkit
+from dsenv.provision import ProvisionError
+from dsenv.provision.ops import cuda as cuda_toolkit
+from dsenv.provision.uvcmd import index_unreachable
 from dsenv.versions import major_minor, version_tuple
-
-from . import ProvisionError, cuda_toolkit
-from .uvcmd import index_unreachable
 
 
 def resolve_arch(spec: str, detect=None) -> Target:
@@ -37,7 +36,7 @@ def detect_gpus(env=None) -> list:
 
 
 def _detect_here(env=None) -> tuple[list, str]:
-    ctx = Context(options=Options(target="login"), env=dict(env if env is not None
+    ctx = Node(wanted_target="login", env=dict(env if env is not None
                                                               else os.environ))
     found = list(gpu_probes.visible_gpus(ctx))
     tools = "; ".join(f"{t.tool}: {t.status if t.status != 'ok' else t.detail}"
@@ -156,7 +155,7 @@ def choose_stack(target: Target, toolkit_version: str | None = None,
     pass ``toolkit_wheels`` and no nvcc was found. The nvcc must build every target arch
     (CUDA 13 cannot build sm_70) and have the CUDA major of the stack's torch; with
     ``toolkit_wheels`` a stack whose toolkit NVIDIA publishes as wheels is chosen anyway
-    (provision/cuda_toolkit.py installs it), a stack the node's nvcc fits first.
+    (provision/ops/cuda.py installs it), a stack the node's nvcc fits first.
     ProvisionError with the reason and a way out when nothing fits, or when ``requested``
     cannot serve the target. ``notes`` collects lines for the plan (a fallback taken).
     """
@@ -271,14 +270,14 @@ def choose_stack_and_toolkit(target: Target, ops_mode: str, requested: str | Non
 
 def node_nvcc(env=None) -> toolkit.Tool:
     """The nvcc DeepSpeed would compile with here (the node-facts probe)."""
-    ctx = Context(options=Options(target="login"),
+    ctx = Node(wanted_target="login",
                   env=dict(env if env is not None else os.environ))
     return toolkit.nvcc(ctx)
 
 
 def node_nvcc_version(env=None) -> str | None:
     """The version of the nvcc DeepSpeed would compile with here (the node-facts probe)."""
-    ctx = Context(options=Options(target="login"),
+    ctx = Node(wanted_target="login",
                   env=dict(env if env is not None else os.environ))
     tool = toolkit.nvcc(ctx)
     return tool.version if tool.found else None

@@ -16,11 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsenv.envs.stacks import Stack
-
 from dsenv import proc
-
-from . import ProvisionError
+from dsenv.envs.stacks import Stack
+from dsenv.provision import ProvisionError
 
 try:
     from uv import find_uv_bin  # the PyPI package ships the binary

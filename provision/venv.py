@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from . import ProvisionError
-from .uvcmd import (
+from dsenv.provision import ProvisionError
+from dsenv.provision.uvcmd import (
     Sources,
     hash_mismatch,
     run_uv,

@@ -7,13 +7,12 @@ import stat
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.probes.context import Context, Options
+
+from dsenv.doctor.context import Context, Options
 from dsenv.doctor.registry import CHECKS, all_checks
 from dsenv.doctor.runner import run_check
-
 from dsenv.net import free_port
-
-from .workload_runs import LAUNCHER_PREFIXES, LAUNCHER_VARS
+from tests.workload_runs import LAUNCHER_PREFIXES, LAUNCHER_VARS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -109,7 +108,7 @@ def slurm_cluster():
     One cluster at a time: asking for another configuration restarts it.
     Stopped at the end of the session; skips the test when this machine cannot run it.
     """
-    from . import netns, slurmcluster
+    from tests import netns, slurmcluster
 
     def start(mpi_default: str = "none", pmix_library: bool = True, hosts: int = 0):
         try:

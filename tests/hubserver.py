@@ -394,6 +394,7 @@ def layout_parquet(rows: list[dict], layout: str) -> bytes:
     import io
 
     import datasets
+
     from dsenv.workloads import synthetic
 
     buffer = io.BytesIO()
@@ -415,8 +416,9 @@ def t5_xsum_repos(tmp_dir: Path, train_rows: int = 48, validation_rows: int = 12
     tokenizer.json when both are there); XSum-layout parquet files under EdinburghNLP/xsum
     at refs/convert/parquet."""
     import torch
-    from dsenv.workloads import synthetic, tiny
     from transformers import T5Config, T5ForConditionalGeneration
+
+    from dsenv.workloads import synthetic, tiny
 
     splits = {"train": synthetic.xsum_rows(train_rows, 21),
               "validation": synthetic.xsum_rows(validation_rows, 22),
@@ -446,8 +448,9 @@ def gpt2_wikitext_repos(tmp_dir: Path, articles: int = 30) -> Repos:
     import json
 
     import torch
-    from dsenv.workloads import synthetic, tiny
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    from dsenv.workloads import synthetic, tiny
 
     splits = {"train": synthetic.wikitext_rows(articles, 31),
               "validation": synthetic.wikitext_rows(max(articles // 5, 4), 32),

@@ -33,8 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsenv.net import free_port
-
-from . import netns
+from tests import netns
 
 APT_PACKAGES = ("slurm-wlm", "munge", "libpmix-dev", "openssh-server", "openssh-client",
                 "pdsh", "nftables", "iproute2")

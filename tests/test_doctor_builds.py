@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-from dsenv.doctor import fixes
-from dsenv.doctor.probes import extensions as ext
-from dsenv.doctor.probes.context import Context, Options
-from dsenv.doctor.probes.result import Status
 
-from .clirun import dsenv
-from .mountns import (
+from dsenv.doctor.context import Context, Options
+from dsenv.doctor.fix import fixers as fixes
+from dsenv.facts.toolchain import extensions as ext
+from dsenv.verdicts.findings import Status
+from tests.clirun import dsenv
+from tests.mountns import (
     READ_ONLY,
     doctor_json,
     folder_of_another_user,

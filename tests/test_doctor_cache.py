@@ -8,10 +8,11 @@ import subprocess
 import sys
 
 import pytest
-from dsenv.doctor.checks import cache as cache_checks
-from dsenv.doctor.probes import hfcache
-from dsenv.doctor.probes.result import Status
-from dsenv.workloads.assets import CacheLayout, assets_for
+
+from dsenv.doctor.checks.software import cache as cache_checks
+from dsenv.facts.host import hfcache
+from dsenv.verdicts.findings import Status
+from dsenv.workloads.fetch.assets import CacheLayout, assets_for
 
 CLOSED = "http://127.0.0.1:9"  # discard port: nothing listens, the connect is refused
 

@@ -13,13 +13,13 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.checks.builds import FILELOCK_SOFT_FALLBACK, lock_consequence
-from dsenv.doctor.probes import mounts
-from dsenv.doctor.probes.context import Context, Options
-from dsenv.doctor.probes.result import Status
 from packaging.version import Version
 
-from .mountns import (
+from dsenv.doctor.checks.software.builds import FILELOCK_SOFT_FALLBACK, lock_consequence
+from dsenv.doctor.context import Context, Options
+from dsenv.facts.host import mounts
+from dsenv.verdicts.findings import Status
+from tests.mountns import (
     FUSE_MOUNT,
     READ_ONLY,
     doctor_json,
@@ -91,7 +91,7 @@ def test_real_tmpfs_mount_is_seen():
     done = in_namespace(
         'D=$(mktemp -d); mount -t tmpfs -o size=1m none "$D"\n'
         '"$PY" -c "import sys; from dsenv.doctor.probes import mounts; '
-        "from dsenv.doctor.probes.context import Context; "
+        "from dsenv.facts.node import Context; "
         "m = mounts.mount_for(Context(), sys.argv[1] + '/sub/dir'); "
         'print(m.fstype, m.point == sys.argv[1])" "$D"; umount "$D"; rmdir "$D"')
     assert done.stdout.split() == ["tmpfs", "True"], done.stderr

@@ -9,10 +9,11 @@ import os
 import re
 
 import pytest
-from dsenv.doctor.probes import fabric, torch_info
-from dsenv.doctor.probes.result import Status
-from dsenv.doctor.probes.torch_info import TorchBuild
 
+from dsenv.facts.comm import fabric
+from dsenv.facts.python import torch_info
+from dsenv.facts.python.torch_info import TorchBuild
+from dsenv.verdicts.findings import Status
 from tests.conftest import fixture_text
 
 IB = "sys/class/infiniband"

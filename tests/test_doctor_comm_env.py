@@ -7,10 +7,10 @@ nvidia-smi on PATH; InfiniBand from a /sys tree written from a recorded `ibstat`
 import os
 
 import pytest
-from dsenv.doctor.probes.gpumodes import parse_topology_nvlinks
-from dsenv.doctor.probes.ncclconf import nccl_settings, parse_conf
-from dsenv.doctor.probes.result import Status
 
+from dsenv.facts.comm.ncclconf import nccl_settings, parse_conf
+from dsenv.facts.gpu.modes import parse_topology_nvlinks
+from dsenv.verdicts.findings import Status
 from tests.conftest import fixture_text
 from tests.doctor_cli import clean_env, doctor, fake_nvidia_smi
 from tests.test_doctor_comm import ibstat_to_sysfs

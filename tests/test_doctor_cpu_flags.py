@@ -10,11 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.probes import cpu_isa
-from dsenv.doctor.probes.context import Context, Options
-from dsenv.doctor.probes.result import Status
-from dsenv.provision.manifest import manifest_path, write_manifest
-from dsenv.provision.ops_cache import cpu_record
+
+from dsenv.doctor.context import Context, Options
+from dsenv.facts.toolchain import cpu_isa
+from dsenv.provision.ops.cache import cpu_record
+from dsenv.provision.record.manifest import manifest_path, write_manifest
+from dsenv.verdicts.findings import Status
 
 GCC_LINE = (' /usr/lib/gcc/x86_64-linux-gnu/12/cc1plus -E -quiet -imultiarch x86_64-linux-gnu '
             '-D_GNU_SOURCE - "-march=cooperlake" -mmmx -msse3 -msse4.1 -mavx2 -mno-sse4a '

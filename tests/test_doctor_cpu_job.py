@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.distributed import make_plan
 
 from dsenv.cli import build_parser
+from dsenv.doctor.distributed.command import make_plan
 
 DOCTOR = [sys.executable, "-m", "dsenv", "doctor", "--target", "compute", "--only", "gpu"]
 GPU_VARIABLES = ("SLURM_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK",

@@ -9,12 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from dsenv.doctor.probes import deepspeed_info as dsi
-from dsenv.doctor.probes.gpus import Gpu, visible_gpus
-from dsenv.doctor.probes.result import Status
-from dsenv.doctor.probes.torch_info import read_torch_build, torch_build
-
-from .conftest import FIXTURES
+from dsenv.facts.gpu.inventory import Gpu, visible_gpus
+from dsenv.facts.python import deepspeed_info as dsi
+from dsenv.facts.python.torch_info import read_torch_build, torch_build
+from dsenv.verdicts.findings import Status
+from tests.conftest import FIXTURES
 
 PYDIR = f"python{sys.version_info.major}.{sys.version_info.minor}"
 REAL_TORCH = Path(importlib.util.find_spec("torch").submodule_search_locations[0])
@@ -26,7 +25,7 @@ def seed_compat(ctx, accelerator="cpu"):
     """Skip the 2-5 s subprocess: DeepSpeed's answer as this machine gives it."""
     ops = ("deepspeed_not_implemented", "async_io", "deepspeed_ccl_comm", "deepspeed_shm_comm",
            "cpu_adagrad", "cpu_adam", "cpu_lion", "fused_adam", "pin_memory")
-    ctx.memo("dsenv.doctor.probes.deepspeed_info.op_compatibility",
+    ctx.memo("dsenv.facts.python.deepspeed_info.op_compatibility",
              lambda: dsi.Compatibility(dict.fromkeys(ops, True), accelerator, True))
     return ctx
 

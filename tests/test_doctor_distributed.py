@@ -17,14 +17,16 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
-from dsenv.doctor import distributed, distributed_report, ranks, registry
-from dsenv.doctor.distributed import FAULT_VARIABLE, parse_fault
-from dsenv.doctor.probes.result import Status
 
 from dsenv import proc
 from dsenv.cli import main as dsenv_main
-
-from .conftest import fixture_text
+from dsenv.doctor import registry
+from dsenv.doctor.distributed import command as distributed
+from dsenv.doctor.distributed import ranks
+from dsenv.doctor.distributed import report as distributed_report
+from dsenv.doctor.distributed.command import FAULT_VARIABLE, parse_fault
+from dsenv.verdicts.findings import Status
+from tests.conftest import fixture_text
 
 SCHEMA = json.loads((Path(registry.__file__).parent / "report_schema.json").read_text())
 DOCTOR = [sys.executable, "-m", "dsenv", "doctor", "--distributed"]
@@ -157,7 +159,7 @@ def test_two_ranks_on_one_gpu_are_found_by_uuid():
     assert ranks.shared_devices(shared) == [(f"GPU {uuids[2][4:]} on node1", [2, 3])]
     # the recorded A100 (nvidia-smi --query-gpu) on two hosts is two GPUs only when the
     # UUIDs differ: the same UUID twice is one GPU, whatever the host name says
-    from dsenv.doctor.probes.gpus import parse_nvidia_csv
+    from dsenv.facts.gpu.inventory import parse_nvidia_csv
 
     a100 = parse_nvidia_csv(fixture_text("gpu/nvidia_smi_a100_470.csv"))[0]
     twice = _gpu_records([a100.uuid]) + [{"rank": 1, "host": "node2", "device": "cuda:0",
@@ -279,7 +281,7 @@ def test_wrong_sum_shared_gpu_and_later_stages():
 
 
 def test_distributed_modules_import_no_torch():
-    code = ("import sys, dsenv.doctor.distributed, dsenv.doctor.distributed_launch\n"
+    code = ("import sys, dsenv.doctor.distributed.command, dsenv.doctor.distributed.launch\n"
             "print([m for m in ('torch', 'deepspeed') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
@@ -493,8 +495,8 @@ def test_a_world_size_other_than_expected_stops_every_rank_at_once(tmp_path, run
 
 
 def test_rank_0_stops_the_run_for_a_shared_gpu_or_a_world_disagreement():
-    from dsenv.doctor.distributed_rank import RankRun
-    from dsenv.workloads.launch_env import RankInfo
+    from dsenv.doctor.distributed.rank import RankRun
+    from dsenv.workloads.launch.env import RankInfo
 
     uuids = re.findall(r"\(UUID: (GPU-[0-9a-f-]+)\)", fixture_text("gpu/nvidia_smi_L_4x3090.txt"))
     info = RankInfo("srun", 0, 0, 4, 4, "127.0.0.1", 29500)

@@ -15,15 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-from dsenv.doctor import distributed_fingerprint as fingerprints
-from dsenv.doctor import distributed_pairs as pairs
-from dsenv.doctor import ranks
-from dsenv.doctor.probes import fingerprint as probe
-from dsenv.doctor.probes.result import Status
 
 from dsenv import proc
-
-from .test_doctor_distributed import explain, report_of, statuses
+from dsenv.doctor.distributed import fingerprint as fingerprints
+from dsenv.doctor.distributed import pairs as pairs
+from dsenv.doctor.distributed import ranks
+from dsenv.facts.host import fingerprint as probe
+from dsenv.verdicts.findings import Status
+from tests.test_doctor_distributed import explain, report_of, statuses
 
 DOCTOR = [sys.executable, "-m", "dsenv", "doctor", "--distributed", "--sizes", "4K",
           "--iters", "1", "--warmup", "0", "--only", "distributed", "--json"]

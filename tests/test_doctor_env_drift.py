@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from dsenv.provision.locks import compile_lock
 from dsenv.provision.uvcmd import Sources
-
-from . import pyenvs
+from tests import pyenvs
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ command, and judging it again (for the activate-script fixes: in a shell that so
 script, as a job does). Nothing is mocked: real files, a real /proc, real child processes.
 
 The environments are minimal `dsenv provision` prefixes (activate script written by
-provision/activation.py, manifest), made without the Hugging Face offline block; the real
+provision/record/activation.py, manifest), made without the Hugging Face offline block; the real
 provisioned venv is tests/provision/test_doctor_fix_env.py's.
 """
 
@@ -21,15 +21,17 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from dsenv.doctor import catalogue, fixes
-from dsenv.doctor import fix_actions as fa
-from dsenv.doctor.fix_command import run_fixes
-from dsenv.doctor.probes.context import Context, Options
-from dsenv.doctor.probes.result import FixAction, Status
+
+from dsenv.doctor import catalogue
+from dsenv.doctor.context import Context, Options
+from dsenv.doctor.fix import actions as fa
+from dsenv.doctor.fix import fixers as fixes
+from dsenv.doctor.fix.command import run_fixes
 from dsenv.doctor.registry import CHECKS, all_checks
 from dsenv.doctor.runner import run_check
+from dsenv.verdicts.findings import FixAction, Status
 
-SCHEMA = json.loads((Path(fixes.__file__).parent / "report_schema.json").read_text())
+SCHEMA = json.loads((Path(catalogue.__file__).parent / "report_schema.json").read_text())
 CLOSED = "http://127.0.0.1:9"  # nothing listens: the hub is unreachable, as on a compute node
 BEGIN = "# >>> dsenv doctor --fix activate-offline-vars >>>"
 
@@ -38,7 +40,7 @@ def make_env(prefix: Path) -> Path:
     """A `dsenv provision` prefix whose activate script lacks the offline variables (written
     with compute_offline=False, as for a site whose compute nodes have internet)."""
     from dsenv.envs.sites import load_site
-    from dsenv.provision.activation import write_activation
+    from dsenv.provision.record.activation import write_activation
     from dsenv.provision.targets import resolve_arch
 
     (prefix / "bin").mkdir(parents=True)

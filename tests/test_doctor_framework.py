@@ -9,12 +9,13 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
 from dsenv.doctor import registry
-from dsenv.doctor.probes.context import Context, Options
-from dsenv.doctor.probes.result import Result, Status, fail, ok, warn
+from dsenv.doctor.context import Context, Options
 from dsenv.doctor.registry import Check
 from dsenv.doctor.render import exit_code, render_json, render_text
 from dsenv.doctor.runner import run_checks
+from dsenv.verdicts.findings import Result, Status, fail, ok, warn
 
 SCHEMA = json.loads((Path(registry.__file__).parent / "report_schema.json").read_text())
 

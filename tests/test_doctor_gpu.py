@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from dsenv.doctor.checks.gpu import slurm_gpu_variables
-from dsenv.doctor.probes import gpus as probe
-from dsenv.doctor.probes.gpus import Gpu
-from dsenv.doctor.probes.result import Status
-from dsenv.doctor.probes.torch_info import TorchBuild, torch_build
+
+from dsenv.doctor.checks.node.gpu import slurm_gpu_variables
 from dsenv.doctor.registry import CHECKS, all_checks
 from dsenv.doctor.runner import run_checks
-
+from dsenv.facts.gpu import inventory as probe
+from dsenv.facts.gpu.inventory import Gpu
+from dsenv.facts.python.torch_info import TorchBuild, torch_build
+from dsenv.verdicts.findings import Status
 from tests.conftest import FIXTURES, fixture_text
 
 
@@ -230,7 +230,7 @@ def test_rocminfo_failing_is_reported(make_ctx, run_one, tool_env):
 
 
 def gpu_probe_key():
-    from dsenv.doctor.probes.gpus import visible_gpus
+    from dsenv.facts.gpu.inventory import visible_gpus
 
     return visible_gpus.memo_key
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from dsenv.doctor.probes import dsconfig
-from dsenv.doctor.probes.gpus import Gpu, visible_gpus
-from dsenv.doctor.probes.result import Status
 
-from .conftest import FIXTURES
+from dsenv.facts.gpu.inventory import Gpu, visible_gpus
+from dsenv.facts.python import dsconfig
+from dsenv.verdicts.findings import Status
+from tests.conftest import FIXTURES
 
 CONFIGS = FIXTURES / "dsconfig"
 FP16 = CONFIGS / "bert_squad_fp16.json"

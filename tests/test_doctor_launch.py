@@ -17,11 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.probes import dsrunner, joblayout, netaddr
-from dsenv.doctor.probes.pyfiles import read_assignments
-from dsenv.doctor.probes.result import Status
 
+from dsenv.facts.comm import netaddr
+from dsenv.facts.launch import dsrunner, joblayout
+from dsenv.facts.python.pyfiles import read_assignments
 from dsenv.net import free_port
+from dsenv.verdicts.findings import Status
 from tests.conftest import fixture_text
 from tests.doctor_cli import clean_env, doctor, printing, tool
 
@@ -45,7 +46,7 @@ def test_slurm_hostlists_expand_as_scontrol_does():
 
 
 def test_a_site_interface_name_still_names_the_node():
-    from dsenv.doctor.checks.launch import names_allocated_host
+    from dsenv.doctor.checks.job.launch import names_allocated_host
 
     assert names_allocated_host("nid01-ib", ["nid01", "nid02"])
     assert names_allocated_host("nid02.cluster.org", ["nid01", "nid02"])
@@ -89,7 +90,7 @@ def test_proc_net_tcp_shows_a_real_listener_and_its_owner(make_ctx):
 
 
 def test_rcmd_module_lists():
-    from dsenv.doctor.checks.launch import parse_rcmd_modules
+    from dsenv.doctor.checks.job.launch import parse_rcmd_modules
 
     assert parse_rcmd_modules(fixture_text("launch/pdsh_V_2.34_epel.txt")) == ["ssh", "exec"]
     assert parse_rcmd_modules(fixture_text("launch/pdsh_usage_rsh_exec.txt")) == ["rsh", "exec"]

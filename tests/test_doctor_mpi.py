@@ -12,10 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.checks import mpi as mpi_checks
-from dsenv.doctor.probes import mpi, mpi4py_abi, sharedlibs, slurm
-from dsenv.doctor.probes.result import Status
 
+from dsenv.doctor.checks.job import mpi as mpi_checks
+from dsenv.facts.launch import slurm
+from dsenv.facts.mpi import installation as mpi
+from dsenv.facts.mpi import mpi4py_abi
+from dsenv.facts.python import sharedlibs
+from dsenv.verdicts.findings import Status
 from tests import pyenvs
 from tests.conftest import FIXTURES, fixture_text
 

@@ -8,10 +8,10 @@ the CLI run under a real CPU affinity mask (os.sched_setaffinity in the child).
 import os
 
 import pytest
-from dsenv.doctor.probes import joblayout
-from dsenv.doctor.probes.gpumodes import parse_compute_apps, parse_compute_modes
-from dsenv.doctor.probes.result import Status
 
+from dsenv.facts.gpu.modes import parse_compute_apps, parse_compute_modes
+from dsenv.facts.launch import joblayout
+from dsenv.verdicts.findings import Status
 from tests.conftest import fixture_text
 from tests.doctor_cli import clean_env, doctor, fake_nvidia_smi
 

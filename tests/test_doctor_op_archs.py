@@ -10,11 +10,12 @@ import shutil
 import subprocess
 
 import pytest
-from dsenv.doctor.probes import fatbin, target_env
-from dsenv.doctor.probes.gpus import Gpu, visible_gpus
-from dsenv.doctor.probes.result import Status
-from dsenv.doctor.registry import CHECKS, all_checks
 
+from dsenv.doctor.registry import CHECKS, all_checks
+from dsenv.facts.gpu.inventory import Gpu, visible_gpus
+from dsenv.facts.python import target_env
+from dsenv.facts.toolchain import fatbin
+from dsenv.verdicts.findings import Status
 from tests.conftest import FIXTURES, fixture_text
 
 BUILDS = FIXTURES / "cuda-build"

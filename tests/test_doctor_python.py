@@ -6,11 +6,11 @@ import os
 import sys
 
 import pytest
-from dsenv.doctor.probes import pyenv
-from dsenv.doctor.probes.result import Status
-from dsenv.doctor.probes.torch_info import read_torch_build, torch_build
 
-from . import pyenvs
+from dsenv.facts.python import pyenv
+from dsenv.facts.python.torch_info import read_torch_build, torch_build
+from dsenv.verdicts.findings import Status
+from tests import pyenvs
 
 PYDIR = f"python{sys.version_info.major}.{sys.version_info.minor}"
 

@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.probes.context import Context, Options
-from dsenv.doctor.probes.result import Result, Status
+
+from dsenv.doctor.context import Context, Options
 from dsenv.doctor.render import render_text, use_color
 from dsenv.doctor.verdict import Folded, fold_skipped, short_reason, verdict_line
+from dsenv.verdicts.findings import Result, Status
 
 ESC = "\x1b["
 MARKUP = ("[bold", "[/", "[red", "[green", "[dim")

@@ -15,10 +15,10 @@ import subprocess
 import sys
 
 import pytest
-from dsenv.doctor.probes.result import Status
-from dsenv.doctor.probes.torch_info import read_torch_build, torch_build
 
-from . import pyenvs
+from dsenv.facts.python.torch_info import read_torch_build, torch_build
+from dsenv.verdicts.findings import Status
+from tests import pyenvs
 
 OWN = "torch==2.5.1+cpu"
 OTHER = "torch==9.9.0"

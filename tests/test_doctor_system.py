@@ -4,9 +4,9 @@ import resource
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.probes.host import parse_proc_cpuinfo, parse_size
-from dsenv.doctor.probes.result import Status
 
+from dsenv.facts.host.machine import parse_proc_cpuinfo, parse_size
+from dsenv.verdicts.findings import Status
 from tests.conftest import fixture_text
 
 
@@ -148,7 +148,7 @@ def test_no_container(make_ctx, run_one):
 
 def _with_python(ctx, version):
     """``ctx`` whose environment under test (the job's, not dsenv's) runs Python ``version``."""
-    from dsenv.doctor.probes import target_env
+    from dsenv.facts.python import target_env
 
     env = target_env.PythonEnv("/env/bin/python3", Path("/env"), "option",
                                "--env /env", version=version, probed=True)

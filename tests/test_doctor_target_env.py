@@ -17,11 +17,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from dsenv.doctor import registry
-from dsenv.doctor.probes import target_env
-from dsenv.doctor.probes.torch_info import read_torch_build
 
-from . import pyenvs
+from dsenv.doctor import registry
+from dsenv.facts.python import target_env
+from dsenv.facts.python.torch_info import read_torch_build
+from tests import pyenvs
 
 SCHEMA = json.loads((Path(registry.__file__).parent / "report_schema.json").read_text())
 AREAS = "python,torch,deepspeed,system"

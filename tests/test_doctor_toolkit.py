@@ -7,16 +7,16 @@ import os
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.probes import toolkit as tk
-from dsenv.doctor.probes.gpus import Gpu, visible_gpus
-from dsenv.doctor.probes.result import Status
-from dsenv.doctor.probes.torch_info import TorchBuild
 
+from dsenv.facts.gpu.inventory import Gpu, visible_gpus
+from dsenv.facts.python.torch_info import TorchBuild
+from dsenv.facts.toolchain import toolkit as tk
+from dsenv.verdicts.findings import Status
 from tests import pyenvs
 from tests.conftest import fixture_text
 
 VISIBLE = visible_gpus.memo_key
-BUILD = "dsenv.doctor.probes.torch_info.torch_build"
+BUILD = "dsenv.facts.python.torch_info.torch_build"
 CU124 = TorchBuild("2.4.1+cu124", cuda="12.4", location="/site/torch")
 CPU = TorchBuild("2.13.0+cpu", location="/site/torch")
 REAL_NVCC = sorted(glob.glob("/usr/local/cuda*/bin/nvcc"))

@@ -6,16 +6,16 @@ import sys
 import time
 
 import pytest
-from dsenv.doctor.probes import torch_info as tp
-from dsenv.doctor.probes.gpus import Gpu, visible_gpus
-from dsenv.doctor.probes.result import Status
-from dsenv.doctor.probes.torch_info import TorchBuild, TorchRuntime
 
+from dsenv.facts.gpu.inventory import Gpu, visible_gpus
+from dsenv.facts.python import torch_info as tp
+from dsenv.facts.python.torch_info import TorchBuild, TorchRuntime
+from dsenv.verdicts.findings import Status
 from tests.conftest import fixture_text
 
 VISIBLE = visible_gpus.memo_key
-BUILD = "dsenv.doctor.probes.torch_info.torch_build"
-RUNTIME = "dsenv.doctor.probes.torch_info.torch_runtime"
+BUILD = "dsenv.facts.python.torch_info.torch_build"
+RUNTIME = "dsenv.facts.python.torch_info.torch_runtime"
 
 
 def a100(driver="550.54.14"):

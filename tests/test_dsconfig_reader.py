@@ -1,5 +1,5 @@
 """One ds_config reader: `dsenv doctor --deepspeed-config` and `dsenv smoke --deepspeed-config`
-read the same file with doctor/probes/dsconfig.py and give the same verdict on it.
+read the same file with dsenv/facts/python/dsconfig.py and give the same verdict on it.
 
 Every file here is real, written to tmp_path; the CLI runs as a user runs it.
 """
@@ -12,11 +12,11 @@ import subprocess
 import sys
 
 import pytest
-from dsenv.doctor.probes import dsconfig as ds_file
+
+from dsenv.facts.python import dsconfig as ds_file
 from dsenv.workloads import dsconfig
 from dsenv.workloads.errors import WorkloadError
-
-from .clirun import one_line
+from tests.clirun import one_line
 
 TRAIN, MICRO, ACCUM = ds_file.TRAIN, ds_file.MICRO, ds_file.ACCUM
 PLANNED = ("--nodes", "2", "--gpus-per-node", "2")  # a world of 4 ranks

@@ -6,10 +6,10 @@ import json
 import re
 
 import pytest
+
 from dsenv.doctor import catalogue
 from dsenv.doctor.registry import all_checks
-
-from .clirun import dsenv
+from tests.clirun import dsenv
 
 MODES = catalogue.modes()
 

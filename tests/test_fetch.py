@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-from dsenv.workloads.assets import CacheLayout, assets_for
 
+from dsenv.workloads.fetch.assets import CacheLayout, assets_for
 from tests.hubserver import BERT_REPO, SQUAD_REPO, HubServer, bert_squad_repos
 
 SECRET = "secret-value"
@@ -198,7 +198,7 @@ def test_doctor_cache_assets_fails_before_and_passes_after(fetched, tmp_path):
 
 def test_libraries_load_the_cache_offline(fetched):
     """transformers finds the model by repo id with HF_HUB_OFFLINE=1; the full-run loaders
-    (workloads/assets.py) find the snapshot and the prepared data set."""
+    (workloads/fetch/assets.py) find the snapshot and the prepared data set."""
     code = f"""
 import torch
 from transformers import AutoTokenizer, BertForQuestionAnswering

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dsenv.envs.sites import load_site
-from dsenv.provision.activation import write_activation
-from dsenv.provision.targets import resolve_arch
 
 from dsenv.cli import main
+from dsenv.envs.sites import load_site
+from dsenv.provision.record.activation import write_activation
+from dsenv.provision.targets import resolve_arch
 from dsenv.staging import write_file_atomically as write_atomically
 from tests.conftest import fixture_text
 
@@ -430,7 +430,7 @@ def _mpi_on_path(fake_bin, tmp_path, version_fixture: str) -> dict:
 
 
 def test_srun_plugin_follows_the_rules_for_the_mpi_on_path(tmp_path, fake_bin):
-    from dsenv.workloads.launch import choose_srun_mpi
+    from dsenv.workloads.launch.command import choose_srun_mpi
 
     generic = load_site("generic")
     mpich = _mpi_on_path(fake_bin, tmp_path, "mpi/mpich-5.0.2-wheel.mpiexec-version.txt")
@@ -563,7 +563,7 @@ def test_crd_check_catches_a_broken_manifest(capsys, tmp_path):
 
 
 def test_yaml_round_trips_odd_strings(capsys, tmp_path):
-    from dsenv.workloads.mpijob import to_yaml
+    from dsenv.workloads.launch.mpijob import to_yaml
 
     document = {"a": ["x: y", "- z", "#c", "yes", "1.0", "", 'q"uote', "ünï"], "b": {},
                 "c": [{"d": [{"e": 1, "f": True}], "g": []}], "nvidia.com/gpu": 2}

@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from dsenv.envs.sites import load_site
-from dsenv.provision.activation import write_activation
+from dsenv.provision.record.activation import write_activation
 from dsenv.provision.targets import resolve_arch
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the test Slurm runs as root")

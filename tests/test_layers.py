@@ -67,5 +67,5 @@ def test_a_deferred_import_must_name_the_heavy_module_it_keeps_off(tree):
 def test_importing_a_lower_layer_is_allowed(tree):
     target = tree / "workloads" / "report.py"
     target.write_text(target.read_text() + "\nfrom dsenv.provision import ProvisionError\n"
-                      "from dsenv.doctor.probes.context import Context\n")
+                      "from dsenv.facts.node import Context\n")
     assert run_contract(tree).returncode == 0

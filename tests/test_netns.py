@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from . import netns
+from tests import netns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces need root")
 

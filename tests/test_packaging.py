@@ -26,7 +26,7 @@ def wheel(tmp_path_factory):
 
 def test_wheel_maps_top_level_folders_into_dsenv(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for expected in ("dsenv/cli.py", "dsenv/doctor/runner.py", "dsenv/doctor/checks/system.py",
+    for expected in ("dsenv/cli.py", "dsenv/doctor/runner.py", "dsenv/doctor/checks/node/system.py",
                      "dsenv/doctor/report_schema.json", "dsenv/envs/gpu_archs.toml",
                      "dsenv/envs/archs.py", "dsenv/workloads/assets.toml",
                      "dsenv/provision/__init__.py", "dsenv/envs/stacks.toml",

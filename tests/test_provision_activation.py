@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from dsenv.envs.sites import Site, load_site
 from dsenv.envs.stacks import get_stack
 from dsenv.provision import ProvisionError
-from dsenv.provision.activation import (
+from dsenv.provision.record.activation import (
     ACTIVATE_NAME,
     detect_kind,
     render_activation,

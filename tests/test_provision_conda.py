@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from dsenv.provision import ProvisionError
-from dsenv.provision import conda as pc
-from dsenv.provision.conda_install import InstallReport, install_conda
-from dsenv.provision.conda_locking import find_conda_exe, lock_conda
-
+from dsenv.provision.conda import recipe as pc
+from dsenv.provision.conda.install import InstallReport, install_conda
+from dsenv.provision.conda.locking import find_conda_exe, lock_conda
 from dsenv.staging import staged_dir
-
-from .condachannel import (
+from tests.condachannel import (
     build_package,
     build_python_package,
     build_wheel,

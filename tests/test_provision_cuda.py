@@ -11,11 +11,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.probes import fatbin
-from dsenv.envs.stacks import get_stack
-from dsenv.provision import ProvisionError, cuda_toolkit
-from dsenv.provision.targets import choose_stack, resolve_arch
 
+from dsenv.envs.stacks import get_stack
+from dsenv.facts.toolchain import fatbin
+from dsenv.provision import ProvisionError
+from dsenv.provision.ops import cuda as cuda_toolkit
+from dsenv.provision.targets import choose_stack, resolve_arch
 from tests.clirun import dsenv
 from tests.test_doctor_op_archs import compile_so
 
@@ -195,7 +196,7 @@ def test_ops_outside_deepspeed_ops_and_host_code_ops_are_judged_as_deepspeed_say
     objects are not under deepspeed/ops (setup.py places them by the builder's
     absolute_name()), and async_io, gds and dc are CUDA-builder ops of host code
     with no kernels at all. Both facts come from the installed DeepSpeed's builders."""
-    from dsenv.provision.ops_builders import inspect_ops
+    from dsenv.provision.ops.builders import inspect_ops
 
     report = inspect_ops(resolve_arch("9.0"))
     host_code = ["async_io", "gds", "dc"]
@@ -309,12 +310,11 @@ def test_real_volta_build_with_a_cuda12_toolkit(tmp_path):
 
 # -- the doctor and an env-local toolkit ------------------------------------------------------
 def test_doctor_finds_the_toolkit_installed_into_the_env(tmp_path, make_ctx):
-    from dsenv.doctor.checks import toolkit as checks
-    from dsenv.doctor.probes import target_env
-    from dsenv.doctor.probes import toolkit as tk
-    from dsenv.doctor.probes.result import Status
-    from dsenv.doctor.probes.torch_info import TorchBuild
-
+    from dsenv.doctor.checks.software import toolkit as checks
+    from dsenv.facts.python import target_env
+    from dsenv.facts.python.torch_info import TorchBuild
+    from dsenv.facts.toolchain import toolkit as tk
+    from dsenv.verdicts.findings import Status
     from tests.conftest import fixture_text
 
     python = fake_env(tmp_path, {"nvidia/cu13/bin": [], "nvidia/cu13/lib": []})
@@ -328,7 +328,7 @@ def test_doctor_finds_the_toolkit_installed_into_the_env(tmp_path, make_ctx):
         ctx = make_ctx(env={"PATH": "/nonexistent", **env}, target="compute")
         ctx.memo(target_env.environment.memo_key, lambda: target_env.PythonEnv(
             None, python.parent.parent, "option", f"--env {python.parent.parent}"))
-        ctx.memo("dsenv.doctor.probes.torch_info.torch_build",
+        ctx.memo("dsenv.facts.python.torch_info.torch_build",
                  lambda: TorchBuild("2.13.0", cuda="13.0", location="/site/torch"))
         return ctx
 

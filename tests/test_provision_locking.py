@@ -18,13 +18,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from dsenv import cli
 from dsenv.envs import stacks as stacks_table
 from dsenv.envs.stacks import Stack
 from dsenv.provision import plan as plan_module
 from dsenv.provision import targets as provision_targets
 from dsenv.provision.locks import lock_sha256, read_lock
-
-from dsenv import cli
 from tests.provision.conftest import tiny_wheels, wheel_hash  # noqa: F401 (a fixture)
 
 CLOSED = "http://127.0.0.1:9/simple"  # the discard port: nothing listens there

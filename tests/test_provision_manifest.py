@@ -14,11 +14,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.probes.context import Context, Options
-from dsenv.doctor.probes.result import Status
+
+from dsenv.doctor.context import Context, Options
 from dsenv.envs.stacks import get_stack
 from dsenv.provision import ProvisionError
-from dsenv.provision.manifest import (
+from dsenv.provision.record.manifest import (
     MANIFEST_NAME,
     SCHEMA,
     drift,
@@ -31,7 +31,7 @@ from dsenv.provision.manifest import (
     write_manifest,
 )
 from dsenv.provision.targets import resolve_arch
-
+from dsenv.verdicts.findings import Status
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not installed")

@@ -22,11 +22,20 @@ import time
 from pathlib import Path
 
 import pytest
-from dsenv.provision import ProvisionError, openmpi, openmpi_options, openmpi_record
-from dsenv.provision.openmpi_options import contradictions, find_system_pmix
 
-from .clirun import dsenv
-from .clirun import one_line as _one_line
+from dsenv.provision import ProvisionError
+from dsenv.provision.openmpi import (
+    options as openmpi_options,
+)
+from dsenv.provision.openmpi import (
+    provide as openmpi,
+)
+from dsenv.provision.openmpi import (
+    record as openmpi_record,
+)
+from dsenv.provision.openmpi.options import contradictions, find_system_pmix
+from tests.clirun import dsenv
+from tests.clirun import one_line as _one_line
 
 EB = shutil.which("eb")
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
@@ -289,7 +298,7 @@ def test_provision_without_openmpi_is_unchanged(tmp_path):
 
 
 def test_the_doctors_fix_names_a_command_that_exists():
-    from dsenv.doctor.checks.mpi import PROVISION_FIX
+    from dsenv.doctor.checks.job.mpi import PROVISION_FIX
 
     command = re.search(r"`(dsenv provision openmpi)`", PROVISION_FIX).group(1)
     done = dsenv(*command.split()[1:], "--help")
@@ -444,8 +453,8 @@ def test_eb_past_its_timeout_is_stopped(tmp_path, eb_env):
 def make_env(prefix: Path) -> Path:
     """A minimal environment as `dsenv provision` leaves one: activate + manifest."""
     from dsenv.envs.sites import load_site
-    from dsenv.provision.activation import write_activation
-    from dsenv.provision.manifest import write_manifest
+    from dsenv.provision.record.activation import write_activation
+    from dsenv.provision.record.manifest import write_manifest
     from dsenv.provision.targets import resolve_arch
 
     (prefix / "bin").mkdir(parents=True)
@@ -477,7 +486,7 @@ def fake_install(installpath: Path) -> Path:
 @pytest.mark.skipif(not DEBIAN_OMPI.is_file() or not LMOD_INIT.is_file(),
                     reason="Debian openmpi-bin and lmod needed")
 def test_env_records_the_module_and_bash_loads_it(tmp_path, eb_env):
-    from dsenv.provision.manifest import read_manifest
+    from dsenv.provision.record.manifest import read_manifest
 
     prefix = make_env(tmp_path / "env")
     installpath = tmp_path / "inst"
@@ -551,11 +560,11 @@ def debian_sources(folder: Path) -> Path:
 def test_real_build_has_slurm_and_pmix_components(tmp_path, eb_env):
     """DSENV_EB_INSTALLPATH=/opt/dsenv-eb keeps the install (an existing one is judged
     without rebuilding); DSENV_EB_JOBS=N sets eb --parallel."""
-    from dsenv.doctor.probes.context import Context, Options
-    from dsenv.doctor.probes.mpi import parse_ompi_info
-    from dsenv.doctor.probes.result import Status
+    from dsenv.doctor.context import Context, Options
     from dsenv.doctor.registry import CHECKS, all_checks
     from dsenv.doctor.runner import run_check
+    from dsenv.facts.mpi.installation import parse_ompi_info
+    from dsenv.verdicts.findings import Status
 
     if shutil.which("apt-get") is None or not LMOD_INIT.is_file():
         pytest.skip("needs Debian's apt-get and lmod")

@@ -12,13 +12,13 @@ import subprocess
 import sys
 
 import pytest
+
 from dsenv.envs.op_failures import known_failure
 from dsenv.envs.stacks import get_stack
 from dsenv.provision import ProvisionError
-from dsenv.provision.ops import OpsChoice, choose_ops, parse_mode
-from dsenv.provision.ops_builders import inspect_ops
+from dsenv.provision.ops.builders import inspect_ops
+from dsenv.provision.ops.choose import OpsChoice, choose_ops, parse_mode
 from dsenv.provision.targets import resolve_arch
-
 from tests.conftest import fixture_text
 
 # Found, never imported here: DeepSpeed (and torch) are only imported by the subprocess.

@@ -1,4 +1,4 @@
-"""The built-ops cache (provision/ops_cache.py) for real: uv builds a DeepSpeed-like sdist
+"""The built-ops cache (provision/ops/cache.py) for real: uv builds a DeepSpeed-like sdist
 (its setup.py writes installed_ops as DeepSpeed's does and counts its builds), the wheel is
 kept in a cache folder, and the next env with the same key installs it instead of building:
 miss then hit, a key change misses, a corrupted entry is detected, rebuilt and said so, two
@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from dsenv.doctor.probes.cpu_isa import NativeIsa
+
+from dsenv.facts.toolchain.cpu_isa import NativeIsa
 from dsenv.provision import ProvisionError
-from dsenv.provision.build_ops import verify_installed_ops
-from dsenv.provision.ops_cache import (
+from dsenv.provision.ops.build import verify_installed_ops
+from dsenv.provision.ops.cache import (
     ENV_VARIABLE,
     CacheDir,
     ops_key,
@@ -31,7 +32,6 @@ from dsenv.provision.ops_cache import (
 )
 from dsenv.provision.uvcmd import Sources
 from dsenv.provision.venv import make_venv
-
 from tests.tarfiles import add_text as _add
 
 SETUP_PY = '''
@@ -198,7 +198,7 @@ def test_the_cache_off_builds_every_time(world):
 CONCURRENT = r"""
 import json, sys
 from pathlib import Path
-from dsenv.provision.ops_cache import CacheDir, provide_ops
+from dsenv.provision.ops.cache import CacheDir, provide_ops
 from dsenv.provision.uvcmd import Sources
 from dsenv.provision.venv import make_venv
 root, cache, folder, requirement = sys.argv[1:5]

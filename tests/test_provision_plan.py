@@ -13,11 +13,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from dsenv.envs.targets import resolve_arch
-from dsenv.provision.ops import UnknownOpError, check_op_names
-from dsenv.provision.ops_reasons import group_omissions
 
-from .clirun import dsenv, one_line
+from dsenv.envs.targets import resolve_arch
+from dsenv.provision.ops.choose import UnknownOpError, check_op_names
+from dsenv.provision.ops.reasons import group_omissions
+from tests.clirun import dsenv, one_line
 
 WIDE = {"COLUMNS": "400"}
 

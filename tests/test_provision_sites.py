@@ -4,12 +4,12 @@ public sources did; broken profiles are refused."""
 from __future__ import annotations
 
 import pytest
+
 from dsenv.envs import sites
 from dsenv.envs.sites import load_site, site_names
 from dsenv.envs.stacks import get_stack
-from dsenv.provision.targets import choose_stack, resolve_arch
-
 from dsenv.errors import DsenvError
+from dsenv.provision.targets import choose_stack, resolve_arch
 
 
 def test_shipped_sites():

@@ -19,12 +19,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from dsenv.provision.locks import lock_path, parse_lock
-from dsenv.provision.uvcmd import run_uv, uv_env
 
 from dsenv import proc
-
-from .workload_runs import explain
+from dsenv.provision.locks import lock_path, parse_lock
+from dsenv.provision.uvcmd import run_uv, uv_env
+from tests.workload_runs import explain
 
 pytestmark = pytest.mark.slow
 

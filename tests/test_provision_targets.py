@@ -4,13 +4,13 @@ vendor-tool outputs behind fake binaries), and the stack chosen for each target 
 from __future__ import annotations
 
 import pytest
-from dsenv.doctor.probes import toolkit
+
 from dsenv.envs import archs
 from dsenv.envs.stacks import get_stack, load_stacks
 from dsenv.envs.targets import Target, known_archs
-from dsenv.provision.targets import choose_stack, detect_gpus, node_nvcc_version, resolve_arch
-
 from dsenv.errors import DsenvError
+from dsenv.facts.toolchain import toolkit
+from dsenv.provision.targets import choose_stack, detect_gpus, node_nvcc_version, resolve_arch
 from tests.conftest import fixture_text
 
 

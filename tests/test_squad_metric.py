@@ -6,6 +6,7 @@ bag of remaining tokens; the maximum over the ground truths; percentages over al
 """
 
 import pytest
+
 from dsenv.workloads.squad import (
     Answer,
     Example,

@@ -11,11 +11,10 @@ import re
 import sys
 
 import pytest
-from dsenv.workloads import bert_mrpc, runner, squad, synthetic
 
 from dsenv import proc
-
-from .workload_runs import explain, full_run, launched, run_dsenv
+from dsenv.workloads import bert_mrpc, runner, squad, synthetic
+from tests.workload_runs import explain, full_run, launched, run_dsenv
 
 
 # ----------------------------------------------------------------------------- data, metric
@@ -57,8 +56,9 @@ def test_accuracy_and_f1_of_the_equivalent_class():
 
 # ----------------------------------------------------------------------------- runs
 def saved_model_digest(out) -> str:
-    from dsenv.workloads import engine
     from transformers import BertForSequenceClassification
+
+    from dsenv.workloads import engine
 
     return engine.weights_digest(BertForSequenceClassification.from_pretrained(out / "model"))
 
@@ -105,7 +105,7 @@ def test_two_ranks_with_gradient_sync_keep_one_model(tmp_path, run_env, no_refer
 def test_full_run_reads_bert_and_glue_mrpc_from_what_fetch_placed(tmp_path, run_env):
     """A tiny BERT and MRPC-layout parquet files served by a Hub on 127.0.0.1 under the real
     names, placed by a real `dsenv fetch`; then `dsenv run bert-mrpc` offline: no request."""
-    from .hubserver import HubServer, bert_mrpc_repos
+    from tests.hubserver import HubServer, bert_mrpc_repos
 
     run_env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="0")
     for name in ("HF_HUB_CACHE", "HF_DATASETS_CACHE", "HF_DATASETS_OFFLINE",

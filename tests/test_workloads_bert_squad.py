@@ -17,15 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from .workload_runs import bad_input, explain, launched, one_line, run_dsenv
+from tests.workload_runs import bad_input, explain, launched, one_line, run_dsenv
 
 
 def rescore(out: Path, settings: dict) -> dict:
     """The saved model, loaded back by plain transformers, scored on the dev file: must match
     what the run reported (catches a ZeRO-3 save of partitioned, empty parameters)."""
     import torch
-    from dsenv.workloads import squad
     from transformers import AutoTokenizer, BertForQuestionAnswering
+
+    from dsenv.workloads import squad
 
     model = BertForQuestionAnswering.from_pretrained(out / "model").eval()
     tokenizer = AutoTokenizer.from_pretrained(out / "model")

@@ -7,10 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from dsenv.workloads import dsconfig, report, squad
-from dsenv.workloads.launch_env import WorkloadError, apply, discover, first_host
 
 from dsenv.jsonfiles import write_json_atomically
+from dsenv.workloads import dsconfig, report, squad
+from dsenv.workloads.launch.env import WorkloadError, apply, discover, first_host
 
 
 # ----------------------------------------------------------------------------- ranks
@@ -469,8 +469,9 @@ def test_no_gradient_sync_needs_stage_0_and_drops_clipping():
 
 def test_independent_micro_batches_cover_all_data_in_each_ranks_order():
     import torch
+
     from dsenv.workloads import engine, runtime
-    from dsenv.workloads.launch_env import RankInfo
+    from dsenv.workloads.launch.env import RankInfo
 
     data = {"x": torch.arange(64)}
 

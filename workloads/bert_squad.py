@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dsenv.workloads import assets, engine, report, runner, runtime, squad, tiny
-from dsenv.workloads.errors import WorkloadError
-
 from dsenv.jsonfiles import JsonFileError, read_json, write_json_atomically
+from dsenv.workloads import engine, report, runner, runtime, squad, tiny
+from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.fetch import assets
 
 NAME = "bert-squad"
 THRESHOLDS = ("min_loss_drop", "min_exact_match", "min_f1")  # Settings fields

@@ -16,12 +16,11 @@ import argparse
 import importlib
 import sys
 
+from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
+from dsenv.errors import run_command
 from dsenv.workloads import runtime
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.smoke_all import run_all
-
-from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
-from dsenv.errors import run_command
 
 SMOKE_WORKLOADS = {
     "bert-squad": "tiny BERT on synthetic SQuAD v1.1 (seconds, no downloads)",

@@ -7,7 +7,7 @@ Pure Python (no torch): the batch arithmetic is checked before any engine starts
 is always derived here and never taken on trust from a file, so the same command works on
 1, 2 or 64 GPUs. A user ds_config whose train_batch_size contradicts the world size is
 rejected with the numbers. The file itself is read and its batch values judged by the
-doctor's reader (doctor/probes/dsconfig.py), so `dsenv doctor --deepspeed-config` and
+doctor's reader (dsenv/facts/python/dsconfig.py), so `dsenv doctor --deepspeed-config` and
 `dsenv smoke/run --deepspeed-config` give one verdict on one file.
 """
 
@@ -18,10 +18,9 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dsenv.doctor.probes import dsconfig as ds_file
-from dsenv.workloads.errors import WorkloadError
-
 from dsenv.data import load_table
+from dsenv.facts.python import dsconfig as ds_file
+from dsenv.workloads.errors import WorkloadError
 
 LR_SCALINGS = ("none", "linear", "sqrt")
 _ADAMS = ("adam", "adamw")

@@ -31,11 +31,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsenv.staging import staged_dir
 from dsenv.workloads.dsconfig import required_ops
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.runtime import Runtime, barrier, gather
-
-from dsenv.staging import staged_dir
 
 # Measured first-build times on a 2-core VM (this project's runs), seconds.
 OP_BUILD_SECONDS = {"deepspeed_shm_comm": 60, "cpu_adam": 90, "fused_adam": 100}

@@ -21,10 +21,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from dsenv.workloads.errors import WorkloadError
-
 from dsenv.data import load_table
 from dsenv.jsonfiles import write_json_atomically
+from dsenv.workloads.errors import WorkloadError
 
 PASS, FAIL, REPORTED = "PASS", "FAIL", "REPORTED"
 REPORT_VERSION = 1

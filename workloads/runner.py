@@ -42,11 +42,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
-from dsenv.workloads import assets, dsconfig, engine, report, runtime
-from dsenv.workloads.errors import WorkloadError
-
 from dsenv import targetlock
 from dsenv.staging import staged_dir
+from dsenv.workloads import dsconfig, engine, report, runtime
+from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.fetch import assets
 
 
 # ----------------------------------------------------------------------------- a workload

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 
 from dsenv.workloads.errors import WorkloadError
-from dsenv.workloads.launch_env import RankInfo, apply, discover
+from dsenv.workloads.launch.env import RankInfo, apply, discover
 
 
 @dataclass

@@ -19,12 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-from dsenv.workloads import dsconfig
-from dsenv.workloads.errors import WorkloadError
-from dsenv.workloads.launch_env import DEFAULT_PORT, discover
-
 from dsenv import proc, targetlock
 from dsenv.jsonfiles import JsonFileError, read_json, write_json_atomically
+from dsenv.workloads import dsconfig
+from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.launch.env import DEFAULT_PORT, discover
 
 SMOKE_TIMEOUT_S = 1800  # a first run may JIT-build DeepSpeed ops (minutes on 2 cores)
 # options that belong to one workload, refused for all of them at once

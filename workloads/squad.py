@@ -23,10 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsenv.workloads.errors import WorkloadError
-
 from dsenv.data import load_table
 from dsenv.jsonfiles import JsonFileError, read_json
+from dsenv.workloads.errors import WorkloadError
 
 
 # ----------------------------------------------------------------------------- examples

@@ -14,10 +14,9 @@ import random
 import re
 from pathlib import Path
 
-from dsenv.workloads import squad
-
 from dsenv.data import load_table
 from dsenv.staging import staged_dir
+from dsenv.workloads import squad
 
 _TABLE = load_table("dsenv.workloads", "synthetic_text.toml")
 XSUM: dict = _TABLE["xsum"]

@@ -21,9 +21,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dsenv.workloads import engine, runner, synthetic, tiny
-
 from dsenv.data import load_table
+from dsenv.workloads import engine, runner, synthetic, tiny
 
 NAME = "t5-xsum"
 COLUMNS = ("document", "summary", "id")

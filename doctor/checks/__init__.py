@@ -1,21 +1,21 @@
-"""One module per area; importing this package registers every check with the registry."""
+"""One module per area, grouped by concern (node/, software/, job/); importing this package
+registers every check with the registry."""
 
-from . import (  # noqa: F401  (each module registers its area's checks)
-    builds,
-    cache,
+from dsenv.doctor.checks.job import (  # noqa: F401  (each module registers its area's checks)
     comm,
     comm_env,
-    cpu_flags,
-    deepspeed_ops,
-    gpu,
-    job,
+    config,
     launch,
     launch_hosts,
     mpi,
-    node,
+)
+from dsenv.doctor.checks.node import cpu_flags, gpu, layout, system  # noqa: F401
+from dsenv.doctor.checks.software import (  # noqa: F401
+    builds,
+    cache,
+    deepspeed_ops,
     op_archs,
     python_env,
-    system,
     toolkit,
     torch_build,
 )

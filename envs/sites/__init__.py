@@ -13,14 +13,12 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
-from dsenv.envs.launchers import LAUNCHERS
-
 from dsenv.data import load_table
+from dsenv.envs.launchers import LAUNCHERS
+from dsenv.envs.stacks import load_stacks
+from dsenv.envs.targets import resolve_arch
 from dsenv.errors import UsageError
 from dsenv.redact import is_secret_name
-
-from ..stacks import load_stacks
-from ..targets import resolve_arch
 
 KINDS = ("venv", "container", "conda")
 CONTAINER_RUNTIMES = ("singularity", "apptainer", "sarus", "podman", "docker")
@@ -52,7 +50,7 @@ class Site:
     hf_home: str = ""  # "" = leave HF_HOME as the user has it
     offline_on_compute: bool = True
     env_root: str = ""  # where environments should live ("" = anywhere)
-    # where `dsenv provision` keeps built DeepSpeed wheels (provision/ops_cache.py): a shared
+    # where `dsenv provision` keeps built DeepSpeed wheels (provision/ops/cache.py): a shared
     # file system lets every job of the site reuse one build ("" = ~/.cache/dsenv/ops-cache)
     ops_cache: str = ""
     env: dict[str, str] = field(default_factory=dict)  # NCCL/RCCL/FI/MIOPEN variables

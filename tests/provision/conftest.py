@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from dsenv.provision.locks import compile_lock
 from dsenv.provision.uvcmd import Sources
 

@@ -13,8 +13,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from dsenv.provision import ProvisionError
-from dsenv.provision.build_ops import (
+from dsenv.provision.ops.build import (
     build_ops,
     compare_ops,
     error_summary,
@@ -23,10 +24,8 @@ from dsenv.provision.build_ops import (
     verify_installed_ops,
 )
 from dsenv.provision.venv import make_venv
-
+from tests.provision.conftest import offline
 from tests.tarfiles import add_text as _add
-
-from .conftest import offline
 
 SETUP_PY = '''
 import json, os, sys

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from dsenv.envs.stacks import get_stack
 from dsenv.provision import ProvisionError
 from dsenv.provision.prefix import NEEDED_GIB, free_space_check
-
-from ..clirun import dsenv
-from ..clirun import one_line as _one_line
+from tests.clirun import dsenv
+from tests.clirun import one_line as _one_line
 
 
 def one_line(done) -> str:

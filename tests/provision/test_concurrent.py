@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ..clirun import dsenv
+from tests.clirun import dsenv
 
 CPU_LOCK = Path(__file__).resolve().parents[2] / "envs" / "locks" / "cpu.txt"
 

@@ -11,14 +11,14 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+
 from dsenv.provision import ProvisionError
 from dsenv.provision.container import create_container_env, plan_container, plan_missing
-from dsenv.provision.import_check import import_check, import_check_lock, import_names
 from dsenv.provision.locks import read_lock
-from dsenv.provision.shared_libs import missing_shared_libraries
 from dsenv.provision.venv import make_venv, venv_python
-
-from .conftest import offline, wheel_hash
+from dsenv.provision.verify.imports import import_check, import_check_lock, import_names
+from dsenv.provision.verify.shared_libs import missing_shared_libraries
+from tests.provision.conftest import offline, wheel_hash
 
 PACKAGING = metadata.version("packaging")
 RICH = metadata.version("rich")

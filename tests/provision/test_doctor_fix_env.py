@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .test_command import tiny
+from tests.provision.test_command import tiny
 
 CLOSED = "http://127.0.0.1:9"
 OFFLINE_BLOCK = re.compile(r'^if \[ -n "\$\{SLURM_JOB_ID:-\}" \]; then\n    export HF_HUB_OFFLINE'

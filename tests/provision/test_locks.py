@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+
 from dsenv.provision import ProvisionError
 from dsenv.provision.locks import (
     LOCKS_DIR,
@@ -18,8 +19,7 @@ from dsenv.provision.locks import (
     requirements_path,
 )
 from dsenv.provision.uvcmd import Sources
-
-from .conftest import offline, wheel_hash
+from tests.provision.conftest import offline, wheel_hash
 
 
 def test_compile_lock_pins_every_package_with_its_hash(tiny_lock, tiny_wheels):

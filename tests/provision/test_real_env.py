@@ -17,13 +17,14 @@ import time
 from pathlib import Path
 
 import pytest
+
 from dsenv.provision import ProvisionError
-from dsenv.provision.build_ops import build_ops, verify_installed_ops
-from dsenv.provision.import_check import import_check_lock
 from dsenv.provision.locks import lock_path
-from dsenv.provision.shared_libs import missing_shared_libraries
+from dsenv.provision.ops.build import build_ops, verify_installed_ops
 from dsenv.provision.uvcmd import Sources
 from dsenv.provision.venv import make_venv, venv_python
+from dsenv.provision.verify.imports import import_check_lock
+from dsenv.provision.verify.shared_libs import missing_shared_libraries
 
 pytestmark = pytest.mark.slow
 

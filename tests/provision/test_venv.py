@@ -7,13 +7,12 @@ import os
 import subprocess
 
 import pytest
+
 from dsenv.provision import ProvisionError
 from dsenv.provision.uvcmd import Sources
 from dsenv.provision.venv import create_venv, venv_python
-
 from dsenv.staging import staged_dir
-
-from .conftest import offline
+from tests.provision.conftest import offline
 
 
 def _run(argv, **kw):

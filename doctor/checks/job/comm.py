@@ -1,0 +1,173 @@
+"""comm: NCCL/RCCL version and the fabric it will use (InfiniBand, RoCE, Slingshot, sockets)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dsenv.doctor.context import Context
+from dsenv.doctor.fix import actions as fix_actions
+from dsenv.doctor.registry import check
+from dsenv.facts.comm import fabric
+from dsenv.facts.python import torch_info
+from dsenv.redact import show_variable
+from dsenv.verdicts.findings import fail, info, ok, skip, warn
+
+
+def _finding(ctx: Context):
+    """fail on a compute target, warn on a login node (the compute nodes may differ)."""
+    return fail if ctx.is_compute else warn
+
+
+@check("comm.nccl", "NCCL/RCCL version")
+def nccl(ctx: Context):
+    build = torch_info.torch_build(ctx)
+    if not build.installed:
+        return skip("torch is not installed")
+    if build.kind == "cpu":
+        return skip(f"CPU torch: gloo is used ({build.describe()})")
+    lib = fabric.comm_library(ctx)
+    if lib is None or lib.version is None:
+        name = "RCCL" if build.kind == "hip" else "NCCL"
+        evidence = [build.describe()] + ([f"found without a version: {lib.source}"] if lib else [])
+        if not ctx.is_compute:
+            return info(f"{name} version not found (torch may link it statically)", *evidence)
+        fix = ("load the ROCm module that provides librccl.so (`module load rocm`)"
+               if build.kind == "hip" else
+               f"`pip install nvidia-nccl-cu{(build.cuda or '12').split('.')[0]}`")
+        return warn(f"{name} not found for {build.describe()}", fix, *evidence)
+    return ok(f"{lib.name} {lib.version} ({lib.source})", build.describe())
+
+
+@check("comm.infiniband", "InfiniBand / RoCE ports")
+def infiniband(ctx: Context):
+    ports = fabric.ib_ports(ctx)
+    if not ports:
+        return skip("no RDMA devices under /sys/class/infiniband")
+    evidence = [p.describe() for p in ports]
+    active = [p for p in ports if p.active]
+    if not active:
+        summary = f"{len(ports)} RDMA port(s), none ACTIVE: NCCL falls back to TCP sockets"
+        if ctx.is_compute:
+            return warn(summary, "check the cable/subnet manager with `ibstat`, or exclude the "
+                        "ports with NCCL_IB_HCA and tell the admins", *evidence)
+        return info(summary, *evidence)
+    kinds = sorted({"RoCE" if p.roce else p.link_layer for p in active})
+    return ok(f"{len(active)} of {len(ports)} RDMA port(s) ACTIVE ({', '.join(kinds)})", *evidence)
+
+
+@check("comm.roce-gid", "RoCE GID index")
+def roce_gid(ctx: Context):
+    roce = [p for p in fabric.ib_ports(ctx) if p.roce]
+    if not roce:
+        return skip("no RoCE ports")
+    ports = [p for p in roce if p.active] or roce
+    port = ports[0]
+    table = fabric.gid_table(ctx, port)
+    best = fabric.pick_roce_gid(table)
+    evidence = [f"{port.name} GID[{g.index}] {g.gid} {g.kind or '?'}"
+                + (f" ({g.ipv4})" if g.ipv4 else "") for g in table]
+    chosen = ctx.env.get("NCCL_IB_GID_INDEX", "").strip()
+    if not chosen:
+        if best is None:
+            return warn(f"RoCE port {port.name} without NCCL_IB_GID_INDEX and no RoCE v2 GID "
+                        "with an IPv4 address", "configure an IPv4 address on the RoCE "
+                        "interface, then set NCCL_IB_GID_INDEX to its RoCE v2 GID index",
+                        *evidence)
+        return warn(f"RoCE port {port.name} without NCCL_IB_GID_INDEX: NCCL may pick a "
+                    "link-local GID and time out (ibv_modify_qp / completion error 12)",
+                    f"export NCCL_IB_GID_INDEX={best.index}",
+                    f"GID[{best.index}] is RoCE v2 with IPv4 {best.ipv4}", *evidence,
+                    action=fix_actions.activate_exports(
+                        ctx, fix_actions.NCCL, {"NCCL_IB_GID_INDEX": str(best.index)}))
+    entry = next((g for g in table if str(g.index) == chosen), None)
+    if table and (entry is None or "v2" not in entry.kind.lower()):
+        what = "does not exist" if entry is None else f"is {entry.kind or 'unreadable'}"
+        fix = f"export NCCL_IB_GID_INDEX={best.index}" if best else "unset NCCL_IB_GID_INDEX"
+        return warn(f"NCCL_IB_GID_INDEX={chosen} on {port.name} {what}", fix, *evidence)
+    return ok(f"NCCL_IB_GID_INDEX={chosen}" + (f" ({entry.kind}, {entry.ipv4 or entry.gid})"
+                                               if entry else ""), *evidence)
+
+
+@check("comm.slingshot", "Slingshot OFI plugin")
+def slingshot(ctx: Context):
+    devices = fabric.cxi_devices(ctx)
+    if not devices:
+        return skip("no Slingshot (cxi) devices under /sys/class/cxi")
+    build = torch_info.torch_build(ctx)
+    rocm = {"hip": True, "cuda": False}.get(build.kind)
+    plugin = fabric.find_net_plugin(ctx, rocm)
+    evidence = ["cxi devices: " + ", ".join(devices)]
+    if plugin:
+        evidence.append(show_variable("FI_PROVIDER", ctx.env.get("FI_PROVIDER", "(unset)")))
+        return ok(f"OFI network plugin found: {plugin}", *evidence)
+    names = fabric.net_plugin_names(ctx, rocm)
+    evidence.append("looked for " + ", ".join(names) + " on LD_LIBRARY_PATH")
+    module = "aws-ofi-rccl" if rocm else "aws-ofi-nccl"
+    return _finding(ctx)(
+        f"Slingshot ({len(devices)} cxi device(s)) without the OFI plugin: NCCL/RCCL falls back "
+        "to TCP sockets", f"`module load {module}` (it puts the plugin on LD_LIBRARY_PATH) and "
+        "`export FI_PROVIDER=cxi`", *evidence)
+
+
+def _interface_list_check(ctx: Context, variable: str, value: str, names: list[str], what: str):
+    spec = fabric.parse_nccl_list(value)
+    shown = show_variable(variable, value)
+    available = f"{what} here: " + (", ".join(names) or "none")
+    missing = spec.unmatched(names)
+    selected = spec.selected(names)
+    if not selected:
+        return _finding(ctx)(f"{shown} selects no {what} on this node", f"set {variable} to "
+                             f"one of: {', '.join(names) or '(none)'} (or unset it)", available)
+    if missing and not spec.exclude:
+        return warn(f"{shown}: {', '.join(missing)} match(es) no {what}", f"drop "
+                    f"{', '.join(missing)} from {variable}", available,
+                    "selected: " + ", ".join(selected))
+    return ok(f"{shown} selects {', '.join(selected)}", available)
+
+
+@check("comm.socket-ifname", "NCCL_SOCKET_IFNAME")
+def socket_ifname(ctx: Context):
+    value = ctx.env.get("NCCL_SOCKET_IFNAME", "").strip()
+    if not value:
+        return skip("NCCL_SOCKET_IFNAME is not set (NCCL prefers ib*, then any but lo/docker)")
+    names = fabric.net_interfaces(ctx)
+    finding = _interface_list_check(ctx, "NCCL_SOCKET_IFNAME", value, names,
+                                    "network interface")
+    if not fabric.parse_nccl_list(value).selected(names):  # back to NCCL's own choice
+        action = fix_actions.nccl_reset(ctx, [("NCCL_SOCKET_IFNAME", "environment")])
+        return replace(finding, action=action)
+    return finding
+
+
+@check("comm.ib-hca", "NCCL_IB_HCA")
+def ib_hca(ctx: Context):
+    value = ctx.env.get("NCCL_IB_HCA", "").strip()
+    if not value:
+        return skip("NCCL_IB_HCA is not set (NCCL uses every active HCA)")
+    ports = fabric.ib_ports(ctx)
+    devices = sorted({p.device for p in ports})
+    finding = _interface_list_check(ctx, "NCCL_IB_HCA", value, devices, "HCA")
+    if finding.status.value != "ok":
+        return finding
+    spec = fabric.parse_nccl_list(value)
+    bad_ports = [f"{name}:{port}" for name, port in spec.items if port is not None
+                 and not any(spec.matches(name, p.device) and p.port == port for p in ports)]
+    if bad_ports and not spec.exclude:
+        return _finding(ctx)(f"NCCL_IB_HCA names port(s) that do not exist: {', '.join(bad_ports)}",
+                             "use ports listed by `ibstat` (usually :1)",
+                             *[p.describe() for p in ports])
+    return finding
+
+
+@check("comm.ib-disable", "NCCL_IB_DISABLE")
+def ib_disable(ctx: Context):
+    value = ctx.env.get("NCCL_IB_DISABLE", "").strip()
+    if value in ("", "0"):
+        return skip("NCCL_IB_DISABLE is not set")
+    active = [p for p in fabric.ib_ports(ctx) if p.active]
+    if not active:
+        return ok(f"NCCL_IB_DISABLE={value} and no ACTIVE InfiniBand/RoCE port here")
+    return warn(f"NCCL_IB_DISABLE={value} while {len(active)} InfiniBand/RoCE port(s) are "
+                "ACTIVE: NCCL will use TCP sockets, several times slower",
+                "unset NCCL_IB_DISABLE", *[p.describe() for p in active],
+                action=fix_actions.nccl_reset(ctx, [("NCCL_IB_DISABLE", "environment")]))

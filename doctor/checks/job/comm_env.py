@@ -1,0 +1,119 @@
+"""comm: NCCL debugging variables left set (in the environment or NCCL's config files).
+
+NCCL's documentation splits its variables in two: system configuration, to keep, and the
+"Debugging" ones (P2P/SHM off, a forced network, algorithm or protocol), which "should not be
+used in production nor retained in scripts ... Keeping them set may result in sub-optimal
+behavior, crashes, or hangs" (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html).
+A workaround copied from one machine to another is the usual way they survive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dsenv.doctor.context import Context
+from dsenv.doctor.fix import actions as fix_actions
+from dsenv.doctor.registry import check
+from dsenv.facts.comm import fabric
+from dsenv.facts.comm.ncclconf import Setting, nccl_settings
+from dsenv.facts.gpu import modes as gpumodes
+from dsenv.redact import show_variable
+from dsenv.verdicts.findings import Finding, Status, ok, warn
+
+
+def _on(value: str) -> bool:
+    return value.strip() not in ("", "0")
+
+
+@dataclass(frozen=True)
+class DebugVariable:
+    name: str
+    applies: Callable[[str], bool]  # the value that makes it a debugging setting
+    effect: str
+    hurts: str = ""  # "nvlink" or "ib": the hardware it wastes when present
+
+
+DEBUG_VARIABLES = (
+    DebugVariable("NCCL_P2P_DISABLE", _on, "P2P transport off: GPU-to-GPU traffic goes "
+                  "through host memory", "nvlink"),
+    DebugVariable("NCCL_P2P_LEVEL", lambda v: v.strip().upper() in ("LOC", "0"),
+                  "P2P never used (LOC)", "nvlink"),
+    DebugVariable("NCCL_P2P_LEVEL", lambda v: v.strip().upper() not in ("", "LOC", "0"),
+                  "P2P distance cutoff pinned"),
+    DebugVariable("NCCL_SHM_DISABLE", _on, "shared-memory transport off: without P2P, "
+                  "intra-node traffic goes over the network"),
+    DebugVariable("NCCL_NET", lambda v: v.strip().lower() == "socket",
+                  "network forced to TCP sockets", "ib"),
+    DebugVariable("NCCL_ALGO", lambda v: bool(v.strip()), "collective algorithm pinned"),
+    DebugVariable("NCCL_PROTO", lambda v: bool(v.strip()), "protocol pinned"),
+)
+
+
+@dataclass(frozen=True)
+class Found:
+    setting: Setting
+    variable: DebugVariable
+
+    def describe(self) -> str:
+        where = "" if self.setting.source == "environment" else f" (from {self.setting.source})"
+        return f"{show_variable(self.setting.name, self.setting.value)}{where}: " \
+               f"{self.variable.effect}"
+
+
+def debugging_settings(settings: dict[str, Setting]) -> list[Found]:
+    found = []
+    for variable in DEBUG_VARIABLES:
+        setting = settings.get(variable.name)
+        if setting is not None and variable.applies(setting.value):
+            found.append(Found(setting, variable))
+    return found
+
+
+def removal(found: list[Found]) -> str:
+    """One change that removes them all: `unset ...`, and the lines of each file."""
+    in_env = [f.setting.name for f in found if f.setting.source == "environment"]
+    files: dict[str, list[str]] = {}
+    for f in found:
+        if f.setting.source != "environment":
+            files.setdefault(f.setting.source, []).append(f.setting.name)
+    steps = [f"`unset {' '.join(in_env)}` (and drop them from the job script)"] if in_env else []
+    steps += [f"delete the {', '.join(names)} line(s) from {path}" for path, names in files.items()]
+    return "; ".join(steps)
+
+
+@check("comm.nccl-env", "NCCL debugging variables left set")
+def nccl_env(ctx: Context):
+    found = debugging_settings(nccl_settings(ctx))
+    if not found:
+        return ok("no NCCL debugging variable set (environment, NCCL_CONF_FILE or ~/.nccl.conf, "
+                  "/etc/nccl.conf)")
+    evidence = [f.describe() for f in found]
+    names = ", ".join(dict.fromkeys(f.setting.name for f in found))
+    if any(f.variable.hurts == "nvlink" for f in found):
+        links = gpumodes.nvlinks(ctx)
+        if links:
+            p2p = next(f for f in found if f.variable.hurts == "nvlink")
+            return warn(f"{p2p.setting.name}={p2p.setting.value} on a node whose GPUs have "
+                        f"NVLink ({links[0]} in `nvidia-smi topo -m`): intra-node all-reduce "
+                        "runs at a fraction of the NVLink bandwidth",
+                        removal(found), *evidence, action=_reset(ctx, found, "nvlink"))
+    if any(f.variable.hurts == "ib" for f in found):
+        active = [p for p in fabric.ib_ports(ctx) if p.active]
+        if active:
+            return warn(f"NCCL_NET=Socket while {len(active)} InfiniBand/RoCE port(s) are "
+                        "ACTIVE: NCCL uses TCP sockets, several times slower",
+                        removal(found), *evidence, *[p.describe() for p in active],
+                        action=_reset(ctx, found, "ib"))
+    # A note, not a warning: nothing here says they cost anything on this node; the fix
+    # still travels with it (the report carries it as data).
+    return Finding(Status.INFO, f"NCCL debugging variable(s) set: {names}; NCCL's docs say "
+                   "to remove them once the problem they worked around is solved",
+                   tuple(evidence), removal(found))
+
+
+def _reset(ctx: Context, found: list[Found], hurts: str):
+    """`--fix`: back to NCCL's default for the settings that waste this node's hardware
+    (only these: the others may be working around a real hang elsewhere)."""
+    return fix_actions.nccl_reset(ctx, [(f.setting.name, f.setting.source) for f in found
+                                        if f.variable.hurts == hurts])

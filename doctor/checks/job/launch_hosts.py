@@ -1,0 +1,226 @@
+"""launch, on every host: what a multi-node launch needs on the other hosts, asked of them.
+
+The facts come from one survey (:mod:`..probes.remote_hosts`): over ssh where the launcher
+itself uses ssh (DeepSpeed's pdsh runner; mpirun outside Slurm), otherwise one ``srun
+--overlap`` step inside the allocation. A host that does not answer is named once, by
+launch.hosts-answer; the other checks judge the hosts that answered and name the odd ones.
+"""
+
+from __future__ import annotations
+
+import os
+
+from dsenv.doctor.checks.job.launch import multi_node
+from dsenv.doctor.context import Context
+from dsenv.doctor.registry import check
+from dsenv.facts.comm import fabric, netaddr
+from dsenv.facts.launch import dsrunner, remote_hosts
+from dsenv.facts.python import target_env
+from dsenv.redact import show_variable
+from dsenv.verdicts.findings import fail, ok, skip, warn
+
+INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+SHOWN_HOSTS = 6  # hosts named in a finding; the rest are counted
+
+
+def _severe(ctx: Context):
+    return fail if ctx.is_compute else warn
+
+
+def _transport(ctx: Context) -> str:
+    launcher = ctx.options.launcher
+    if launcher == "deepspeed" or (launcher == "mpirun" and not ctx.env.get("SLURM_JOB_ID")):
+        return "ssh"
+    return "srun"
+
+
+def ranks_python(ctx: Context) -> str:
+    env = target_env.environment(ctx)
+    return env.executable or env.python or ""
+
+
+def _survey(ctx: Context) -> remote_hosts.Survey:
+    hostfile_hosts = []
+    if ctx.options.launcher in (None, "deepspeed"):
+        hostfile_hosts = list(dsrunner.hostfile(ctx).hosts)
+    names = [ctx.env["MASTER_ADDR"].strip()] if ctx.env.get("MASTER_ADDR", "").strip() else []
+    paths = [p for p in (ranks_python(ctx), os.getcwd()) if p]
+    return remote_hosts.survey(ctx, transport=_transport(ctx), hostfile_hosts=hostfile_hosts,
+                               names=names, paths=paths)
+
+
+def _applies(ctx: Context) -> tuple[remote_hosts.Survey | None, str]:
+    multi, why = multi_node(ctx)
+    if not multi:
+        return None, f"one node ({why})"
+    found = _survey(ctx)
+    if not found.transport:
+        return None, found.why
+    return found, why
+
+
+def _named(hosts: list[str]) -> str:
+    shown = ", ".join(hosts[:SHOWN_HOSTS])
+    return shown + (f" and {len(hosts) - SHOWN_HOSTS} more" if len(hosts) > SHOWN_HOSTS else "")
+
+
+def _how(found: remote_hosts.Survey) -> str:
+    return (f"{len(found.hosts)} hosts from {found.why}, asked over {found.transport} in "
+            f"{found.seconds:.1f} s")
+
+
+@check("launch.hosts-answer", "Every host of the job answers (ssh or srun)")
+def hosts_answer(ctx: Context):
+    found, why = _applies(ctx)
+    if found is None:
+        return skip(why)
+    evidence = [why, _how(found)] + [f"{h.host}: {h.error}" for h in found.silent]
+    if found.silent:
+        names = [h.host for h in found.silent]
+        if found.transport == "ssh":
+            return _severe(ctx)(f"no passwordless ssh to {_named(names)}: the launcher cannot "
+                                "start ranks there (pdsh: `ssh exited with exit code 255`)",
+                                "set up host keys and a passwordless key between the nodes "
+                                "(`ssh -o BatchMode=yes HOST true` must work), or launch with "
+                                "srun (`dsenv launch --launcher srun`)", *evidence)
+        return _severe(ctx)(f"{_named(names)} did not answer an srun step: its ranks would not "
+                            "start or would hang", "check the node (`scontrol show node "
+                            f"{names[0]}`, its slurmd log) or drain it and resubmit", *evidence)
+    return ok(f"all {len(found.hosts)} hosts answered over {found.transport}", *evidence)
+
+
+@check("launch.hosts-paths", "The ranks' interpreter and the launch folder on every host")
+def hosts_paths(ctx: Context):
+    found, why = _applies(ctx)
+    if found is None:
+        return skip(why)
+    python, folder = ranks_python(ctx), os.getcwd()
+    missing: dict[str, list[str]] = {}
+    for host in found.answered:
+        facts = host.paths
+        if python and not facts.get(python, {}).get("exec"):
+            missing.setdefault(f"interpreter {python}", []).append(host.host)
+        if not facts.get(folder, {}).get("dir"):
+            missing.setdefault(f"launch folder {folder}", []).append(host.host)
+    evidence = [why, _how(found)]
+    if missing:
+        what, hosts = next(iter(missing.items()))
+        evidence += [f"{w} missing on {_named(h)}" for w, h in missing.items()]
+        return _severe(ctx)(f"{what} does not exist on {_named(hosts)}: the ranks there fail "
+                            "at once (`No such file or directory`)", "put the environment and "
+                            "the launch folder on a file system every node mounts (not /tmp "
+                            "or a node-local disk)", *evidence)
+    return ok(f"{python or 'the interpreter'} and {folder} exist on all "
+              f"{len(found.answered)} hosts", *evidence)
+
+
+def _selected_interfaces(ctx: Context, host: remote_hosts.HostFacts) -> list[str] | None:
+    """The interfaces the ranks' sockets may use on HOST (None: no variable restricts them)."""
+    value = ctx.env.get("GLOO_SOCKET_IFNAME", "").strip()
+    if value:  # gloo: exact names, comma-separated
+        return [n for n in value.split(",") if n in host.interfaces]
+    value = ctx.env.get("NCCL_SOCKET_IFNAME", "").strip()
+    if value:
+        return fabric.parse_nccl_list(value).selected(list(host.interfaces))
+    return None
+
+
+@check("launch.hosts-master", "MASTER_ADDR from every host")
+def hosts_master(ctx: Context):
+    value = ctx.env.get("MASTER_ADDR", "").strip()
+    found, why = _applies(ctx)
+    if found is None:
+        return skip(why)
+    if not value:
+        return skip("MASTER_ADDR is not set (launch.master-addr says what that means)")
+    shown = show_variable("MASTER_ADDR", value)
+    unresolved, loopback, other_route, answers = [], [], [], {}
+    for host in found.answered:
+        seen = host.resolved.get(value, {})
+        if "error" in seen or not seen:
+            unresolved.append(host.host)
+            continue
+        answers[host.host] = seen
+        if all(netaddr.is_loopback(a) for a in seen["addresses"]):
+            loopback.append(host.host)
+            continue
+        allowed = _selected_interfaces(ctx, host)
+        if allowed is not None and seen["interface"] not in allowed:
+            other_route.append(host.host)
+    evidence = [why, _how(found)] + [f"{h}: {value} -> {', '.join(a['addresses'])} via "
+                                     f"{a['interface']}" for h, a in list(answers.items())[:8]]
+    if unresolved:
+        return _severe(ctx)(f"{shown} does not resolve on {_named(unresolved)}: the ranks there "
+                            "cannot find the rendezvous", "use a name every node resolves "
+                            "(the first node as `scontrol show hostnames` prints it) or its "
+                            "address", *evidence)
+    if loopback:
+        return _severe(ctx)(f"{shown} is loopback on {_named(loopback)}: those hosts meet "
+                            "themselves and wait for ranks that never come", "set MASTER_ADDR "
+                            "to the first node's fabric address or name", *evidence)
+    distinct = {tuple(a["addresses"]) for a in answers.values()}
+    if len(distinct) > 1:
+        return _severe(ctx)(f"{shown} resolves to different addresses on different hosts "
+                            f"({'; '.join(', '.join(d) for d in sorted(distinct))})",
+                            "use the first node's address rather than a name with per-host "
+                            "/etc/hosts entries", *evidence)
+    if other_route:
+        variable = ("GLOO_SOCKET_IFNAME" if ctx.env.get("GLOO_SOCKET_IFNAME") else
+                    "NCCL_SOCKET_IFNAME")
+        return warn(f"{_named(other_route)} reach {shown} through an interface that "
+                    f"{variable} does not select: the rendezvous and the ranks' sockets take "
+                    "different networks (a firewall between them hangs the job)",
+                    f"use the first node's address on the {variable} interface as MASTER_ADDR",
+                    *evidence)
+    return ok(f"{shown} resolves to {', '.join(next(iter(distinct)))} on all "
+              f"{len(answers)} hosts", *evidence)
+
+
+def _interface_problems(ctx: Context, host: remote_hosts.HostFacts) -> list[str]:
+    problems = []
+    for name in INTERFACE_VARIABLES:
+        value = ctx.env.get(name, "").strip()
+        if not value:
+            continue
+        if name == "GLOO_SOCKET_IFNAME":
+            absent = [n for n in value.split(",") if n not in host.interfaces]
+            down = [n for n in value.split(",") if host.interfaces.get(n, {}).get("state")
+                    == "down"]
+        else:
+            spec = fabric.parse_nccl_list(value)
+            chosen = spec.selected(list(host.interfaces))
+            absent = [] if chosen else [value]
+            down = [n for n in chosen if host.interfaces[n].get("state") == "down"]
+            if chosen and len(down) < len(chosen):
+                down = []
+        problems += [f"{name}={value}: no interface {n}" for n in absent]
+        problems += [f"{name}={value}: {n} is down" for n in down]
+    value = ctx.env.get("NCCL_IB_HCA", "").strip()
+    if value:
+        spec = fabric.parse_nccl_list(value)
+        if not spec.exclude and not spec.selected(host.hcas):
+            problems.append(f"NCCL_IB_HCA={value}: no such HCA (has "
+                            f"{', '.join(host.hcas) or 'none'})")
+    return problems
+
+
+@check("launch.hosts-ifname", "Interface and HCA variables valid on every host")
+def hosts_ifname(ctx: Context):
+    set_here = [n for n in (*INTERFACE_VARIABLES, "NCCL_IB_HCA") if ctx.env.get(n, "").strip()]
+    if not set_here:
+        return skip("NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_HCA not set")
+    found, why = _applies(ctx)
+    if found is None:
+        return skip(why)
+    bad = {h.host: _interface_problems(ctx, h) for h in found.answered}
+    bad = {h: p for h, p in bad.items() if p}
+    evidence = [why, _how(found)] + [f"{h}: {'; '.join(p)}" for h, p in list(bad.items())[:8]]
+    if bad:
+        first = next(iter(bad.values()))[0]
+        return _severe(ctx)(f"{first} on {_named(list(bad))}: the ranks there fail to create "
+                            "their sockets or pick no network (gloo: 'Unable to find address "
+                            "for ...'; NCCL: 'no socket interface found')", "name interfaces "
+                            "every node has (`ip -br link` on each), or a prefix such as "
+                            "NCCL_SOCKET_IFNAME=hsn that matches hsn0 and hsn1", *evidence)
+    interfaces = ", ".join(f"{n}={ctx.env[n]}" for n in set_here)
+    return ok(f"{interfaces} valid on all {len(found.answered)} hosts", *evidence)

@@ -1,0 +1,192 @@
+"""gpu: vendor tools answering, the GPU inventory, and what *_VISIBLE_DEVICES leaves visible.
+
+A CPU job is a job: on a compute target "no GPU visible" fails only when the job expects
+GPUs (:func:`gpu_expectation`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from dsenv.doctor.context import Context
+from dsenv.doctor.registry import check
+from dsenv.facts.gpu import inventory as probe
+from dsenv.facts.python import torch_info
+from dsenv.verdicts.findings import fail, info, ok, skip, warn
+
+HANG_FIX = ("the node's GPU driver is stuck (look for Xid errors in `dmesg`): tell the admins "
+            "and keep jobs off the node: `sbatch --exclude=$(hostname)`")
+NO_GPU_FIX = ("request GPUs from Slurm (`#SBATCH --gpus-per-node=4` or `--gres=gpu:4`); for a "
+              "CPU job say so: `--gpus-per-node 0` or `export DS_ACCELERATOR=cpu`")
+ALLOCATED_FIX = ("Slurm gave this job GPUs that no tool here can see: check `nvidia-smi` / "
+                 "`rocm-smi` on the node and that nothing resets *_VISIBLE_DEVICES; tell the "
+                 "admins and keep jobs off the node: `sbatch --exclude=$(hostname)`")
+UNKNOWN_FIX = ("say what the job runs on: `--gpus-per-node G` (0 for a CPU job) or "
+               "`export DS_ACCELERATOR=cpu|cuda`")
+
+# Set inside an allocation that has GPUs (sbatch/srun --gpus*, --gres=gpu:N).
+SLURM_GPU_PREFIX = "SLURM_GPUS"  # SLURM_GPUS, _ON_NODE, _PER_NODE, _PER_TASK, _PER_SOCKET
+SLURM_GPU_LISTS = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS")  # device indices: "0,1"
+HIDING = ("", "-1", "NoDevFiles")  # *_VISIBLE_DEVICES values that hide every GPU on purpose
+
+
+@dataclass(frozen=True)
+class GpuExpectation:
+    """Whether the job needs GPUs: True, False (a CPU job) or None (nothing says), and why."""
+
+    expected: bool | None
+    reason: str
+
+
+def _counts_gpus(value: str) -> bool:
+    """``4``, ``a100:2``, ``gpu:a100:2,v100:1``: any count above 0 (an unreadable value counts)."""
+    counts = [int(m) for m in re.findall(r"(?:^|[:,])(\d+)(?=,|$)", value.strip())]
+    return any(counts) if counts else bool(value.strip())
+
+
+def slurm_gpu_variables(env) -> list[str]:
+    """``NAME=value`` for each Slurm variable saying this allocation has GPUs."""
+    found = []
+    for name in sorted(env):
+        value = env[name]
+        if name.startswith(SLURM_GPU_PREFIX) and _counts_gpus(value):
+            found.append(f"{name}={value}")
+        elif name in SLURM_GPU_LISTS and value.strip():
+            found.append(f"{name}={value}")
+    return found
+
+
+def gpu_expectation(ctx: Context) -> GpuExpectation:
+    """What says the job needs GPUs, strongest first.
+
+    The plan given on the command line (``--gpus-per-node``), then the allocation (Slurm's
+    GPU variables, a *_VISIBLE_DEVICES that names devices), then DeepSpeed's accelerator
+    (``DS_ACCELERATOR``), then the torch build. A CUDA torch wheel is pip's default on Linux,
+    so an explicit ``DS_ACCELERATOR=cpu`` outweighs it.
+    """
+    planned = ctx.options.gpus_per_node
+    if planned is not None:
+        return GpuExpectation(planned > 0, f"--gpus-per-node {planned}")
+    allocated = slurm_gpu_variables(ctx.env)
+    if allocated:
+        return GpuExpectation(True, "Slurm allocated GPUs: " + ", ".join(allocated))
+    named = [f"{n}={ctx.env[n]}" for n in probe.VISIBILITY_NAMES
+             if n in ctx.env and ctx.env[n].strip() not in HIDING]
+    if named:
+        return GpuExpectation(True, ", ".join(named) + " names GPUs")
+    accelerator = ctx.env.get("DS_ACCELERATOR", "").strip().lower()
+    if accelerator in ("cuda", "cpu"):
+        return GpuExpectation(accelerator == "cuda", f"DS_ACCELERATOR={accelerator}")
+    build = torch_info.torch_build(ctx)
+    if build.installed:
+        return GpuExpectation(build.gpu_build, build.describe())
+    return GpuExpectation(None, "no --gpus-per-node, Slurm GPU variable, DS_ACCELERATOR or "
+                          "torch build says whether the job needs a GPU")
+
+
+def _tool_finding(ctx: Context, outcome: probe.ToolOutcome, error_fix: str):
+    timeout = ctx.options.probe_timeout
+    if outcome.status == "hung":
+        return fail(f"{outcome.tool} did not answer within {timeout:g} s (driver hung? GPU "
+                    "fallen off the bus?)", HANG_FIX, outcome.detail)
+    if outcome.status == "error":
+        finding = fail if ctx.is_compute else warn
+        return finding(f"{outcome.tool} failed", error_fix, outcome.detail)
+    return ok(f"{outcome.tool} answered in {outcome.seconds:.2f} s: {outcome.detail}")
+
+
+@check("gpu.nvidia-smi", "NVIDIA driver tool (nvidia-smi)")
+def nvidia_smi(ctx: Context):
+    outcome = probe.inventory(ctx).tool("nvidia-smi")
+    if not outcome.found:
+        return skip("no NVIDIA driver: nvidia-smi is not on PATH")
+    return _tool_finding(ctx, outcome, "load the NVIDIA kernel module or ask the admins: "
+                         "`nvidia-smi` must list the GPUs before CUDA can use them")
+
+
+@check("gpu.rocm", "AMD GPU tools (amd-smi, rocminfo, rocm-smi)")
+def rocm_tools(ctx: Context):
+    tools = [o for o in probe.inventory(ctx).tools if o.tool != "nvidia-smi" and o.found]
+    if not tools:
+        return skip("no ROCm: no amd-smi, rocminfo or rocm-smi on PATH")
+    bad = [o for o in tools if o.status != "ok"]
+    if not bad:
+        return ok("; ".join(f"{o.tool}: {o.detail}" for o in tools))
+    worst = next((o for o in bad if o.status == "hung"), bad[0])
+    return _tool_finding(ctx, worst, "check the amdgpu driver (`lsmod | grep amdgpu`) and that "
+                         "you may open /dev/kfd (group `render`/`video`)")
+
+
+def _describe(gpus: list[probe.Gpu]) -> list[str]:
+    lines = []
+    for (name, arch, memory, driver), count in Counter(
+            (g.name, g.arch or "arch unknown", g.memory_mib, g.driver) for g in gpus).items():
+        arch_text = arch if arch.startswith(("gfx", "arch")) else f"compute capability {arch}"
+        extras = [arch_text]
+        if memory:
+            extras.append(f"{memory / 1024:.0f} GiB")
+        if driver:
+            extras.append(f"driver {driver}")
+        lines.append(f"{count} × {name} ({', '.join(extras)})")
+    return lines
+
+
+@check("gpu.devices", "GPUs visible to this job")
+def devices(ctx: Context):
+    view = probe.visibility(ctx)
+    gpus = probe.visible_gpus(ctx)
+    if not gpus:
+        hidden = f"; {len(view.physical)} present but hidden by " + ", ".join(
+            f"{k}={v!r}" for k, v in view.settings.items()) if view.physical else ""
+        if not ctx.is_compute:
+            return info("no GPU visible (normal on a login node)" + hidden)
+        tools = [f"{o.tool}: {o.detail}" for o in probe.inventory(ctx).tools]
+        expect = gpu_expectation(ctx)
+        if expect.expected is False:
+            return ok(f"no GPU visible, none needed: a CPU job ({expect.reason})" + hidden)
+        if expect.expected is None:
+            return warn("no GPU visible on a compute target" + hidden, UNKNOWN_FIX,
+                        expect.reason, *tools)
+        fix = ALLOCATED_FIX if expect.reason.startswith("Slurm") else NO_GPU_FIX
+        return fail(f"no GPU visible, but the job expects GPUs ({expect.reason})" + hidden,
+                    fix, *tools)
+    lines = _describe(gpus)
+    wanted = ctx.options.gpus_per_node
+    if ctx.is_compute and wanted and len(gpus) < wanted:
+        return fail(f"{len(gpus)} GPU(s) visible but --gpus-per-node {wanted} is planned",
+                    f"request {wanted} GPUs per node (`#SBATCH --gpus-per-node={wanted}`)", *lines)
+    unknown = [g.name for g in gpus if not g.arch]
+    if unknown:
+        return warn(f"{len(gpus)} GPU(s); architecture unknown for {', '.join(unknown)}",
+                    "add the model to envs/gpu_archs.toml or update the driver so nvidia-smi "
+                    "reports compute_cap", *lines)
+    return ok(f"{len(gpus)} GPU(s): " + "; ".join(lines))
+
+
+@check("gpu.visible-devices", "CUDA/ROCR/HIP_VISIBLE_DEVICES")
+def visible_devices(ctx: Context):
+    view = probe.visibility(ctx)
+    if not view.physical:
+        names = [n for n in probe.VISIBILITY_NAMES if n in ctx.env]
+        return skip("no GPU: nothing to check " + (", ".join(names) or "*_VISIBLE_DEVICES")
+                    + " against")
+    if not view.settings:
+        return ok(f"no *_VISIBLE_DEVICES set: all {len(view.physical)} GPU(s) visible")
+    setting = ", ".join(f"{k}={v!r}" for k, v in view.settings.items())
+    present = "present: " + ", ".join(f"{g.index} ({g.uuid or 'no uuid'})" for g in view.physical)
+    finding = fail if ctx.is_compute else warn
+    if not view.gpus:
+        expect = gpu_expectation(ctx)
+        if expect.expected is False:  # hiding them is how a CPU job keeps off the GPUs
+            return info(f"{setting} hides every GPU: a CPU job ({expect.reason})", present)
+    if view.unknown:
+        return finding(f"{setting} names device(s) that do not exist: {', '.join(view.unknown)}; "
+                       f"the runtime stops there and sees {len(view.gpus)} GPU(s)",
+                       "unset it inside Slurm jobs (Slurm sets it per task) or list indices/"
+                       "UUIDs from `nvidia-smi -L`", present)
+    if not view.gpus:
+        return finding(f"{setting} hides every GPU", "unset it or name the GPUs to use, "
+                       "e.g. `export CUDA_VISIBLE_DEVICES=0,1`", present)
+    return ok(f"{setting}: {len(view.gpus)} of {len(view.physical)} GPU(s) visible")

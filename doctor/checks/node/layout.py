@@ -1,0 +1,126 @@
+"""gpu.compute-mode and system.threads: how the job's ranks share this node's GPUs and CPUs.
+
+Both compare a node setting with the planned ranks per node (--gpus-per-node, else Slurm's
+task count): a GPU in Exclusive_Process mode takes one CUDA context, and OpenMP starts one
+thread per CPU it may run on in every rank unless OMP_NUM_THREADS says otherwise.
+"""
+
+from __future__ import annotations
+
+from dsenv.doctor.context import Context
+from dsenv.doctor.registry import check
+from dsenv.facts.gpu import modes as gpumodes
+from dsenv.facts.launch import joblayout
+from dsenv.redact import show_variable
+from dsenv.verdicts.findings import Finding, Status, fail, info, ok, skip, warn
+
+EXCLUSIVE_FIX = ("start exactly one rank per GPU (`--gpus-per-node {gpus}`, "
+                 "`#SBATCH --ntasks-per-node={gpus}` with srun, device = LOCAL_RANK) and keep CUDA "
+                 "out of DataLoader workers; ask the admins for Default compute mode if ranks "
+                 "must share a GPU")
+
+
+def _severe(ctx: Context):
+    """fail on a compute target, warn on a login node (the compute nodes may differ)."""
+    return fail if ctx.is_compute else warn
+
+
+@check("gpu.compute-mode", "GPU compute mode (Exclusive_Process)")
+def compute_mode(ctx: Context):
+    report = gpumodes.compute_modes(ctx)
+    if report.result is None:
+        return skip("no NVIDIA driver: nvidia-smi is not on PATH (compute modes are an "
+                    "NVIDIA setting)")
+    if not report.result.ok:
+        return skip("nvidia-smi did not report compute modes (gpu.nvidia-smi reports the tool)",
+                    report.result.describe())
+    if not report.visible:
+        return skip("no GPU visible to the job" + (f" ({report.hidden} hidden by "
+                                                   "CUDA_VISIBLE_DEVICES)" if report.hidden else ""))
+    evidence = [m.describe() for m in report.visible]
+    prohibited = [m for m in report.visible if m.kind == "prohibited"]
+    if prohibited:
+        return _severe(ctx)(f"{len(prohibited)} GPU(s) in Prohibited compute mode: no process "
+                            "can create a CUDA context on them",
+                            "ask the admins to reset the compute mode (`nvidia-smi -c DEFAULT`) "
+                            "or keep the job off the node: `sbatch --exclude=$(hostname)`",
+                            *evidence)
+    exclusive = [m for m in report.visible if m.kind == "exclusive"]
+    if not exclusive:
+        return ok(f"{len(report.visible)} GPU(s) in Default compute mode", *evidence)
+    gpus = len(report.visible)
+    ranks = joblayout.ranks_per_node(ctx)
+    evidence.append(f"ranks per node: {ranks.value or '?'} ({ranks.source})")
+    if ranks.value and ranks.value > gpus:
+        return _severe(ctx)(
+            f"{ranks.value} ranks per node on {gpus} GPU(s) in Exclusive_Process mode: the "
+            "second rank on a GPU fails with 'all CUDA-capable devices are busy or "
+            "unavailable'", EXCLUSIVE_FIX.format(gpus=gpus), *evidence)
+    apps, result = gpumodes.compute_apps(ctx)
+    taken_uuids = {m.uuid for m in exclusive if m.uuid}
+    taken = [a for a in apps if a.gpu_uuid in taken_uuids or not taken_uuids]
+    if taken:
+        return _severe(ctx)(
+            f"{len(taken)} process(es) already hold a GPU in Exclusive_Process mode: a rank "
+            "placed there fails with 'all CUDA-capable devices are busy or unavailable'",
+            "stop the leftover processes (`nvidia-smi --query-compute-apps=pid,process_name "
+            "--format=csv` lists them) or keep the job off the node: "
+            "`sbatch --exclude=$(hostname)`", *evidence, *[a.describe() for a in taken])
+    if not result.ok:
+        evidence.append("processes on the GPUs unknown: " + result.describe())
+    return info(f"{len(exclusive)} of {gpus} GPU(s) in Exclusive_Process mode: one rank per "
+                "GPU works; a second CUDA context on a GPU (a DataLoader worker, a monitor) "
+                "fails", *evidence)
+
+
+def _omp_threads(value: str) -> int | None:
+    """OMP_NUM_THREADS '8' -> 8; OpenMP's nested list '8,2' -> 8 (the outer level)."""
+    first = value.split(",", 1)[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else None
+
+
+@check("system.threads", "OpenMP threads per rank (OMP_NUM_THREADS)")
+def threads(ctx: Context):
+    ranks = joblayout.ranks_per_node(ctx)
+    count = ranks.value or 1
+    share = joblayout.cpu_share(ctx, count)
+    per_rank = max(share.per_rank, 1)
+    evidence = [f"ranks per node: {ranks.value or 1} ({ranks.source})", *share.evidence]
+    fix = f"export OMP_NUM_THREADS={per_rank} (the CPUs each rank gets)"
+    value = ctx.env.get("OMP_NUM_THREADS", "").strip()
+    if share.per_rank == 0:
+        return warn(f"{count} ranks per node on {share.available} CPU(s): fewer CPUs than "
+                    "ranks, every rank competes for them", "ask for more CPUs per node "
+                    "(`#SBATCH --cpus-per-task=...`) or plan fewer ranks per node", *evidence)
+    if not value:
+        if count == 1:
+            return ok(f"OMP_NUM_THREADS unset with 1 rank per node: OpenMP uses the "
+                      f"{share.available} CPU(s) it may run on", *evidence)
+        if ctx.options.launcher == "torchrun":
+            return Finding(Status.INFO, f"OMP_NUM_THREADS unset: torchrun sets it to 1 for "
+                           f"each of the {count} ranks, leaving CPU work (DataLoader, "
+                           f"DeepSpeed's cpu_adam) 1 of the {per_rank} CPUs per rank",
+                           tuple(evidence), fix)
+        if ctx.options.launcher == "srun" and "SLURM_CPUS_PER_TASK" in ctx.env:
+            return Finding(Status.INFO, "OMP_NUM_THREADS unset: srun gives each rank its own "
+                           f"{per_rank} CPU(s) and OpenMP sizes itself to them when Slurm binds "
+                           "tasks; Slurm's docs still ask for it to be set", tuple(evidence), fix)
+        return warn(f"OMP_NUM_THREADS unset with {count} ranks per node: each rank starts one "
+                    f"OpenMP thread per CPU it may run on ({count} x {share.available} threads "
+                    f"on {share.available} CPUs)", fix, *evidence)
+    shown = show_variable("OMP_NUM_THREADS", value)
+    wanted = _omp_threads(value)
+    if wanted is None:
+        return warn(f"{shown} is not a positive thread count: OpenMP ignores it and starts "
+                    "one thread per CPU", fix, *evidence)
+    if wanted > per_rank:
+        return warn(f"{shown} x {count} rank(s) per node = {wanted * count} threads on "
+                    f"{per_rank * count if share.per_rank else share.available} CPU(s): the node "
+                    "is oversubscribed and CPU work (data loading, cpu_adam) slows down",
+                    fix, *evidence)
+    if wanted == 1 and per_rank >= 4:
+        return Finding(Status.INFO, f"{shown} leaves {per_rank - 1} of the {per_rank} CPUs of "
+                       "each rank idle for CPU work (DeepSpeed's cpu_adam under ZeRO-Offload "
+                       "runs on one thread)", tuple(evidence), fix)
+    return ok(f"{shown} x {count} rank(s) per node fits the {per_rank} CPU(s) per rank",
+              *evidence)

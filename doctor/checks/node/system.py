@@ -1,0 +1,169 @@
+"""system: OS, Python, CPU, memory, /dev/shm, locked memory, Slurm allocation, container."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+
+import psutil
+from packaging.version import Version
+
+from dsenv.data import load_table
+from dsenv.doctor.checks.node.gpu import slurm_gpu_variables
+from dsenv.doctor.context import Context
+from dsenv.doctor.registry import check
+from dsenv.facts.host import machine as host
+from dsenv.facts.python import target_env
+from dsenv.redact import show_variable
+from dsenv.verdicts.findings import fail, info, ok, skip, warn
+
+GIB = 1 << 30
+MIN_PYTHON = (3, 9)  # DeepSpeed's own floor
+SHM_WARN_BYTES = 1 * GIB  # NCCL and DataLoader workers keep their buffers here
+SHM_FAIL_BYTES = 256 << 20  # Docker's 64 MB default breaks NCCL's shared-memory transport
+LOW_MEMORY_BYTES = 16 * GIB
+
+
+@check("system.os", "Operating system")
+def operating_system(ctx: Context):
+    release = host.os_release(ctx)
+    name = release.get("PRETTY_NAME") or platform.system()
+    summary = f"{name}, kernel {platform.release()}, {platform.machine()}"
+    libc, libc_version = platform.libc_ver()
+    minimum = load_table("dsenv.envs", "training_stack.toml")["system"]["min_glibc"]
+    if libc == "glibc" and Version(libc_version) < Version(minimum):
+        return warn(f"{summary}; glibc {libc_version} is older than {minimum}: current PyTorch "
+                    "wheels (manylinux_2_28) will not install or load",
+                    "run in a container with a newer OS (`dsenv provision --kind container`) "
+                    "or use a conda environment, which brings its own libraries")
+    return ok(f"{summary}, {libc} {libc_version}".rstrip(", "))
+
+
+@check("system.python", "Python version")
+def python_version(ctx: Context):
+    """The job's interpreter (the environment under test), not dsenv's own."""
+    env = target_env.environment(ctx)
+    if env.version is None:
+        return skip(f"no interpreter in {env.prefix} to ask: see python.interpreter")
+    numbers = tuple(int(n) for n in env.version.split(".")[:2] if n.isdigit())
+    if numbers < MIN_PYTHON:
+        return fail(f"Python {env.version} is older than DeepSpeed supports",
+                    "create the environment with Python >= 3.9: `dsenv provision`",
+                    f"interpreter: {env.python}")
+    return ok(f"Python {env.version} ({env.implementation})")
+
+
+@check("system.cpu", "CPU and SIMD flags")
+def cpu_flags(ctx: Context):
+    cpu = host.cpu(ctx)
+    summary = f"{cpu.model}, {cpu.logical_cpus} logical CPUs"
+    if cpu.arch not in ("x86_64", "AMD64"):
+        return ok(f"{summary} ({cpu.arch})")
+    has_avx512 = "avx512f" in cpu.flags
+    has_avx2 = "avx2" in cpu.flags
+    simd = "AVX-512" if has_avx512 else "AVX2" if has_avx2 else "no AVX2"
+    if not has_avx2:
+        return warn(f"{summary}; {simd}: DeepSpeed's cpu_adam falls back to slow scalar code",
+                    "run CPU-offload jobs (zero3-offload) on nodes with AVX2 or AVX-512",
+                    "flags seen: " + " ".join(sorted(f for f in cpu.flags if f.startswith(("sse", "avx")))))
+    return ok(f"{summary}, {simd}")
+
+
+@check("system.memory", "Memory")
+def memory(ctx: Context):
+    mem = psutil.virtual_memory()
+    summary = f"{mem.total / GIB:.1f} GiB total, {mem.available / GIB:.1f} GiB available"
+    if ctx.is_compute and mem.total < LOW_MEMORY_BYTES:
+        return warn(summary + ": little for DeepSpeed CPU offload and data loading",
+                    "request more memory (`#SBATCH --mem=...`) or avoid the *-offload presets")
+    return ok(summary)
+
+
+def shm_size(ctx: Context) -> int | None:
+    shm = ctx.path("/dev/shm")
+    if not shm.is_dir():
+        return None
+    stats = os.statvfs(shm)
+    return stats.f_frsize * stats.f_blocks
+
+
+@check("system.shm", "/dev/shm size")
+def dev_shm(ctx: Context):
+    size = shm_size(ctx)
+    if size is None:
+        return fail("/dev/shm is missing", "mount a tmpfs on /dev/shm (containers: --shm-size=8g "
+                    "for Docker, or bind the host's /dev/shm)")
+    human = f"{size / GIB:.2f} GiB" if size >= GIB else f"{size >> 20} MiB"
+    fix = ("give the container a bigger /dev/shm: `docker run --shm-size=8g`, or bind the "
+           "host's: `-B /dev/shm` (Singularity/Apptainer)")
+    if size < SHM_FAIL_BYTES:
+        finding = fail if ctx.is_compute else warn
+        return finding(f"/dev/shm is {human}: NCCL and DataLoader workers fail with 'No space "
+                       "left on device' or bus errors", fix)
+    if size < SHM_WARN_BYTES:
+        return warn(f"/dev/shm is {human}; multi-GPU jobs need several GiB", fix)
+    return ok(f"/dev/shm is {human}")
+
+
+def rdma_devices(ctx: Context) -> list[str]:
+    folder = ctx.path("/sys/class/infiniband")
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+@check("system.memlock", "Locked-memory limit")
+def memlock(ctx: Context):
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    shown = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft >> 10} KiB"
+    if soft == resource.RLIM_INFINITY:
+        return ok("ulimit -l is unlimited")
+    devices = rdma_devices(ctx)
+    if not devices:
+        return info(f"ulimit -l is {shown}; no RDMA devices here, so it does not matter")
+    return (fail if ctx.is_compute else warn)(
+        f"ulimit -l is {shown} with RDMA devices present: NCCL cannot register memory for "
+        "InfiniBand/RoCE and falls back to sockets or fails",
+        "ask the admins for `* - memlock unlimited` in /etc/security/limits.conf and "
+        "PropagateResourceLimitsExcept=MEMLOCK in slurm.conf; in a batch script `ulimit -l unlimited`",
+        "RDMA devices: " + ", ".join(devices))
+
+
+@check("system.slurm", "Slurm allocation")
+def slurm(ctx: Context):
+    alloc = host.slurm_allocation(ctx)
+    if not alloc.inside:
+        if ctx.is_compute and ctx.options.launcher == "srun":
+            return warn("no Slurm allocation (SLURM_JOB_ID unset) but the launcher is srun",
+                        "run inside `salloc`/`sbatch`, or choose --launcher mpirun/torchrun")
+        return info("not inside a Slurm allocation")
+    keys = ("SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE",
+            "SLURM_GPUS_ON_NODE", "SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_JOB_GPUS",
+            "SLURM_JOB_PARTITION")
+    evidence = [show_variable(k, alloc.variables[k]) for k in keys if k in alloc.variables]
+    nodes = alloc.integer("SLURM_JOB_NUM_NODES") or alloc.integer("SLURM_NNODES")
+    tasks = alloc.integer("SLURM_NTASKS")
+    summary = f"job {alloc.job_id}: {nodes or '?'} node(s), {tasks or '?'} task(s)"
+    if not slurm_gpu_variables(alloc.variables):
+        summary += ", no GPUs allocated"  # a CPU partition, or a job that asked for none
+    o = ctx.options
+    if o.nodes and nodes and o.nodes != nodes:
+        return warn(f"{summary}, but --nodes {o.nodes} was planned",
+                    f"allocate {o.nodes} nodes (`#SBATCH --nodes={o.nodes}`) or plan for {nodes}",
+                    *evidence)
+    # --gpus-per-node 0 is a CPU job: how many ranks srun starts per node is its own choice.
+    if o.launcher == "srun" and o.nodes and o.gpus_per_node and tasks:
+        planned = o.nodes * o.gpus_per_node
+        if planned != tasks:
+            return warn(f"{summary}, but {planned} ranks are planned (one per GPU)",
+                        f"`#SBATCH --ntasks-per-node={o.gpus_per_node}` so srun starts {planned} ranks",
+                        *evidence)
+    return ok(summary, *evidence)
+
+
+@check("system.container", "Container runtime")
+def container(ctx: Context):
+    found = host.container_runtime(ctx)
+    if found is None:
+        return info("not inside a container")
+    name, evidence = found
+    return info(f"inside a {name} container", evidence)

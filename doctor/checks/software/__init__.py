@@ -1,0 +1,1 @@
+"""Checks about the software stack: Python env, torch, toolkits, DeepSpeed ops, caches."""

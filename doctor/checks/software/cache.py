@@ -1,0 +1,141 @@
+"""cache: Hugging Face cache folders, offline mode on compute nodes, a workload's assets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from dsenv.doctor.context import Context
+from dsenv.doctor.fix import actions as fix_actions
+from dsenv.doctor.registry import check
+from dsenv.envs.launchers import OFFLINE_VARIABLES
+from dsenv.facts.host import hfcache
+from dsenv.facts.node import probe
+from dsenv.facts.python import pyenv
+from dsenv.verdicts.findings import fail, info, ok, skip, warn
+from dsenv.workloads.fetch.assets import CacheLayout, assets_for
+
+GIB = 1 << 30
+MIN_FREE_BYTES = 20 * GIB  # a 7B model's safetensors alone are ~15 GB
+OFFLINE_FIX = "export " + " ".join(f"{name}=1" for name in OFFLINE_VARIABLES)
+
+
+def _describe(role: str, source: str, state: hfcache.DirState) -> str:
+    where = f"{role}: {state.path} (from {source})"
+    if not state.exists:
+        where += f", missing (created on first use under {state.existing})"
+    if state.error:
+        return f"{where}, NOT writable: {state.error}"
+    free = f", {state.free_bytes / GIB:.0f} GiB free" if state.free_bytes is not None else ""
+    return f"{where}, writable{free}"
+
+
+SUGGESTED = {"HF_HOME": "$SCRATCH/huggingface", "HF_HUB_CACHE": "$SCRATCH/huggingface/hub",
+             "HUGGINGFACE_HUB_CACHE": "$SCRATCH/huggingface/hub",
+             "HF_DATASETS_CACHE": "$SCRATCH/huggingface/datasets"}
+
+
+def _move_fix(role: str, dirs: hfcache.CacheDirs) -> str:
+    """Point the variable that decided this folder at a writable, roomy place."""
+    source = dirs.sources[role]
+    var = source if source in SUGGESTED else "HF_HOME"
+    return f"export {var}={SUGGESTED[var]} (a writable folder on a large filesystem)"
+
+
+def _transformers_ignores_cache_var(ctx: Context) -> bool:
+    dist = pyenv.find_distribution("transformers", pyenv.search_path(ctx))
+    try:
+        return dist is not None and Version(dist.version).major >= 5
+    except InvalidVersion:
+        return False
+
+
+@check("cache.hf-dirs", "Hugging Face cache folders")
+def hf_dirs(ctx: Context):
+    dirs = hfcache.resolve_dirs(ctx.env)
+    seen, states = set(), []
+    for role, path in dirs.items():
+        if path not in seen:
+            seen.add(path)
+            states.append((role, hfcache.inspect_dir(path)))
+    evidence = [_describe(role, dirs.sources[role], state) for role, state in states]
+    broken = [(role, s) for role, s in states if not s.writable]
+    if broken:
+        role, state = broken[0]
+        return fail(f"the {role} {state.path} cannot be written: downloads and dataset "
+                    "caching fail", _move_fix(role, dirs), *evidence)
+    legacy = ctx.env.get("TRANSFORMERS_CACHE")
+    if legacy and Path(legacy) != dirs.hub and _transformers_ignores_cache_var(ctx):
+        return warn(f"TRANSFORMERS_CACHE={legacy} is ignored by transformers 5: models go to "
+                    f"{dirs.hub}", f"export HF_HUB_CACHE={legacy}", *evidence)
+    low = [(role, s) for role, s in states
+           if s.free_bytes is not None and s.free_bytes < MIN_FREE_BYTES]
+    if low:
+        role, state = low[0]
+        return warn(f"only {state.free_bytes / GIB:.1f} GiB free for the {role} {state.path}; "
+                    f"models and datasets need tens of GiB",
+                    _move_fix(role, dirs), *evidence)
+    missing = [s.path for role, s in states if not s.exists and role != "HF_HOME"]
+    if missing and ctx.is_compute:
+        shown = " and ".join(map(str, missing))
+        action = fix_actions.create_dirs(missing, ctx.env)
+        return info(f"{shown} not created yet: the job's ranks create "
+                    f"{'them' if len(missing) > 1 else 'it'} on first use, with the default "
+                    f"umask (`dsenv doctor --fix` creates mode {action.mode:04o} now)",
+                    *evidence, action=action)
+    return ok(f"hub cache {dirs.hub}, datasets cache {dirs.datasets}: writable", *evidence)
+
+
+@probe
+def reachability(ctx: Context) -> hfcache.Reachability:
+    timeout = min(hfcache.CONNECT_TIMEOUT, ctx.options.probe_timeout)
+    return hfcache.hub_reachability(ctx.env, timeout)
+
+
+@check("cache.offline", "Hub offline mode on compute nodes")
+def offline(ctx: Context):
+    state = hfcache.offline_state(ctx.env)
+    shown = [f"{k}={v}" for k, v in state.variables.items()] or ["no *_OFFLINE variable set"]
+    mode = ("offline" if state.hub and state.datasets else
+            "online" if not (state.hub or state.datasets) else "partly offline")
+    if not ctx.is_compute:
+        return info(f"login node: hub access expected here (libraries {mode})", *shown)
+    if state.partial:
+        online = "datasets" if state.hub else "huggingface_hub/transformers"
+        return warn(f"partly offline: {online} will still try to reach the hub",
+                    OFFLINE_FIX, *shown, action=_offline_action(ctx))
+    if state.hub:
+        return ok("offline mode set: from_pretrained and load_dataset read the cache only",
+                  *shown)
+    reach = reachability(ctx)
+    evidence = [*shown, reach.detail + (" (through the proxy)" if reach.via_proxy else "")]
+    if reach.reachable:
+        return ok(f"{reach.endpoint} reachable from this node", *evidence)
+    return fail(f"{reach.endpoint} unreachable and offline mode not set: the first "
+                "from_pretrained hangs on retries or crashes", OFFLINE_FIX, *evidence,
+                action=_offline_action(ctx))
+
+
+def _offline_action(ctx: Context):
+    """The offline variables in the environment's activate script, inside Slurm jobs (as
+    `dsenv provision` writes them for sites whose compute nodes have no internet)."""
+    return fix_actions.activate_exports(ctx, fix_actions.OFFLINE,
+                                        {name: "1" for name in OFFLINE_VARIABLES}, guard="slurm")
+
+
+@check("cache.assets", "Workload assets in the offline cache")
+def assets(ctx: Context):
+    workload = ctx.options.workload
+    if not workload:
+        return skip("no --for WORKLOAD given")
+    layout = CacheLayout.from_env(ctx.env)
+    wanted = assets_for(workload)
+    missing = [item for asset in wanted for item in asset.missing_in(layout)]
+    where = f"hub cache {layout.hub}, data sets {layout.saved}"
+    if missing:
+        return fail(f"{len(missing)} of {workload}'s assets missing ({where})",
+                    f"on a login node: `dsenv fetch {workload}` (with the same HF_HOME/"
+                    "HF_HUB_CACHE/HF_DATASETS_CACHE as the job)", *missing)
+    return ok(f"all {len(wanted)} assets of {workload} in the offline cache ({where})",
+              *(asset.describe() for asset in wanted))

@@ -1,0 +1,182 @@
+"""deepspeed: installed and built for this torch; precompiled vs JIT ops; the accelerator."""
+
+from __future__ import annotations
+
+import os
+
+from dsenv.doctor.context import Context
+from dsenv.doctor.registry import check
+from dsenv.facts.python import deepspeed_info as dsi
+from dsenv.facts.python import target_env
+from dsenv.facts.python.torch_info import TorchBuild
+from dsenv.verdicts.findings import fail, info, ok, skip, warn
+
+REBUILD = ("rebuild the ops for this torch: `dsenv provision`, or `DS_BUILD_CPU_ADAM=1 "
+           "DS_BUILD_FUSED_ADAM=1 pip install --force-reinstall --no-build-isolation "
+           "--no-cache-dir --no-deps deepspeed`")
+
+
+@check("deepspeed.install", "DeepSpeed installed and built for this torch")
+def install(ctx: Context):
+    ds, torch = dsi.installs(ctx)
+    if ds is None:
+        return (fail if ctx.is_compute else warn)(
+            f"DeepSpeed is not installed in {target_env.environment(ctx).prefix} (the "
+            "environment judged)",
+            "install the training stack: `dsenv provision` (or `pip install deepspeed`)")
+    evidence = [f"installed at {ds.folder}"]
+    if not torch.installed:
+        return fail(f"DeepSpeed {ds.version} is installed but torch is not",
+                    "install torch first, then DeepSpeed: `dsenv provision`", *evidence)
+    evidence.append(torch.describe())
+    mismatches = dsi.build_mismatches(ds, torch)
+    if mismatches:
+        return fail(f"DeepSpeed {ds.version}'s precompiled ops were built against "
+                    f"{ds.built_against()}; they will refuse to load "
+                    "(\"PyTorch version mismatch! DeepSpeed ops were compiled...\")",
+                    REBUILD, *mismatches, "precompiled: " + ", ".join(ds.precompiled), *evidence)
+    if ds.precompiled:
+        return ok(f"DeepSpeed {ds.version}, {len(ds.precompiled)} ops precompiled for "
+                  f"{ds.accelerator_name or '?'} against {ds.built_against()}", *evidence)
+    return ok(f"DeepSpeed {ds.version} with {torch.describe()} (no ops precompiled)", *evidence)
+
+
+def _compiler(ctx: Context) -> str | None:
+    cxx = ctx.env.get("CXX")
+    if cxx:
+        return cxx if os.sep in cxx and os.path.exists(cxx) else ctx.which(cxx)
+    return ctx.which("c++") or ctx.which("g++")
+
+
+def _gpu_compiler(ctx: Context, accelerator: str, torch: TorchBuild) -> tuple[str, str | None] | None:
+    """(name, path or None) of the device compiler a GPU JIT build needs, if it needs one."""
+    if accelerator != "cuda" or not torch.gpu_build:
+        return None
+    if torch.hip:
+        home = ctx.env.get("ROCM_PATH") or ctx.env.get("ROCM_HOME")
+        found = os.path.join(home, "bin", "hipcc") if home else None
+        return "hipcc", found if found and os.path.exists(found) else ctx.which("hipcc")
+    home = ctx.env.get("CUDA_HOME") or ctx.env.get("CUDA_PATH")
+    found = os.path.join(home, "bin", "nvcc") if home else None
+    return "nvcc", found if found and os.path.exists(found) else ctx.which("nvcc")
+
+
+def _provision_fix(gpus) -> str:
+    archs = sorted({g.arch for g in gpus or []})
+    return f"precompile the ops: `dsenv provision --arch {','.join(archs) or 'cpu'}`"
+
+
+def _compat_evidence(compat: dsi.Compatibility, ds: dsi.DeepSpeedInstall) -> list[str]:
+    if compat.error:
+        return [f"op compatibility unknown: {compat.error}"]
+    if not compat.known:
+        return ["op compatibility " + dsi.NOT_ASKED.format(version=ds.version)]
+    good = sorted(n for n, yes in compat.compatible.items() if yes)
+    bad = sorted(n for n, yes in compat.compatible.items() if not yes)
+    origin = {"recorded": "recorded by DeepSpeed at install", "cache": "cached answer"}.get(
+        compat.source, "asked DeepSpeed's op builders")
+    lines = [f"compatible ({origin}): {', '.join(good) or 'none'}"]
+    if bad:
+        lines.append("not compatible: " + ", ".join(bad))
+    return lines
+
+
+@check("deepspeed.ops", "DeepSpeed ops: precompiled, compatible, JIT")
+def ops(ctx: Context):
+    ds, torch = dsi.installs(ctx)
+    if ds is None:
+        return skip("DeepSpeed is not installed")
+    if torch.installed and dsi.build_mismatches(ds, torch):
+        return skip("the precompiled ops cannot load until DeepSpeed is rebuilt: see "
+                    "deepspeed.install")
+    gpus = dsi.visible_gpus(ctx)
+    accel = dsi.expected_accelerator(ctx, torch, gpus).name
+    compat = dsi.op_compatibility(ctx)
+    evidence = _compat_evidence(compat, ds)
+    usable = ds.precompiled if ds.accelerator_name == accel else []
+    if ds.precompiled and not usable:
+        evidence.append(f"precompiled ops were built for {ds.accelerator_name}, DeepSpeed will "
+                        f"run on {accel}: they are JIT-compiled instead")
+    needed = [(op, secs) for op, secs in dsi.first_run_ops(accel) if op not in usable]
+    incompatible = [op for op, _ in needed if compat.compatible.get(op) is False]
+    if usable:
+        evidence.insert(0, "precompiled: " + ", ".join(usable))
+    if not needed:
+        return ok(f"{len(usable)} ops precompiled for {accel}; a first run compiles nothing",
+                  *evidence)
+    names = ", ".join(op for op, _ in needed)
+    if incompatible:
+        return fail(f"{', '.join(incompatible)} not precompiled and not compatible here: "
+                    "the first fused op will fail to JIT-compile", _provision_fix(gpus),
+                    *evidence)
+    missing = [tool for tool, path in (("a C++ compiler (c++/g++)", _compiler(ctx)),
+                                       ("ninja", ctx.which("ninja"))) if not path]
+    device = _gpu_compiler(ctx, accel, torch)
+    if device is not None and device[1] is None:
+        missing.append(device[0])
+    if missing:
+        return fail(f"{names} not precompiled and no {' or '.join(missing)} on PATH: "
+                    "the first fused op will fail to JIT-compile", _provision_fix(gpus),
+                    *evidence)
+    root = dsi.jit_build_root(ctx, torch)
+    uncached = [(op, secs) for op, secs in needed if not dsi.jit_cached(root, op)]
+    evidence.append(f"JIT cache: {root}")
+    if not uncached:
+        return ok(f"{names} JIT-compiled earlier and cached in {root}", *evidence)
+    total = sum(secs or 0 for _, secs in uncached)
+    estimate = f" (~{round(total / 60)} min)" if total else ""
+    listed = ", ".join(f"{op} (~{secs} s)" if secs else op for op, secs in uncached)
+    return warn(f"nothing precompiled: the first run spends minutes JIT-compiling "
+                f"{listed}{estimate}",
+                "compile once into a shared cache that every job reuses: `export "
+                "TORCH_EXTENSIONS_DIR=$SCRATCH/torch_extensions` (or precompile: "
+                "`dsenv provision`)", *evidence)
+
+
+@check("deepspeed.accelerator", "Accelerator DeepSpeed will pick")
+def accelerator(ctx: Context):
+    ds, torch = dsi.installs(ctx)
+    if ds is None:
+        return skip("DeepSpeed is not installed")
+    explicit = ctx.env.get("DS_ACCELERATOR")
+    supported = dsi.supported_accelerators(ds)
+    if explicit is not None and supported and explicit not in supported:
+        return fail(f"DS_ACCELERATOR={explicit} is not one DeepSpeed knows; it raises "
+                    "ValueError at import", "export DS_ACCELERATOR=cuda (GPUs) or cpu",
+                    "supported: " + ", ".join(supported))
+    gpus = dsi.visible_gpus(ctx)
+    choice = dsi.expected_accelerator(ctx, torch, gpus)
+    build = torch.describe()
+    evidence = [build, f"visible GPUs: {len(gpus)}" if gpus is not None
+                else "visible GPUs: unknown (GPU probe unavailable)"]
+    if choice.name == "cuda":
+        if not torch.gpu_build:
+            return fail(f"DS_ACCELERATOR=cuda but {build}", "install a CUDA/ROCm build of "
+                        "torch: `dsenv provision`", *evidence)
+        vendors = {g.vendor for g in gpus or []}
+        wanted = "amd" if torch.hip else "nvidia"
+        if vendors and wanted not in vendors:
+            return fail(f"{build} cannot drive the visible {'/'.join(sorted(vendors))} GPUs",
+                        "install the torch build for these GPUs: `dsenv provision`", *evidence)
+        if not gpus:
+            if ctx.is_compute:
+                return fail(f"DeepSpeed will use cuda ({choice.how}) but no GPU is visible",
+                            "request GPUs (`#SBATCH --gpus-per-node=...`) or export "
+                            "DS_ACCELERATOR=cpu", *evidence)
+            return info(f"DeepSpeed will use cuda ({choice.how}); no GPU visible on this login "
+                        "node", *evidence)
+        return ok(f"cuda ({choice.how}) on {len(gpus)} GPU(s) with {build}", *evidence)
+    if choice.name == "cpu":
+        if gpus:
+            if explicit is not None:
+                return warn(f"DS_ACCELERATOR=cpu while {len(gpus)} GPU(s) are visible: they "
+                            "stay idle", "unset DS_ACCELERATOR", *evidence)
+            return (fail if ctx.is_compute else warn)(
+                f"{len(gpus)} GPU(s) visible but {build}: DeepSpeed falls back to cpu and "
+                "trains on the CPU", "install a CUDA/ROCm build of torch: `dsenv provision`",
+                *evidence)
+        if explicit is not None:
+            return ok("cpu (DS_ACCELERATOR=cpu)", *evidence)
+        return info("no GPU visible: DeepSpeed will warn \"Setting accelerator to CPU\" and "
+                    "pick cpu (export DS_ACCELERATOR=cpu to choose it quietly)", *evidence)
+    return info(f"DS_ACCELERATOR={choice.name}: an accelerator dsenv does not judge", *evidence)

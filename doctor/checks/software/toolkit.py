@@ -1,0 +1,140 @@
+"""toolkit: nvcc/hipcc against torch, CUDA_HOME/ROCM_PATH, C++ compiler and ninja, archs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dsenv.doctor.context import Context
+from dsenv.doctor.registry import check
+from dsenv.facts.gpu import inventory as gpu_probe
+from dsenv.facts.python import torch_info as tp
+from dsenv.facts.toolchain import toolkit as tk
+from dsenv.verdicts.findings import fail, info, ok, skip, warn
+from dsenv.versions import version_tuple
+
+
+def _compiler_check(ctx: Context, tool: tk.Tool, kind: str, torch_version: str | None):
+    """nvcc (kind 'cuda') or hipcc (kind 'hip') against torch's CUDA/HIP version."""
+    build = tp.torch_build(ctx)
+    label = {"cuda": "CUDA", "hip": "ROCm/HIP"}[kind]
+    where = f"{tool.path} (found via {tool.how})" if tool.found else tool.how
+    if build.kind == "none":
+        return skip("torch is not installed: see torch.build")
+    if build.kind == "cpu":
+        state = f"{tool.name} {tool.version} at {tool.path}" if tool.found else f"no {tool.name}"
+        return info(f"torch is a CPU build, so {tool.name} is not used ({state})")
+    if build.kind != kind:
+        return skip(f"{build.describe()}: {tool.name} is not used")
+    module = f"module load {'cuda' if kind == 'cuda' else 'rocm'}/{torch_version}"
+    if not tool.found or tool.version is None:
+        finding = fail if ctx.is_compute else warn
+        return finding(f"{tool.name} not usable: DeepSpeed cannot JIT-compile {label} ops "
+                       "that are not precompiled", f"`{module}` (the toolkit matching "
+                       f"torch's {label} {torch_version}) or set "
+                       f"{'CUDA_HOME' if kind == 'cuda' else 'ROCM_PATH'}", where)
+    wanted = int(torch_version.split(".")[0])
+    summary = f"{tool.name} {tool.version}, torch built with {label} {torch_version}"
+    if tool.major != wanted:
+        return fail(f"{summary}: the majors differ, DeepSpeed refuses to JIT-compile "
+                    "('Installed CUDA version ... does not match the version torch was "
+                    "compiled with')", f"`{module}`, or point "
+                    f"{'CUDA_HOME' if kind == 'cuda' else 'ROCM_PATH'} at a {wanted}.x toolkit",
+                    where)
+    return ok(summary, where)
+
+
+@check("toolkit.nvcc", "nvcc matches torch's CUDA")
+def nvcc(ctx: Context):
+    return _compiler_check(ctx, tk.nvcc(ctx), "cuda", tp.torch_build(ctx).cuda)
+
+
+@check("toolkit.hipcc", "hipcc matches torch's HIP")
+def hipcc(ctx: Context):
+    return _compiler_check(ctx, tk.hipcc(ctx), "hip", tp.torch_build(ctx).hip)
+
+
+HOME_VARIABLES = {"cuda": (("CUDA_HOME", "CUDA_PATH"), "nvcc", tk.nvcc),
+                  "hip": (("ROCM_HOME", "ROCM_PATH"), "hipcc", tk.hipcc)}
+
+
+@check("toolkit.cuda-home", "CUDA_HOME / ROCM_PATH")
+def cuda_home(ctx: Context):
+    build = tp.torch_build(ctx)
+    if build.kind not in HOME_VARIABLES:
+        return skip(f"{build.describe()}: no GPU toolkit needed")
+    variables, binary, locate = HOME_VARIABLES[build.kind]
+    tool = locate(ctx)
+    setting = next((v for v in variables if ctx.env.get(v)), None)
+    if setting:
+        home = ctx.env[setting]
+        if not Path(home, "bin", binary).is_file():
+            return fail(f"{setting}={home} has no bin/{binary}: torch and DeepSpeed build "
+                        "with a broken toolkit path", f"point {setting} at the toolkit root "
+                        f"(the folder holding bin/{binary}), or unset it")
+        return ok(f"{setting}={home}")
+    if tool.found:
+        return ok(f"{'/'.join(variables)} unset; torch will use {tool.home} ({tool.how})")
+    finding = fail if ctx.is_compute else warn
+    return finding(f"{'/'.join(variables)} unset and no {binary} found", f"load the toolkit "
+                   f"module (`module load {'cuda' if build.kind == 'cuda' else 'rocm'}`) or "
+                   f"export {variables[0]}=/path/to/toolkit")
+
+
+@check("toolkit.compiler", "C++ compiler and ninja for JIT builds")
+def compiler(ctx: Context):
+    cxx, ninja = tk.cxx(ctx), tk.ninja(ctx)
+    evidence = [f"{cxx.name}: {cxx.path or '-'} ({cxx.how})", f"ninja: {ninja.path or '-'} "
+                f"({ninja.how})"]
+    missing = []
+    if not cxx.found:
+        missing.append(f"no C++ compiler ({cxx.how})")
+    if not ninja.found:
+        missing.append("ninja " + ("is installed as a Python package but its binary is not on "
+                                   "PATH" if ninja.version else "is missing"))
+    if missing:
+        fix = ("`pip install ninja` and run from the activated environment (its bin/ on PATH)"
+               if cxx.found else "load a compiler (`module load gcc`) or `apt install g++`")
+        finding = fail if ctx.is_compute else warn
+        return finding("; ".join(missing) + ": DeepSpeed cannot JIT-compile its ops", fix,
+                       *evidence)
+    return ok(f"{cxx.name} {cxx.version}, ninja {ninja.version}", *evidence)
+
+
+def _targets(ctx: Context) -> tuple[dict[str, str], list[str]]:
+    """{arch: why} for visible NVIDIA GPUs and TORCH_CUDA_ARCH_LIST; plus unparsable entries."""
+    targets = {g.arch: f"visible GPU {g.name}" for g in gpu_probe.visible_gpus(ctx)
+               if g.vendor == "nvidia" and g.arch}
+    value = ctx.env.get("TORCH_CUDA_ARCH_LIST")
+    unknown: list[str] = []
+    if value:
+        listed, unknown = tk.parse_arch_list(value)
+        for arch in listed:
+            targets.setdefault(arch, f"TORCH_CUDA_ARCH_LIST={value!r}")
+    return targets, unknown
+
+
+@check("toolkit.arch-support", "nvcc can build for the target GPUs")
+def arch_support(ctx: Context):
+    tool = tk.nvcc(ctx)
+    if not tool.found or tool.version is None:
+        return skip("no usable nvcc: see toolkit.nvcc")
+    row = tk.toolkit_row(tool.version)
+    if row is None:
+        return warn(f"nvcc {tool.version} is not in envs/cuda_toolkits.toml", "update dsenv")
+    span = f"nvcc {tool.version} builds compute capability {row.min_arch} to {row.max_arch}"
+    targets, unknown = _targets(ctx)
+    if unknown:
+        return fail(f"TORCH_CUDA_ARCH_LIST has entries nvcc cannot use: {', '.join(unknown)}",
+                    "use numbers like `export TORCH_CUDA_ARCH_LIST=\"8.0;9.0\"`", span)
+    bad = {a: why for a, why in targets.items() if not tk.can_build(row, a)}
+    if bad:
+        arch, why = sorted(bad.items())[0]
+        able = tk.toolkits_for(arch)
+        other = (f"load a CUDA {able[-1].split('.')[0]}.x toolkit module "
+                 f"(`module load cuda/{able[-1]}`)" if able else "no CUDA toolkit builds it")
+        drop = " or drop it from TORCH_CUDA_ARCH_LIST" if "TORCH_CUDA_ARCH_LIST" in why else ""
+        return fail(f"{span}: cannot build {', '.join(sorted(bad))} ({why})", other + drop,
+                    *(f"{a}: {w}" for a, w in sorted(bad.items())))
+    if not targets:
+        return info(f"{span}; no GPU or TORCH_CUDA_ARCH_LIST to check against")
+    return ok(f"{span}: covers {', '.join(sorted(targets, key=version_tuple))}")

@@ -1,0 +1,138 @@
+"""torch: which build is installed, whether it covers the GPUs, the driver, a real tensor op."""
+
+from __future__ import annotations
+
+from dsenv.doctor.context import Context
+from dsenv.doctor.registry import check
+from dsenv.facts.gpu import inventory as gpu_probe
+from dsenv.facts.python import target_env
+from dsenv.facts.python import torch_info as tp
+from dsenv.facts.toolchain import toolkit
+from dsenv.verdicts.findings import fail, ok, skip, warn
+from dsenv.versions import version_tuple
+
+
+def _wheel_fix(ctx: Context, gpus) -> str:
+    if any(g.vendor == "amd" for g in gpus):
+        return f"pip install --force-reinstall torch --index-url {toolkit.rocm_index()}"
+    driver = next((g.driver for g in gpus if g.driver), None)
+    index = toolkit.torch_index_for(driver, [g.arch for g in gpus])
+    return f"pip install --force-reinstall torch --index-url {index}"
+
+
+@check("torch.build", "torch installed, CPU/CUDA/HIP build")
+def build(ctx: Context):
+    found = tp.torch_build(ctx)
+    gpus = gpu_probe.visible_gpus(ctx)
+    if not found.installed:
+        env = target_env.environment(ctx)
+        summary = f"torch is not installed in {env.prefix} (the environment judged)"
+        if ctx.is_compute:
+            return fail(summary, "install the training stack: `dsenv provision` (or "
+                        f"`{_wheel_fix(ctx, gpus)}`)", f"judged: {env.why}")
+        return warn(summary, "install it with `dsenv provision`, or judge the environment that "
+                    "has it: `dsenv doctor --env PREFIX` (or activate it first)",
+                    f"judged: {env.why}")
+    evidence = [f"read from {found.location}/version.py"]
+    if found.kind == "cpu" and gpus:
+        vendor = "AMD" if gpus[0].vendor == "amd" else "NVIDIA"
+        return fail(f"{found.describe()} on a node with {len(gpus)} {vendor} GPU(s): training "
+                    "would run on the CPU", _wheel_fix(ctx, gpus), *evidence)
+    if found.kind == "cpu":
+        return ok(f"{found.describe()}; no GPU visible, so the CPU build fits", *evidence)
+    wrong = {"cuda": "amd", "hip": "nvidia"}[found.kind]
+    if gpus and all(g.vendor == wrong for g in gpus):
+        return fail(f"{found.describe()} cannot drive the {wrong.upper()} GPU(s) here",
+                    _wheel_fix(ctx, gpus), *evidence)
+    return ok(found.describe(), *evidence)
+
+
+def _gpu_torch(ctx: Context):
+    """(build, gpus) when a GPU torch and GPUs are both here, else a skip Finding."""
+    found = tp.torch_build(ctx)
+    gpus = gpu_probe.visible_gpus(ctx)
+    if found.kind not in ("cuda", "hip"):
+        return skip(f"{found.describe()}: see torch.build")
+    if not gpus:
+        return skip("no GPU visible")
+    return found, gpus
+
+
+@check("torch.arch-list", "torch compiled for every visible GPU")
+def arch_list(ctx: Context):
+    state = _gpu_torch(ctx)
+    if not isinstance(state, tuple):
+        return state
+    found, gpus = state
+    runtime = tp.torch_runtime(ctx)
+    if not runtime.ran:
+        return skip(f"the torch probe did not run ({runtime.problem}): see torch.usable")
+    compiled = list(runtime.arch_list)
+    evidence = ["torch.cuda.get_arch_list(): " + (" ".join(compiled) or "(empty)")]
+    missing = sorted({f"{g.name} ({g.arch})" for g in gpus
+                      if g.arch and tp.covering_entry(compiled, g.arch) is None})
+    if not compiled:
+        return warn("torch reported no compiled architectures", "see torch.usable", *evidence)
+    if missing:
+        return fail(f"{found.describe()} has no kernels for {', '.join(missing)}: 'no kernel "
+                    "image is available for execution on the device'", _wheel_fix(ctx, gpus),
+                    *evidence)
+    return ok(f"compiled arch list covers all {len(gpus)} GPU(s)", *evidence)
+
+
+@check("torch.driver", "NVIDIA driver new enough for torch's CUDA")
+def driver(ctx: Context):
+    state = _gpu_torch(ctx)
+    if not isinstance(state, tuple):
+        return state
+    found, gpus = state
+    if found.kind != "cuda":
+        return skip("ROCm build: the driver check applies to CUDA builds")
+    have = next((g.driver for g in gpus if g.driver), None)
+    if have is None:
+        return skip("nvidia-smi reported no driver version")
+    row, floor = toolkit.toolkit_row(found.cuda), toolkit.major_min_driver(found.cuda)
+    if row is None or floor is None:
+        return warn(f"CUDA {found.cuda} is not in envs/cuda_toolkits.toml", "update dsenv")
+    evidence = [f"driver {have}; CUDA {found.cuda} needs >= {floor} (minor-version "
+                f"compatibility), >= {row.min_driver} for everything (CUDA {row.version} GA)",
+                "source: NVIDIA CUDA Toolkit release notes, driver table"]
+    have_t = version_tuple(have)
+    if have_t < version_tuple(floor):
+        return fail(f"driver {have} is too old for {found.describe()}: CUDA fails to initialise",
+                    _wheel_fix(ctx, gpus), *evidence)
+    if have_t < version_tuple(row.min_driver):
+        return warn(f"driver {have} runs CUDA {found.cuda} only through minor-version "
+                    "compatibility: PTX JIT (and Triton kernels) can fail", _wheel_fix(ctx, gpus),
+                    *evidence)
+    return ok(f"driver {have} supports CUDA {found.cuda}", *evidence)
+
+
+@check("torch.usable", "a tensor op runs on each GPU")
+def usable(ctx: Context):
+    state = _gpu_torch(ctx)
+    if not isinstance(state, tuple):
+        return state
+    found, gpus = state
+    runtime = tp.torch_runtime(ctx)
+    fix = ("run `python -c 'import torch; torch.cuda.init()'` to see the error; check "
+           "torch.driver and that the job requested the GPUs")
+    if runtime.hung:
+        return fail(f"importing torch and initialising the GPUs did not finish within "
+                    f"{tp.probe_timeout(ctx):g} s", fix, runtime.problem)
+    if not runtime.ran:
+        return fail(f"the torch probe failed: {runtime.problem}", fix, *runtime.evidence)
+    if not runtime.available:
+        return fail("torch.cuda.is_available() is False", fix,
+                    runtime.init_error or "no error reported by torch.cuda.init()")
+    broken = [d for d in runtime.devices if not d.usable]
+    lines = [f"cuda:{d.index} {d.name} ({d.arch}): " + (d.error or f"sum={d.tensor_sum}")
+             for d in runtime.devices]
+    if broken:
+        return fail(f"a tensor op failed on {len(broken)} of {len(runtime.devices)} GPU(s)",
+                    fix, *lines)
+    if runtime.device_count < len(gpus):
+        return warn(f"torch sees {runtime.device_count} GPU(s), the driver lists {len(gpus)}",
+                    "compare CUDA_VISIBLE_DEVICES with `nvidia-smi -L`", *lines)
+    return ok(f"a tensor op ran on {runtime.device_count} GPU(s)", *lines)
+

@@ -1,0 +1,1 @@
+"""dsenv doctor --distributed: launch every rank, meet, all-reduce, time host pairs, report."""

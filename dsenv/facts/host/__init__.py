@@ -1,0 +1,1 @@
+"""The host: CPU, memory, mounts, processes, cache folders, and its fingerprint."""

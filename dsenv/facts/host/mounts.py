@@ -1,0 +1,147 @@
+"""Which file system a folder lives on, from the mount table: local, network or FUSE.
+
+Read from /proc/self/mountinfo (else /proc/mounts) through :meth:`Node.path`, so tests
+give a recorded table under a fake root. A folder belongs to the mount with the longest
+mount point that is a prefix of its real path; of two mounts on one point, the later one
+(it covers the earlier). Nothing is mounted or statted on the file system itself: a hung
+NFS server cannot stall this probe.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsenv.facts.node import Node, probe
+
+# Shared between nodes: caches, locks and renames here race between jobs on several nodes.
+NETWORK_TYPES = frozenset({
+    "nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "smbfs", "ceph", "glusterfs",
+    "panfs", "wekafs", "afs", "gfs2", "ocfs2", "orangefs", "pvfs2", "quobyte", "vastfs",
+    "fuse.sshfs", "fuse.glusterfs", "fuse.ceph-fuse", "fuse.juicefs", "fuse.s3fs",
+    "fuse.gcsfuse", "fuse.goofys", "fuse.rclone", "fuse.beegfs", "fuse.weka",
+})
+# FUSE file systems that are local to the node (containers, image mounts).
+LOCAL_FUSE_TYPES = frozenset({
+    "fuse.fuse-overlayfs", "fuse.squashfuse", "fuse.squashfuse_ll", "fuse.lxcfs",
+    "fuse.portal", "fuse.gvfsd-fuse", "fuse.apptainer", "fuse.singularity", "fusectl",
+    "fuseblk",
+})
+
+
+@dataclass(frozen=True)
+class Mount:
+    point: str
+    fstype: str
+    source: str
+    options: frozenset[str]  # per-mount and super-block options together
+
+    @property
+    def kind(self) -> str:
+        """'network', 'fuse' (a FUSE file system of unknown reach) or 'local'."""
+        if self.fstype in NETWORK_TYPES:
+            return "network"
+        if self.fstype.startswith("fuse") and self.fstype not in LOCAL_FUSE_TYPES:
+            return "fuse"
+        return "local"
+
+    @property
+    def shared(self) -> bool:
+        return self.kind != "local"
+
+    def option(self, name: str) -> str | None:
+        """The value of ``name=value`` (or '' for a bare flag), None when absent."""
+        for opt in self.options:
+            key, _, value = opt.partition("=")
+            if key == name:
+                return value
+        return None
+
+    def describe(self) -> str:
+        what = {"network": "network file system", "fuse": "FUSE file system",
+                "local": "local file system"}[self.kind]
+        return f"{self.fstype} ({what}, {self.source} on {self.point})"
+
+    def lock_scope(self) -> str | None:
+        """What the mount options say about flock(): 'none' (it fails), 'node-local' (it
+        works but other nodes do not see the lock), 'cluster' or None (not decided by them).
+
+        Lustre clients refuse flock() with ENOSYS unless mounted with ``flock`` (coherent
+        across clients) or ``localflock`` (this node only); NFS with ``nolock`` or
+        ``local_lock=all|flock`` keeps flock() locks on the client."""
+        if self.fstype == "lustre":
+            if "flock" in self.options:
+                return "cluster"
+            return "node-local" if "localflock" in self.options else "none"
+        if self.fstype.startswith("nfs"):
+            if "nolock" in self.options or self.option("local_lock") in ("all", "flock"):
+                return "node-local"
+        return None
+
+
+_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(field: str) -> str:
+    """Mount tables write space, tab, newline and backslash as octal escapes (\\040)."""
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    """/proc/self/mountinfo: ``id parent dev root point opts [tags] - type source superopts``."""
+    mounts = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 6 or len(tail) < 2:
+            continue
+        options = set(fields[5].split(","))
+        if len(tail) > 2:
+            options.update(tail[2].split(","))
+        mounts.append(Mount(_unescape(fields[4]), tail[0], _unescape(tail[1]),
+                            frozenset(options)))
+    return mounts
+
+
+def parse_mounts(text: str) -> list[Mount]:
+    """/proc/mounts (fstab format): ``source point type options dump pass``."""
+    mounts = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            mounts.append(Mount(_unescape(fields[1]), fields[2], _unescape(fields[0]),
+                                frozenset(fields[3].split(","))))
+    return mounts
+
+
+@probe
+def mount_table(node: Node) -> tuple[Mount, ...]:
+    for name, parse in (("/proc/self/mountinfo", parse_mountinfo),
+                        ("/proc/mounts", parse_mounts)):
+        try:
+            return tuple(parse(node.path(name).read_text(errors="replace")))
+        except OSError:
+            continue
+    return ()
+
+
+def nearest_existing(path: Path) -> Path | None:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def mount_for(node: Node, path: Path | str) -> Mount | None:
+    """The mount holding ``path`` (or, while it does not exist, the one it will be made on):
+    symlinks in the existing part of the path are resolved first."""
+    real = os.path.realpath(path)
+    best, best_len = None, -1
+    for mount in mount_table(node):
+        point = mount.point.rstrip("/") or "/"
+        inside = real == point or point == "/" or real.startswith(point + "/")
+        if inside and len(point) >= best_len:
+            best, best_len = mount, len(point)
+    return best

@@ -1,0 +1,123 @@
+"""The node a probe looks at: its environment variables, filesystem root, commands, memo.
+
+Facts know nothing of the doctor: a :class:`Node` carries what probes need (where the
+filesystem is, which variables are set, which Python environment the job runs, what the job
+will look like) and no command-line options. The doctor's Context is a Node with options.
+
+The Python environment under test is the job's, not dsenv's own: ``environment`` names it (a
+prefix or an interpreter), else it is resolved from the activated environment
+(:mod:`dsenv.facts.python.target_env`); ``python_prefix`` pins it to a prefix.
+
+Probes that read /sys, /proc or /dev go through :meth:`Node.path`, so tests point them at a
+recorded tree; commands go through :meth:`Node.run`, which always has a timeout. Probes shared
+by several callers (nvidia-smi, ompi_info, ...) run once per Node, even when two threads ask
+for them at the same moment.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from functools import wraps
+from pathlib import Path
+from typing import TypeVar
+
+from dsenv import proc
+
+T = TypeVar("T")
+
+TARGETS = ("login", "compute", "auto")
+DEFAULT_PROBE_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What the job will look like, as far as the caller knows it (None: not said)."""
+
+    launcher: str | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    deepspeed_config: Path | None = None
+    workload: str | None = None
+
+
+@dataclass
+class Node:
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    root: Path = Path("/")
+    # The environment under test as a prefix (tests, and callers that know it); None: from
+    # ``environment``, else what the job would run (dsenv/facts/python/target_env.py).
+    python_prefix: Path | None = None
+    environment: str | None = None  # a prefix or interpreter the job runs in (--env)
+    probe_timeout: float = DEFAULT_PROBE_TIMEOUT
+    job: JobShape = field(default_factory=JobShape)
+    # Probes that take seconds (asking DeepSpeed's op builders, which imports torch) run only
+    # when True; otherwise they answer from a cache or say "not asked".
+    thorough: bool = False
+    wanted_target: str = "auto"  # login, compute, or auto: decided from the node
+    target: str = ""  # resolved from wanted_target
+    target_reason: str = ""
+
+    def __post_init__(self):
+        self.root = Path(self.root)
+        self._memo: dict[str, Future] = {}
+        self._memo_lock = threading.Lock()
+        if not self.target:
+            self.target, self.target_reason = resolve_target(self)
+
+    # -- the machine, seen through the root and the environment --------------------------
+    def path(self, absolute: str) -> Path:
+        return self.root / absolute.lstrip("/")
+
+    def which(self, name: str) -> str | None:
+        return proc.which(name, self.env)
+
+    def run(self, argv, timeout: float | None = None) -> proc.CommandResult:
+        return proc.run(argv, timeout or self.probe_timeout, env=self.env)
+
+    @property
+    def is_compute(self) -> bool:
+        return self.target == "compute"
+
+    # -- probes: one run per node, shared between threads -------------------------------
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        with self._memo_lock:
+            future = self._memo.get(key)
+            owner = future is None
+            if owner:
+                future = self._memo[key] = Future()
+        if owner:
+            try:
+                future.set_result(compute())
+            except BaseException as exc:  # handed to every waiter, raised in each
+                future.set_exception(exc)
+        return future.result()
+
+
+def probe(func: Callable[[Node], T]) -> Callable[[Node], T]:
+    """Decorate ``func(node)`` so it runs once per node, whoever asks first."""
+    key = f"{func.__module__}.{func.__qualname__}"
+
+    @wraps(func)
+    def cached(node: Node) -> T:
+        return node.memo(key, lambda: func(node))
+
+    cached.memo_key = key  # tests seed a probe's answer: node.memo(probe.memo_key, ...)
+    return cached
+
+
+def resolve_target(node: Node) -> tuple[str, str]:
+    chosen = node.wanted_target
+    if chosen in ("login", "compute"):
+        return chosen, "--target " + chosen
+    if node.env.get("SLURM_JOB_ID"):
+        return "compute", f"inside Slurm allocation {node.env['SLURM_JOB_ID']}"
+    gpu_nodes = sorted(p.name for p in node.path("/dev").glob("nvidia[0-9]*"))
+    if gpu_nodes:
+        return "compute", "GPU device nodes visible: " + ", ".join(gpu_nodes)
+    if node.path("/dev/kfd").exists():
+        return "compute", "AMD GPU device node /dev/kfd visible"
+    return "login", "no Slurm allocation and no GPU device nodes"

@@ -1,0 +1,1 @@
+"""The Python environment under test: interpreter, packages, torch, DeepSpeed, ds_config."""

@@ -1,0 +1,1 @@
+"""The build toolchain: nvcc/hipcc, compilers, -march=native, fatbinaries, JIT extensions."""

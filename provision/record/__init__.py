@@ -1,0 +1,1 @@
+"""What a built environment records about itself: its manifest and its activation script."""

@@ -1,0 +1,1 @@
+"""Verifying a built environment: every locked package imports, shared libraries resolve."""

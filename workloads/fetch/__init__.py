@@ -1,0 +1,1 @@
+"""dsenv fetch: assets for offline nodes, from the Hub or a bundle, with a manifest."""

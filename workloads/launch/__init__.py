@@ -1,0 +1,1 @@
+"""dsenv launch: sbatch job scripts and Kubeflow MPIJobs, with the launchers' tables."""
