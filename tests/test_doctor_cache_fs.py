@@ -19,7 +19,7 @@ from dsenv.doctor.checks.software.builds import FILELOCK_SOFT_FALLBACK, lock_con
 from dsenv.doctor.context import Context, Options
 from dsenv.facts.host import mounts
 from dsenv.verdicts.findings import Status
-from tests.mountns import (
+from tests.harness.mountns import (
     FUSE_MOUNT,
     READ_ONLY,
     doctor_json,
@@ -90,9 +90,9 @@ def test_real_tmpfs_mount_is_seen():
     needs_namespace()
     done = in_namespace(
         'D=$(mktemp -d); mount -t tmpfs -o size=1m none "$D"\n'
-        '"$PY" -c "import sys; from dsenv.doctor.probes import mounts; '
-        "from dsenv.facts.node import Context; "
-        "m = mounts.mount_for(Context(), sys.argv[1] + '/sub/dir'); "
+        '"$PY" -c "import sys; from dsenv.facts.host import mounts; '
+        "from dsenv.facts.node import Node; "
+        "m = mounts.mount_for(Node(), sys.argv[1] + '/sub/dir'); "
         'print(m.fstype, m.point == sys.argv[1])" "$D"; umount "$D"; rmdir "$D"')
     assert done.stdout.split() == ["tmpfs", "True"], done.stderr
 

@@ -1,4 +1,4 @@
-"""dsenv fetch against a fake Hugging Face Hub on 127.0.0.1 (tests/hubserver.py).
+"""dsenv fetch against a fake Hugging Face Hub on 127.0.0.1 (tests/harness/hubserver.py).
 
 Every fetch runs as ``python -m dsenv fetch ...`` in a subprocess: huggingface_hub reads
 HF_ENDPOINT / HF_HUB_OFFLINE at import, and conftest sets HF_HUB_OFFLINE=1 and a closed
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -21,30 +20,27 @@ from pathlib import Path
 import pytest
 
 from dsenv.workloads.fetch.assets import CacheLayout, assets_for
-from tests.hubserver import BERT_REPO, SQUAD_REPO, HubServer, bert_squad_repos
+from tests.harness import cli
+from tests.harness.hubserver import (
+    BERT_REPO,
+    SECRET,
+    SQUAD_REPO,
+    HubServer,
+    bert_squad_repos,
+    hub_env,
+)
 
-SECRET = "secret-value"
 CLOSED = "http://127.0.0.1:9"
 MODEL_FILES = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                "vocab.txt"]
 SQUAD_FILES = ["plain_text/train-00000-of-00001.parquet",
                "plain_text/validation-00000-of-00001.parquet"]
-CLEARED = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE",
-           "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE", "XDG_CACHE_HOME",
-           "HF_HUB_DISABLE_PROGRESS_BARS", "HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
-
-
-def hub_env(home: Path, endpoint: str, **extra: str) -> dict:
-    """This process's environment with a fresh HF_HOME, the endpoint and the secret token."""
-    env = {k: v for k, v in os.environ.items() if k not in CLEARED}
-    env.update(HF_HOME=str(home), HF_ENDPOINT=endpoint, HF_TOKEN=SECRET, **extra)
-    return env
 
 
 def dsenv(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``python -m dsenv ARGS``; no output may show the token or a traceback."""
-    done = subprocess.run([sys.executable, "-m", "dsenv", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    """``python -m dsenv ARGS`` with exactly ``env``; no output may show the token or a
+    traceback."""
+    done = cli.dsenv(*args, base=env, timeout=timeout)
     both = done.stdout + done.stderr
     assert SECRET not in both
     assert "Traceback" not in both, both
@@ -202,7 +198,7 @@ def test_libraries_load_the_cache_offline(fetched):
     code = f"""
 import torch
 from transformers import AutoTokenizer, BertForQuestionAnswering
-from dsenv.workloads import assets
+from dsenv.workloads.fetch import assets
 tokenizer = AutoTokenizer.from_pretrained({BERT_REPO!r})
 model = BertForQuestionAnswering.from_pretrained({BERT_REPO!r})
 data = assets.load_dataset("bert-squad")
@@ -329,7 +325,7 @@ def test_requests_without_a_timeout_get_one(tmp_path):
     session bounds them (HF_HUB_DOWNLOAD_TIMEOUT as the read limit)."""
     code = """
 import os, time
-from dsenv.workloads import fetch_hub
+from dsenv.workloads.fetch import hub as fetch_hub
 fetch_hub.open_hub()
 import huggingface_hub
 start = time.monotonic()

@@ -44,12 +44,12 @@ def test_an_upward_import_at_module_level_is_a_breach(tree):
 
 
 def test_a_relative_upward_import_inside_a_function_is_a_breach(tree):
-    target = tree / "doctor" / "probes" / "gpus.py"
-    target.write_text(target.read_text()
-                      + "\n\ndef _late():\n    from ..checks import gpu  # torch\n    return gpu\n")
+    target = tree / "dsenv" / "facts" / "gpu" / "inventory.py"
+    target.write_text(target.read_text() + "\n\ndef _late():\n"
+                      "    from ...doctor.checks.node import gpu  # torch\n    return gpu\n")
     result = run_contract(tree)
     assert result.returncode == 1
-    assert "(dsenv.doctor.probes) imports dsenv.doctor.checks" in result.stdout
+    assert "(dsenv.facts) imports dsenv.doctor.checks" in result.stdout
 
 
 def test_a_deferred_import_must_name_the_heavy_module_it_keeps_off(tree):
@@ -67,5 +67,5 @@ def test_a_deferred_import_must_name_the_heavy_module_it_keeps_off(tree):
 def test_importing_a_lower_layer_is_allowed(tree):
     target = tree / "workloads" / "report.py"
     target.write_text(target.read_text() + "\nfrom dsenv.provision import ProvisionError\n"
-                      "from dsenv.facts.node import Context\n")
+                      "from dsenv.facts.node import Node\n")
     assert run_contract(tree).returncode == 0
