@@ -25,6 +25,7 @@ from dsenv.doctor.distributed import command as distributed
 from dsenv.doctor.distributed import ranks
 from dsenv.doctor.distributed import report as distributed_report
 from dsenv.doctor.distributed.command import FAULT_VARIABLE, parse_fault
+from dsenv.doctor.distributed.outcome import Outcome, WrongElement
 from dsenv.verdicts.findings import Status
 from tests.conftest import fixture_text
 
@@ -190,13 +191,13 @@ STEPS = ["start", "rendezvous", "init", "all-reduce check 4 KiB", "bandwidth 4 K
 def test_diagnosis_names_who_exited_who_never_came_and_who_is_behind():
     hosts = {0: "n0", 1: "n1", 2: "n2"}
     exited = ranks.diagnose(4, hosts, {0: 3, 2: 3}, {1: 2}, STEPS)
-    assert [(c["rank"], c["state"]) for c in exited] == [(1, "exited"), (3, "absent")]
-    assert exited[0]["detail"] == ("rank 1 (n1) exited before the end: its last step was "
-                                   "'init' (its connection closed)")
-    assert exited[1]["detail"] == ("rank 3 (host unknown: it never reported) did not arrive: "
-                                   "it never reached the rendezvous")
+    assert [(c.rank, c.state) for c in exited] == [(1, "exited"), (3, "absent")]
+    assert exited[0].detail == ("rank 1 (n1) exited before the end: its last step was "
+                                "'init' (its connection closed)")
+    assert exited[1].detail == ("rank 3 (host unknown: it never reported) did not arrive: "
+                                "it never reached the rendezvous")
     stuck = ranks.diagnose(3, hosts, {0: 3, 1: 2, 2: 3}, {}, STEPS)
-    assert [(c["rank"], c["state"], c["step"]) for c in stuck] == [(1, "stuck", "init")]
+    assert [(c.rank, c.state, c.step) for c in stuck] == [(1, "stuck", "init")]
     assert ranks.diagnose(3, hosts, {0: 3, 1: 3, 2: 3}, {}, STEPS) == []  # nobody behind
 
 
@@ -204,7 +205,8 @@ def _plan(**kw):
     return distributed.Plan(timeout_s=30.0, **kw)
 
 
-def _outcome(**kw):
+def _outcome(**kw) -> Outcome:
+    """An outcome as rank 0's JSON has it, read back."""
     outcome = {"rank": 0, "launcher": "srun", "backend": "nccl", "world_size": 2,
                "master": "n0:29500", "timeout_s": 30.0, "seconds": 4.0, "warmup": 5, "iters": 20,
                "ranks": [{"rank": r, "host": f"n{r}", "local_rank": 0, "device": "cuda:0",
@@ -218,7 +220,7 @@ def _outcome(**kw):
                "timing": {"rendezvous_s": 0.5, "init_s": 1.0}, "failure": None,
                "fault_injected": None}
     outcome.update(kw)
-    return outcome
+    return Outcome.from_json(outcome)
 
 
 @pytest.mark.parametrize("expected, status", [(22.0, Status.OK), (30.0, Status.WARN),
@@ -259,7 +261,8 @@ def test_site_profiles_validate_expected_bandwidth():
 
 def test_wrong_sum_shared_gpu_and_later_stages():
     wrong = _outcome()
-    wrong["allreduce"][1].update(wrong=3, first_wrong={"index": 7, "got": 1.0, "expected": 2.0})
+    wrong.allreduce[1].wrong = 3
+    wrong.allreduce[1].first_wrong = WrongElement(index=7, got=1.0, expected=2.0)
     results = {r.id: r for r in distributed_report.results_from(wrong, _plan(expect_busbw=1.0))}
     assert results["distributed.allreduce"].status is Status.FAIL
     assert results["distributed.allreduce"].summary == \

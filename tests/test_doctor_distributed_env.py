@@ -20,6 +20,7 @@ from dsenv import proc
 from dsenv.doctor.distributed import fingerprint as fingerprints
 from dsenv.doctor.distributed import pairs as pairs
 from dsenv.doctor.distributed import ranks
+from dsenv.doctor.distributed.outcome import PairPlan, PairRow
 from dsenv.facts.host import fingerprint as probe
 from dsenv.verdicts.findings import Status
 from tests.test_doctor_distributed import explain, report_of, statuses
@@ -143,7 +144,7 @@ def test_fingerprint_is_bounded_cheap_and_masks_secrets(tmp_path):
     for name in ("dsenv", "torch", "deepspeed", "transformers", "python", "prefix", "/dev/shm",
                  "memlock"):
         assert facts[name] and facts[name] != "not installed", name
-    code = ("import sys, os; from dsenv.doctor import distributed_fingerprint as f\n"
+    code = ("import sys, os; from dsenv.doctor.distributed import fingerprint as f\n"
             "f.local_fingerprint(os.environ, 'gloo')\n"
             "print([m for m in ('torch', 'deepspeed', 'transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -167,46 +168,43 @@ def test_interface_variables_follow_each_librarys_syntax(variable, value, names,
 
 # ----------------------------------------------------------------------------- pairs
 def test_pairs_every_pair_up_to_the_limit_then_ring_neighbours_in_three_rounds():
-    assert pairs.plan_pairs({0: {"host": "a"}, 1: {"host": "a"}})["pairs"] == []
+    assert pairs.plan_pairs({0: {"host": "a"}, 1: {"host": "a"}}).pairs == []
     four = pairs.plan_pairs({r: {"host": f"h{r // 2}"} for r in range(8)})
-    assert four["pairs"] == [[0, 2, 0], [0, 4, 1], [0, 6, 2], [2, 4, 3], [2, 6, 4], [4, 6, 5]]
+    assert four.pairs == [[0, 2, 0], [0, 4, 1], [0, 6, 2], [2, 4, 3], [2, 6, 4], [4, 6, 5]]
     limit = pairs.settings()["all_pairs_up_to"]
-    assert len(pairs.plan_pairs({r: {"host": f"n{r}"} for r in range(limit)})["pairs"]) == \
+    assert len(pairs.plan_pairs({r: {"host": f"n{r}"} for r in range(limit)}).pairs) == \
         limit * (limit - 1) // 2
     for hosts in (1000, limit + 1):
         plan = pairs.plan_pairs({r: {"host": f"n{r}"} for r in range(hosts)})
-        assert len(plan["pairs"]) == hosts and "ring neighbours" in plan["selection"]
-        assert {p[2] for p in plan["pairs"]} <= {0, 1, 2}
+        assert len(plan.pairs) == hosts and "ring neighbours" in plan.selection
+        assert {p[2] for p in plan.pairs} <= {0, 1, 2}
         for round_ in (0, 1, 2):  # the pairs of one round share no host: they run together
-            members = [r for p in plan["pairs"] if p[2] == round_ for r in p[:2]]
+            members = [r for p in plan.pairs if p[2] == round_ for r in p[:2]]
             assert len(members) == len(set(members))
-        seen = [r for p in plan["pairs"] for r in p[:2]]
+        seen = [r for p in plan.pairs for r in p[:2]]
         assert all(seen.count(r) == 2 for r in range(hosts))  # each host: both neighbours
 
 
-def _rows(busbw: dict[tuple[str, str], float]) -> list[dict]:
-    return [{"hosts": list(k), "ranks": [0, 1], "bytes": 1 << 20, "time_us": 1.0,
-             "busbw_gbps": v} for k, v in busbw.items()]
+def _rows(busbw: dict[tuple[str, str], float]) -> list[PairRow]:
+    return [PairRow(hosts=list(k), ranks=[0, 1], bytes=1 << 20, time_us=1.0, busbw_gbps=v)
+            for k, v in busbw.items()]
 
 
 def test_a_slow_host_is_named_and_a_healthy_fabric_is_not():
     healthy = _rows({("h1", "h2"): 10.0, ("h1", "h3"): 9.5, ("h1", "h4"): 10.2,
                      ("h2", "h3"): 9.8, ("h2", "h4"): 10.1, ("h3", "h4"): 9.9})
     assert pairs.slow_pairs(healthy)[1:] == ([], [])
-    plan = {"selection": "every pair", "pairs": [[0, 1, 0]] * 6}
-    ok = pairs.result({"pairs": dict(plan, rows=healthy)})
+    ok = pairs.result(PairPlan("every pair", [[0, 1, 0]] * 6, rows=healthy))
     assert ok.status is Status.OK and ok.summary.startswith("6 pairs, busbw 9.50 (h1 - h3)")
     slow = _rows({("h1", "h2"): 10.0, ("h1", "h3"): 1.0, ("h2", "h3"): 1.1})  # h3 is slow
     reference, named, common = pairs.slow_pairs(slow)
-    assert reference == 10.0 and [r["hosts"] for r in named] == [["h1", "h3"], ["h2", "h3"]]
+    assert reference == 10.0 and [r.hosts for r in named] == [["h1", "h3"], ["h2", "h3"]]
     assert common == ["h3"]
-    warn = pairs.result({"pairs": {"selection": "every pair", "pairs": [[0, 1, 0]] * 3,
-                                   "rows": slow}})
+    warn = pairs.result(PairPlan("every pair", [[0, 1, 0]] * 3, rows=slow))
     assert warn.status is Status.WARN
     assert "h3 is in every slow pair: its link is the slow one" in warn.summary
     assert "check the fabric link of h3" in warn.fix
-    alone = pairs.result({"pairs": {"selection": "all ranks on one host: no host pairs",
-                                    "pairs": []}})
+    alone = pairs.result(PairPlan("all ranks on one host: no host pairs", []))
     assert alone.status is Status.SKIP and "one host" in alone.summary
 
 
@@ -220,7 +218,7 @@ def test_a_rank_that_never_reported_is_named_with_its_slurm_host():
     assert ranks.slurm_step_hosts(env, 5) == {}  # does not add up: say nothing wrong
     [culprit] = ranks.diagnose(4, {**layout, 0: "h1"}, {0: 1, 1: 1, 2: 1}, {}, ["start",
                                                                                 "rendezvous"])
-    assert culprit["detail"] == "rank 3 (h2) did not arrive: it never reached the rendezvous"
+    assert culprit.detail == "rank 3 (h2) did not arrive: it never reached the rendezvous"
 
 
 # ----------------------------------------------------------------------------- real ranks

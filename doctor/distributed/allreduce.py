@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from dsenv.doctor.distributed import ranks
+from dsenv.doctor.distributed.outcome import AllreduceRow, WrongElement
 from dsenv.doctor.distributed.pairs import rows_of, time_pairs
 
 if TYPE_CHECKING:
@@ -52,16 +53,14 @@ def check_and_time(run: RankRun, seed: int) -> None:
         expected = n * a + ranks.coefficient_sum(n) * b
         wrong = x != expected
         count_wrong = int(wrong.sum())
-        row = {"bytes": count * 4, "count": count, "type": "float", "redop": "sum",
-               "wrong": count_wrong}
+        row = AllreduceRow(bytes=count * 4, count=count, wrong=count_wrong)
         if count_wrong:
             at = int(wrong.nonzero()[0])
-            row["first_wrong"] = {"index": at, "got": float(x[at]),
-                                  "expected": float(expected[at])}
+            row.first_wrong = WrongElement(at, float(x[at]), float(expected[at]))
         run.rows.append(row)
         del a, b, expected, wrong
         buffers.append(x)
-    run.timing["check_s"] = time.monotonic() - started
+    run.timing.check_s = time.monotonic() - started
     started = time.monotonic()
     times = []
     for i, size in enumerate(run.sizes):
@@ -71,24 +70,24 @@ def check_and_time(run: RankRun, seed: int) -> None:
         times.append(timed_allreduce(buffers[i], run.plan.warmup_for(run.backend),
                                      run.plan.iters_for(run.backend),
                                      run.plan.budget_for(run.backend)))
-    run.timing["bandwidth_s"] = time.monotonic() - started
+    run.timing.bandwidth_s = time.monotonic() - started
     run.enter("gather")
     # nccl-tests reports the time averaged over the ranks (its -a 1 default)
     gathered = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(gathered)
     for row, total in zip(run.rows, gathered.tolist(), strict=True):
         seconds = total / n
-        algbw = ranks.algorithm_bandwidth(row["bytes"], seconds)
-        row.update(time_us=seconds * 1e6, algbw_gbps=algbw,
-                   busbw_gbps=ranks.bus_bandwidth(algbw, n))
-    pairs = run.pair_plan.get("pairs") or []
-    if pairs:  # one rank of each host pair, after the sweep (distributed_pairs)
+        row.time_us = seconds * 1e6
+        row.algbw_gbps = ranks.algorithm_bandwidth(row.bytes, seconds)
+        row.busbw_gbps = ranks.bus_bandwidth(row.algbw_gbps, n)
+    pairs = run.pair_plan.pairs if run.pair_plan else []
+    if pairs:  # one rank of each host pair, after the sweep (.pairs)
         run.enter("host pairs")
         started = time.monotonic()
         seconds = time_pairs(run, pairs)
-        run.timing["pairs_s"] = time.monotonic() - started
+        run.timing.pairs_s = time.monotonic() - started
         if run.rank == 0:
-            run.pair_plan["rows"] = rows_of(pairs, seconds, run.records, run.backend)
+            run.pair_plan.rows = rows_of(pairs, seconds, run.records, run.backend)
 
 
 def timed_allreduce(x, warmup: int, iters: int, budget_s: float | None = None) -> float:

@@ -17,13 +17,16 @@ The modules, in the order a run goes through them:
 
 - this one: the options and the :class:`Plan` made from them (``dsenv --help`` reads the
   options, so it imports nothing else of the test);
-- :mod:`.distributed_launch`: the command: preflight, ``--launch``, or this rank's run;
-- :mod:`.distributed_rank`: one rank's run under a deadline no peer can break, with
-  :mod:`.distributed_record` (what a rank reports about itself), :mod:`.distributed_liveness`
-  (who left), :mod:`.distributed_fingerprint` (every rank's environment, compared by rank 0),
-  :mod:`.distributed_allreduce` (the exact checks and the timings) and
-  :mod:`.distributed_pairs` (the bandwidth of each host pair, so one slow link is named);
-- :mod:`.distributed_report`: the results for the doctor report, the tables, the exit code.
+- :mod:`.launch`: the command: preflight, ``--launch``, or this rank's run;
+- :mod:`.rank`: one rank's run under a deadline no peer can break, with :mod:`.record`
+  (what a rank reports about itself), :mod:`.liveness` (who left), :mod:`.fingerprint`
+  (every rank's environment, compared by rank 0), :mod:`.allreduce` (the exact checks and
+  the timings) and :mod:`.pairs` (the bandwidth of each host pair, so one slow link is
+  named);
+- :mod:`.report`: the results for the doctor report, the tables, the exit code;
+- :mod:`.outcome`: what they hand each other, typed (the :class:`~.outcome.Outcome` a run
+  ends with, and its parts), and the JSON the report writes of it;
+- :mod:`.ranks`: the pure arithmetic and diagnosis underneath.
 
 Test-only fault injection: DSENV_DISTRIBUTED_TEST_FAULT (:func:`parse_fault`).
 """

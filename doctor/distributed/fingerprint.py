@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dsenv.doctor.distributed.command import AREA, defaults
+from dsenv.doctor.distributed.outcome import RankRecord
 from dsenv.facts.host.fingerprint import environment_fingerprint
 from dsenv.provision import ProvisionError
 from dsenv.provision.record.manifest import read_manifest
@@ -77,7 +78,7 @@ def record_part(facts: Mapping[str, str]) -> tuple[dict, dict[str, str]]:
 
 
 # -- on rank 0 ------------------------------------------------------------------------------------
-def fetch_tables(records: Mapping[int, dict], get: Callable[[str], dict]
+def fetch_tables(records: Mapping[int, RankRecord], get: Callable[[str], dict]
                  ) -> tuple[dict[str, dict], int]:
     """One full table per distinct digest (``get(digest)``), the most common first, at most
     max_distinct: ({digest: table}, number of distinct digests)."""
@@ -108,8 +109,8 @@ def _with_per_rank(table: dict | None, per_rank: Mapping[str, str]) -> dict | No
     return None if table is None else {**table, **per_rank}
 
 
-def compare(records: Mapping[int, dict], tables: Mapping[str, dict], distinct: int | None = None
-            ) -> dict:
+def compare(records: Mapping[int, RankRecord], tables: Mapping[str, dict],
+            distinct: int | None = None) -> dict:
     """Group the ranks' fingerprints; findings name odd ranks (within a host) and odd hosts."""
     fail_on = set(settings()["fail_on"])
     by_host: dict[str, list[int]] = {}

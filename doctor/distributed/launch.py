@@ -1,5 +1,5 @@
 """The ``dsenv doctor --distributed`` command: each rank's preflight, ``--launch``, or the
-rank's run (:mod:`.distributed_rank`); the report is :mod:`.distributed_report`'s.
+rank's run (:mod:`.rank`); the report is :mod:`.report`'s.
 
 Before anything heavy is imported, each rank looks for the silent failures: a world of one
 while the launcher started more (an MPI started without PMI, a job script without srun, N
@@ -20,6 +20,7 @@ import psutil
 from dsenv import proc
 from dsenv.doctor.distributed import ranks
 from dsenv.doctor.distributed.command import Plan, make_plan
+from dsenv.doctor.distributed.outcome import Failure, Launched, Outcome
 from dsenv.doctor.distributed.rank import RankRun
 from dsenv.doctor.distributed.report import RESULT_MARK, report
 from dsenv.errors import UsageError
@@ -28,7 +29,7 @@ from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.launch.env import discover
 
 # --launch: the ranks' own deadline is the command's; this is for the launcher's start and
-# for a rank's hard stop (distributed_rank: PEER_LAG_S + HARD_STOP_AFTER_S).
+# for a rank's hard stop (.rank: PEER_LAG_S + HARD_STOP_AFTER_S).
 LAUNCH_GRACE_S = 8.0
 # A lone rank looks for copies of itself when it starts and again this much later, and lives
 # at least that long, so that two copies started up to this far apart both see each other.
@@ -103,25 +104,22 @@ def sibling_copies() -> list[str]:
     return []
 
 
-def preflight_outcome(info, plan: Plan, problems: list[str], kind: str) -> dict:
+def preflight_outcome(info, plan: Plan, problems: list[str], kind: str) -> Outcome:
     """The outcome of a run stopped before any rank talked to another."""
-    outcome = {"rank": info.rank if info else 0, "launcher": info.launcher if info else None,
-               "backend": None, "world_size": info.world_size if info else None,
-               "master": None, "timeout_s": plan.timeout_s, "seconds": 0.0,
-               "ranks": [{"rank": info.rank, "local_rank": info.local_rank,
+    outcome = Outcome(rank=info.rank if info else 0, launcher=info.launcher if info else None,
+                      world_size=info.world_size if info else None, timeout_s=plan.timeout_s,
+                      preflight=kind)
+    if info:
+        outcome.ranks = [{"rank": info.rank, "local_rank": info.local_rank,
                           "world_size": info.world_size, "local_size": info.local_size,
                           "launcher": info.launcher, "host": socket.gethostname(),
-                          "pid": os.getpid()}] if info else [],
-               "allreduce": [], "timing": {}, "failure": None, "preflight": kind,
-               "fault_injected": None}
+                          "pid": os.getpid()}]
     if kind == "singletons":
-        outcome["failure"] = {"kind": kind, "step": "start", "culprits": [],
-                              "message": "silent singletons: this process sees itself as rank 0 "
-                                         "of 1 while the launcher started more",
-                              "evidence": problems}
+        outcome.failure = Failure(kind, "silent singletons: this process sees itself as rank 0 "
+                                  "of 1 while the launcher started more", "start",
+                                  evidence=problems)
     elif kind != "alone":
-        outcome["failure"] = {"kind": kind, "message": problems[0], "step": "start",
-                              "culprits": [], "evidence": problems[1:]}
+        outcome.failure = Failure(kind, problems[0], "start", evidence=problems[1:])
     return outcome
 
 
@@ -153,9 +151,8 @@ def launch(plan: Plan, args, checks, ctx) -> int:
                 sys.executable, *rank_command]
     ran = proc.run(argv, timeout=plan.timeout_s + LAUNCH_GRACE_S, env=env)
     outcome = collected_outcome(ran, plan)
-    outcome["launched"] = {"launcher": plan.launch, "nprocs": plan.nprocs,
-                           "command": " ".join(argv), "returncode": ran.returncode,
-                           "timed_out": ran.timed_out, "seconds": round(ran.seconds, 3)}
+    outcome.launched = Launched(plan.launch, plan.nprocs, " ".join(argv), ran.returncode,
+                                ran.timed_out, round(ran.seconds, 3))
     return report(outcome, plan, args, checks, ctx, marked_ok=False)
 
 
@@ -173,37 +170,35 @@ def mpirun_options(mpirun: str, nprocs: int, env) -> list[str]:
     return options
 
 
-def marked_outcomes(text: str) -> list[dict]:
+def marked_outcomes(text: str) -> list[Outcome]:
     found = []
     for line in text.splitlines():
         at = line.find(RESULT_MARK)
         if at < 0:
             continue
         try:
-            found.append(json.loads(line[at + len(RESULT_MARK):]))
-        except json.JSONDecodeError:
+            found.append(Outcome.from_json(json.loads(line[at + len(RESULT_MARK):])))
+        except (json.JSONDecodeError, KeyError, TypeError):  # a line cut short or garbled
             continue
     return found
 
 
-def collected_outcome(ran: proc.CommandResult, plan: Plan) -> dict:
+def collected_outcome(ran: proc.CommandResult, plan: Plan) -> Outcome:
     """Rank 0's outcome when it reported; else the lowest rank's that did; else what the
     launcher itself said."""
     reported = marked_outcomes(ran.stdout) + marked_outcomes(ran.stderr)
-    reported.sort(key=lambda o: o.get("rank", 0))
+    reported.sort(key=lambda o: o.rank)
     if reported:
         outcome = reported[0]
-        others = [f"rank {o['rank']}: {o['failure']['message']}" for o in reported[1:]
-                  if o.get("failure") and o["failure"]["kind"] != "aborted"]
-        if others and outcome.get("failure"):  # what ranks saw beyond rank 0's word
-            outcome["failure"].setdefault("evidence", []).extend(others)
+        others = [f"rank {o.rank}: {o.failure.message}" for o in reported[1:]
+                  if o.failure and o.failure.kind != "aborted"]
+        if others and outcome.failure:  # what ranks saw beyond rank 0's word
+            outcome.failure.evidence = [*(outcome.failure.evidence or []), *others]
         return outcome
     tail = [line for line in (ran.stderr or ran.stdout).strip().splitlines() if line.strip()]
     how = (f"did not finish within {plan.timeout_s + LAUNCH_GRACE_S:g} s (killed)"
            if ran.timed_out else f"exited {ran.returncode}")
-    return {"rank": 0, "launcher": plan.launch, "backend": None, "world_size": plan.nprocs,
-            "master": None, "timeout_s": plan.timeout_s, "seconds": ran.seconds, "ranks": [],
-            "allreduce": [], "timing": {}, "fault_injected": None,
-            "failure": {"kind": "launch", "step": "start", "culprits": [],
-                        "message": f"{plan.launch} {how} and no rank reported",
-                        "evidence": tail[-8:]}}
+    return Outcome(launcher=plan.launch, world_size=plan.nprocs, timeout_s=plan.timeout_s,
+                   seconds=ran.seconds,
+                   failure=Failure("launch", f"{plan.launch} {how} and no rank reported",
+                                   "start", evidence=tail[-8:]))

@@ -1,6 +1,6 @@
 """Bus bandwidth between host pairs, so that one slow link is named, not averaged away.
 
-After the all-ranks sweep (:mod:`.distributed_allreduce`), the lowest rank of each host
+After the all-ranks sweep (:mod:`.allreduce`), the lowest rank of each host
 exchanges one buffer with the lowest rank of another host, both ways at once: the traffic of
 a 2-rank all-reduce (each side sends and receives the whole buffer), so busbw = bytes / time
 compares with the all-ranks busbw. Each pair keeps its fastest of ``iters`` exchanges: a
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from dsenv.doctor.distributed import ranks
 from dsenv.doctor.distributed.command import AREA, defaults
+from dsenv.doctor.distributed.outcome import PairPlan, PairRow, RankRecord
 from dsenv.verdicts.findings import Result, Status
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def settings() -> dict:
 
 
 # -- rank 0: which pairs ---------------------------------------------------------------------------
-def host_leaders(records: Mapping[int, dict]) -> dict[str, int]:
+def host_leaders(records: Mapping[int, RankRecord]) -> dict[str, int]:
     """{host: its lowest rank}, hosts in the order of those ranks."""
     leaders: dict[str, int] = {}
     for rank in sorted(records):
@@ -47,17 +48,17 @@ def host_leaders(records: Mapping[int, dict]) -> dict[str, int]:
     return leaders
 
 
-def plan_pairs(records: Mapping[int, dict], all_pairs_up_to: int | None = None) -> dict:
-    """{"selection": what was chosen and why, "pairs": [[rank a, rank b, round], ...]}."""
+def plan_pairs(records: Mapping[int, RankRecord], all_pairs_up_to: int | None = None
+               ) -> PairPlan:
+    """What was chosen and why, and the pairs: [[rank a, rank b, round], ...]."""
     limit = settings()["all_pairs_up_to"] if all_pairs_up_to is None else all_pairs_up_to
     leaders = list(host_leaders(records).values())
     hosts = len(leaders)
     if hosts < 2:
-        return {"selection": "all ranks on one host: no host pairs", "pairs": []}
+        return PairPlan("all ranks on one host: no host pairs", [])
     if hosts <= limit:
         pairs = [[a, b, i] for i, (a, b) in enumerate(itertools.combinations(leaders, 2))]
-        return {"selection": f"every pair of {hosts} hosts ({len(pairs)}), one at a time",
-                "pairs": pairs}
+        return PairPlan(f"every pair of {hosts} hosts ({len(pairs)}), one at a time", pairs)
     pairs = []
     for i in range(hosts):
         # ring neighbours: even pairs, then odd pairs; with an odd H the closing pair
@@ -65,9 +66,8 @@ def plan_pairs(records: Mapping[int, dict], all_pairs_up_to: int | None = None) 
         round_ = 2 if (hosts % 2 and i == hosts - 1) else i % 2
         pairs.append([leaders[i], leaders[(i + 1) % hosts], round_])
     total = hosts * (hosts - 1) // 2
-    return {"selection": f"ring neighbours of {hosts} hosts ({hosts} of {total} pairs, 3 "
-                         f"rounds; every pair above {limit} hosts would take too long)",
-            "pairs": pairs}
+    return PairPlan(f"ring neighbours of {hosts} hosts ({hosts} of {total} pairs, 3 rounds; "
+                    f"every pair above {limit} hosts would take too long)", pairs)
 
 
 # -- every rank: time its pairs ----------------------------------------------------------------
@@ -119,15 +119,12 @@ def time_pairs(run: RankRun, pairs: list[list[int]]) -> list[float]:
     return times.tolist()
 
 
-def rows_of(pairs: list[list[int]], seconds: list[float], records: Mapping[int, dict],
-            backend: str) -> list[dict]:
+def rows_of(pairs: list[list[int]], seconds: list[float], records: Mapping[int, RankRecord],
+            backend: str) -> list[PairRow]:
     size = max(1, ranks.parse_size(settings()["sizes"][backend]) // 4) * 4
-    rows = []
-    for (a, b, _), t in zip(pairs, seconds, strict=True):
-        rows.append({"hosts": [records[a].get("host"), records[b].get("host")], "ranks": [a, b],
-                     "bytes": size, "time_us": t * 1e6,
-                     "busbw_gbps": ranks.algorithm_bandwidth(size, t)})
-    return rows
+    return [PairRow([records[a].get("host"), records[b].get("host")], [a, b], size, t * 1e6,
+                    ranks.algorithm_bandwidth(size, t))
+            for (a, b, _), t in zip(pairs, seconds, strict=True)]
 
 
 # -- the verdict -----------------------------------------------------------------------------------
@@ -137,53 +134,53 @@ def percentile(values: list[float], percent: float) -> float:
     return ordered[max(0, math.ceil(percent / 100 * len(ordered)) - 1)]
 
 
-def slow_pairs(rows: list[dict]) -> tuple[float, list[dict], list[str]]:
+def slow_pairs(rows: list[PairRow]) -> tuple[float, list[PairRow], list[str]]:
     """(reference busbw, the rows below slow_below x reference, hosts in every slow row)."""
     conf = settings()
-    values = [r["busbw_gbps"] for r in rows]
+    values = [r.busbw_gbps for r in rows]
     if len(values) < 2:
         return (values[0] if values else 0.0), [], []
     reference = percentile(values, conf["reference_percentile"])
-    slow = [r for r in rows if r["busbw_gbps"] < conf["slow_below"] * reference]
-    common = set(slow[0]["hosts"]) if slow else set()
+    slow = [r for r in rows if r.busbw_gbps < conf["slow_below"] * reference]
+    common = set(slow[0].hosts) if slow else set()
     for row in slow[1:]:
-        common &= set(row["hosts"])
+        common &= set(row.hosts)
     if len(slow) == 1:
         common = set()  # one slow pair: either end could be the slow one
     return reference, slow, sorted(common)
 
 
-def _pair(row: dict) -> str:
-    return f"{row['hosts'][0]} - {row['hosts'][1]}"
+def _pair(row: PairRow) -> str:
+    return f"{row.hosts[0]} - {row.hosts[1]}"
 
 
-def result(outcome: dict) -> Result:
+def result(links: PairPlan | None) -> Result:
+    """The distributed.links result from the outcome's host pairs (None: not reached)."""
     def make(status, summary, evidence=(), fix=None):
         return Result(f"{AREA}.links", AREA, TITLE, status, summary, list(evidence), fix)
 
-    links = outcome.get("pairs")
     if not links:
         return make(Status.SKIP, "not timed: the ranks did not reach it")
-    rows = links.get("rows") or []
-    if not links.get("pairs"):
-        return make(Status.SKIP, links.get("selection", "no host pairs"))
-    ordered = sorted(rows, key=lambda r: r["busbw_gbps"])
-    evidence = [f"{_pair(r)} (ranks {r['ranks'][0]}, {r['ranks'][1]}): {r['time_us']:.1f} us, "
-                f"busbw {r['busbw_gbps']:.2f} GB/s" for r in ordered[:MAX_ROWS_SHOWN]]
+    rows = links.rows or []
+    if not links.pairs:
+        return make(Status.SKIP, links.selection or "no host pairs")
+    ordered = sorted(rows, key=lambda r: r.busbw_gbps)
+    evidence = [f"{_pair(r)} (ranks {r.ranks[0]}, {r.ranks[1]}): {r.time_us:.1f} us, "
+                f"busbw {r.busbw_gbps:.2f} GB/s" for r in ordered[:MAX_ROWS_SHOWN]]
     if len(ordered) > MAX_ROWS_SHOWN:
         evidence.append(f"{len(ordered) - MAX_ROWS_SHOWN} faster pairs in --json")
-    evidence.append(f"pairs: {links['selection']}; {ranks.format_size(rows[0]['bytes'])} "
+    evidence.append(f"pairs: {links.selection}; {ranks.format_size(rows[0].bytes)} "
                     "both ways at once per exchange")
     reference, slow, common = slow_pairs(rows)
-    spread = (f"busbw {ordered[0]['busbw_gbps']:.2f} ({_pair(ordered[0])}) to "
-              f"{ordered[-1]['busbw_gbps']:.2f} GB/s ({_pair(ordered[-1])})")
+    spread = (f"busbw {ordered[0].busbw_gbps:.2f} ({_pair(ordered[0])}) to "
+              f"{ordered[-1].busbw_gbps:.2f} GB/s ({_pair(ordered[-1])})")
     if len(rows) == 1:
         return make(Status.INFO, f"one pair ({_pair(rows[0])}): busbw "
-                    f"{rows[0]['busbw_gbps']:.2f} GB/s", evidence)
+                    f"{rows[0].busbw_gbps:.2f} GB/s", evidence)
     if not slow:
         return make(Status.OK, f"{len(rows)} pairs, {spread}", evidence)
     conf = settings()
-    named = ", ".join(f"{_pair(r)} at {r['busbw_gbps']:.2f} GB/s" for r in slow[:4])
+    named = ", ".join(f"{_pair(r)} at {r.busbw_gbps:.2f} GB/s" for r in slow[:4])
     summary = (f"{len(slow)} slow pair{'s' if len(slow) > 1 else ''}: {named}, below "
                f"{conf['slow_below']:g} x the pairs' reference {reference:.2f} GB/s (their "
                f"{conf['reference_percentile']}th percentile)")

@@ -1,20 +1,20 @@
 """One rank of ``dsenv doctor --distributed``: rendezvous, torch.distributed, the all-reduce
-checks and timings (:mod:`.distributed_allreduce`), under a deadline that no peer can break.
+checks and timings (:mod:`.allreduce`), under a deadline that no peer can break.
 
 Side channel (keys under ``dsenv-doctor/<restart>/`` in the job's TCPStore: rank 0 serves it
 on MASTER_PORT, or torchrun's agent does):
 
 ==============  ============================================================================
-identity/<r>    rank r's record (:mod:`.distributed_record`), JSON
-fingerprint/<d> the environment table whose digest is d (:mod:`.distributed_fingerprint`),
+identity/<r>    rank r's record (:mod:`.record`), JSON
+fingerprint/<d> the environment table whose digest is d (:mod:`.fingerprint`),
                 JSON: set by the first rank that has it, read by rank 0 once per digest
 step/<r>        index of the step rank r last entered (rendezvous, init, check 1 MiB, ...)
 rank0           rank 0's liveness port and its deadline (epoch seconds), JSON
 go              rank 0's word after the rendezvous: the random seed and the host pairs to
-                time (:mod:`.distributed_pairs`), or why the run stops
+                time (:mod:`.pairs`), or why the run stops
 ==============  ============================================================================
 
-Liveness (:mod:`.distributed_liveness`): every rank keeps one TCP connection to rank 0, so
+Liveness (:mod:`.liveness`): every rank keeps one TCP connection to rank 0, so
 rank 0 knows at once which rank exited (and the ranks know when rank 0 did). A rank that is
 alive but stuck is found when the deadline comes: it is the one whose step is behind the
 others'. Rank 0 then names it, tells the others to stop (an ``abort`` line on their
@@ -28,7 +28,7 @@ itself cannot run. Every ending goes through :meth:`RankRun.end`: one report, th
 ``os._exit``.
 
 Fault injection for tests, never set by dsenv: ``DSENV_DISTRIBUTED_TEST_FAULT`` (see
-:func:`.distributed.parse_fault`).
+:func:`.command.parse_fault`).
 """
 
 from __future__ import annotations
@@ -49,6 +49,15 @@ from dsenv.doctor.distributed import fingerprint as fingerprints
 from dsenv.doctor.distributed import ranks
 from dsenv.doctor.distributed.allreduce import check_and_time
 from dsenv.doctor.distributed.liveness import LivenessClient, LivenessServer
+from dsenv.doctor.distributed.outcome import (
+    AllreduceRow,
+    Culprit,
+    Failure,
+    Outcome,
+    PairPlan,
+    RankRecord,
+    Timing,
+)
 from dsenv.doctor.distributed.pairs import plan_pairs
 from dsenv.doctor.distributed.record import local_record
 
@@ -75,7 +84,7 @@ class RunFailure(Exception):
 class RankRun:
     """One rank's whole run; :meth:`run` never returns (every ending is :meth:`end`)."""
 
-    def __init__(self, plan, info, env: Mapping[str, str], emit: Callable[[dict], int]):
+    def __init__(self, plan, info, env: Mapping[str, str], emit: Callable[[Outcome], int]):
         self.plan, self.info, self.env, self.emit = plan, info, env, emit
         self.rank, self.world = info.rank, info.world_size
         self.started = time.monotonic()
@@ -90,14 +99,14 @@ class RankRun:
         self.step_index = 0
         self.prefix = f"dsenv-doctor/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
         self.store = None
-        self.records: dict[int, dict] = {}
+        self.records: dict[int, RankRecord] = {}
         self.exited: dict[int, int] = {}
         self.errors: dict[int, str] = {}  # rank -> the error it left in the store
         self.rank0_done = False
-        self.rows: list[dict] = []
-        self.timing = {}
+        self.rows: list[AllreduceRow] = []
+        self.timing = Timing()
         self.environment: dict | None = None  # rank 0: the fingerprints compared
-        self.pair_plan: dict = {}  # the host pairs to time (rank 0 adds their rows)
+        self.pair_plan: PairPlan | None = None  # the host pairs to time (rank 0 adds rows)
         self.fault = plan.fault if plan.fault and plan.fault.rank == self.rank else None
         self._end_lock = threading.Lock()
         self._ending: str | None = None
@@ -176,7 +185,7 @@ class RankRun:
             self.store.set(key, json.dumps(table))
         self.store.set(f"{self.prefix}identity/{self.rank}", json.dumps(record))
         go = self._rank0_rendezvous() if self.rank == 0 else self._peer_rendezvous()
-        self.timing["rendezvous_s"] = time.monotonic() - started
+        self.timing.rendezvous_s = time.monotonic() - started
         self.fault_point("init")
         self.enter("init")
         import torch.distributed as dist  # torch: only the ranks need it
@@ -184,7 +193,7 @@ class RankRun:
         started = time.monotonic()
         dist.init_process_group(self.backend, store=self.store, rank=self.rank,
                                 world_size=self.world, timeout=self._timedelta(5.0))
-        self.timing["init_s"] = time.monotonic() - started
+        self.timing.init_s = time.monotonic() - started
         check_and_time(self, go["seed"])
         self.step_index = self.step_names.index("done")  # not in the store: rank 0 may be gone
         if self.rank == 0:  # keep the store up until every rank is through
@@ -229,7 +238,7 @@ class RankRun:
             go = {"ok": False, "reason": problems[0]}
         else:
             self.pair_plan = plan_pairs(self.records)
-            go = {"ok": True, "seed": secrets.randbits(31), "pairs": self.pair_plan["pairs"]}
+            go = {"ok": True, "seed": secrets.randbits(31), "pairs": self.pair_plan.pairs}
         self.store.set(f"{self.prefix}go", json.dumps(go))
         if not go["ok"]:
             raise RunFailure("aborted", "; ".join(problems))
@@ -258,7 +267,7 @@ class RankRun:
         go = json.loads(self.store.get(f"{self.prefix}go"))
         if not go["ok"]:
             raise RunFailure("aborted", "rank 0 stopped the run: " + go["reason"])
-        self.pair_plan = {"pairs": go.get("pairs", [])}
+        self.pair_plan = PairPlan(pairs=go.get("pairs", []))
         return go
 
     def hosts(self) -> dict[int, str]:
@@ -345,8 +354,7 @@ class RankRun:
         try:
             outcome = self.outcome(kind, message)
             if kind != "ok" and self.rank == 0 and self._liveness is not None:
-                self._liveness.broadcast("abort " + json.dumps(
-                    outcome["failure"]["message"]))
+                self._liveness.broadcast("abort " + json.dumps(outcome.failure.message))
             faulthandler.cancel_dump_traceback_later()
             if kind == "ok":
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
@@ -358,18 +366,16 @@ class RankRun:
             sys.stderr.flush()
             os._exit(code)
 
-    def outcome(self, kind: str, message: str | None) -> dict:
-        outcome = {
-            "rank": self.rank, "launcher": self.info.launcher, "backend": self.backend,
-            "world_size": self.world, "master": f"{self.info.master_addr}:{self.info.master_port}",
-            "timeout_s": self.plan.timeout_s, "seconds": time.monotonic() - self.started,
-            "warmup": self.plan.warmup_for(self.backend),
-            "iters": self.plan.iters_for(self.backend),
-            "ranks": [self.records[r] for r in sorted(self.records)],
-            "allreduce": self.rows, "timing": self.timing, "failure": None,
-            "environment": self.environment, "pairs": self.pair_plan or None,
-            "fault_injected": self.plan.fault.describe() if self.plan.fault else None,
-        }
+    def outcome(self, kind: str, message: str | None) -> Outcome:
+        outcome = Outcome(
+            rank=self.rank, launcher=self.info.launcher, backend=self.backend,
+            world_size=self.world, master=f"{self.info.master_addr}:{self.info.master_port}",
+            timeout_s=self.plan.timeout_s, seconds=time.monotonic() - self.started,
+            warmup=self.plan.warmup_for(self.backend), iters=self.plan.iters_for(self.backend),
+            ranks=[self.records[r] for r in sorted(self.records)], allreduce=self.rows,
+            timing=self.timing, environment=self.environment, pairs=self.pair_plan,
+            fault_injected=self.plan.fault.describe() if self.plan.fault else None,
+            from_run=True)
         if kind == "ok":
             return outcome
         at = self.step_names[self.step_index]
@@ -387,21 +393,20 @@ class RankRun:
         elif self.store is None and self.rank == 0:
             culprits = []
         elif self.store is None:  # this rank never saw the others
-            culprits = [{"rank": 0, "host": None, "state": "absent", "step": None,
-                         "detail": f"rank 0's rendezvous at {outcome['master']} never "
-                                   "answered"}]
+            culprits = [Culprit(0, None, "absent", None,
+                                f"rank 0's rendezvous at {outcome.master} never answered")]
         else:
             culprits = ranks.diagnose(self.world, hosts, steps, self.exited, self.step_names)
             for culprit in culprits:
-                if culprit["rank"] in self.errors:
-                    culprit["detail"] += f"; it said {self.errors[culprit['rank']]}"
+                if culprit.rank in self.errors:
+                    culprit.detail += f"; it said {self.errors[culprit.rank]}"
         cause = {"timeout": f"the run did not finish within {self.plan.timeout_s:g} s",
                  "terminated": "the launcher terminated this rank (SIGTERM)",
                  "error": f"this rank saw {message}"}.get(kind)
         if kind == "aborted" or (kind == "store" and not culprits):
             text = message or "rank 0 stopped the run"
         elif culprits:
-            text = "; ".join(c["detail"] for c in culprits) + (f" ({cause})" if cause else "")
+            text = "; ".join(c.detail for c in culprits) + (f" ({cause})" if cause else "")
         elif kind == "timeout":
             text = (f"every rank reached '{at}' and it did not complete within "
                     f"{self.plan.timeout_s:g} s: no rank is behind, the transport stalls")
@@ -409,9 +414,8 @@ class RankRun:
             text = cause or message or kind
         if kind == "store" and culprits:
             text = message or text
-        outcome["ranks"] = [self.records[r] for r in sorted(self.records)]
-        outcome["failure"] = {"kind": kind, "message": text, "step": at,
-                              "culprits": culprits}
+        outcome.ranks = [self.records[r] for r in sorted(self.records)]
+        outcome.failure = Failure(kind, text, at, culprits)
         return outcome
 
 

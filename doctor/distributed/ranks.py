@@ -4,11 +4,8 @@ ranks share a GPU, who is missing or stuck, and nccl-tests' bandwidth arithmetic
 Pure functions over the environment, per-rank records and progress; ``dsenv doctor
 --distributed`` (doctor/distributed/command.py) feeds them what each rank reported.
 
-A rank record is a dict (it travels as JSON between ranks): rank, local_rank, world_size,
-local_size, launcher, host, pid, visible (the *_VISIBLE_DEVICES setting), device ("cuda:0",
-"cpu"), device_name, device_uuid, device_bus_id, numa (the NUMA nodes of the rank's CPUs),
-device_numa, interface and address (the socket interface towards MASTER_ADDR), fingerprint
-(the digest of the rank's environment: doctor/distributed/fingerprint.py).
+A rank record is a JSON object (it travels between ranks through the job's store), typed as
+:class:`.outcome.RankRecord`.
 """
 
 from __future__ import annotations
@@ -17,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from dsenv.doctor.distributed.outcome import Culprit
 from dsenv.facts.launch.joblayout import expand_hostlist
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -239,7 +237,7 @@ def rank_name(rank: int, hosts: Mapping[int, str]) -> str:
 
 
 def diagnose(world_size: int, hosts: Mapping[int, str], steps: Mapping[int, int],
-             exited: Mapping[int, int], step_names: list[str]) -> list[dict]:
+             exited: Mapping[int, int], step_names: list[str]) -> list[Culprit]:
     """The ranks to blame when the run did not finish, most certain first.
 
     ``hosts``: rank -> host of every rank that reported; ``steps``: rank -> index (in
@@ -256,24 +254,21 @@ def diagnose(world_size: int, hosts: Mapping[int, str], steps: Mapping[int, int]
 
     culprits = []
     for rank in sorted(exited):
-        culprits.append({"rank": rank, "host": hosts.get(rank), "state": "exited",
-                         "step": step(exited[rank]),
-                         "detail": f"{rank_name(rank, hosts)} exited before the end: its "
-                                   f"last step was '{step(exited[rank])}' (its connection "
-                                   "closed)"})
+        culprits.append(Culprit(rank, hosts.get(rank), "exited", step(exited[rank]),
+                                f"{rank_name(rank, hosts)} exited before the end: its last "
+                                f"step was '{step(exited[rank])}' (its connection closed)"))
     absent = [r for r in range(world_size) if r not in steps and r not in exited]
     for rank in absent:
-        culprits.append({"rank": rank, "host": hosts.get(rank), "state": "absent", "step": None,
-                         "detail": f"{rank_name(rank, hosts)} did not arrive: it never "
-                                   "reached the rendezvous"})
+        culprits.append(Culprit(rank, hosts.get(rank), "absent", None,
+                                f"{rank_name(rank, hosts)} did not arrive: it never reached "
+                                "the rendezvous"))
     alive = {r: s for r, s in steps.items() if r not in exited}
     if alive:
         furthest = max(alive.values())
         for rank, index in sorted(alive.items()):
             if index < furthest:
-                culprits.append({"rank": rank, "host": hosts.get(rank), "state": "stuck",
-                                 "step": step(index),
-                                 "detail": f"{rank_name(rank, hosts)} stopped answering: "
-                                           f"its last step was '{step(index)}', others "
-                                           f"reached '{step(furthest)}'"})
+                culprits.append(Culprit(rank, hosts.get(rank), "stuck", step(index),
+                                        f"{rank_name(rank, hosts)} stopped answering: its "
+                                        f"last step was '{step(index)}', others reached "
+                                        f"'{step(furthest)}'"))
     return culprits

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 
 from dsenv.doctor.distributed import ranks
+from dsenv.doctor.distributed.outcome import RankRecord
 from dsenv.facts.gpu.inventory import VISIBILITY_NAMES
 from dsenv.facts.host.fingerprint import selected_interfaces
 
@@ -44,10 +45,11 @@ def socket_interface(master_addr: str, env: Mapping[str, str], backend: str
     return f"{name} ({variable}={chosen})", (addresses.get(name) or [None])[0]
 
 
-def local_record(info, env: Mapping[str, str], backend: str) -> dict:
-    """What this rank reports about itself (rank 0 checks them: doctor/distributed/ranks.py)."""
+def local_record(info, env: Mapping[str, str], backend: str) -> RankRecord:
+    """What this rank reports about itself (rank 0 checks them: doctor/distributed/ranks.py);
+    the rank adds its ``fingerprint``."""
     visible = next((f"{v}={env[v]}" for v in VISIBILITY_NAMES if v in env), "")
-    record = {"rank": info.rank, "local_rank": info.local_rank, "world_size": info.world_size,
+    record: RankRecord = {"rank": info.rank, "local_rank": info.local_rank, "world_size": info.world_size,
               "local_size": info.local_size, "launcher": info.launcher,
               "host": socket.gethostname(), "pid": os.getpid(), "visible": visible,
               "device": "cpu", "device_name": None, "device_uuid": None,

@@ -1,5 +1,6 @@
 """What ``dsenv doctor --distributed`` reports: the ``distributed`` results (one per stage
-a run goes through) from rank 0's outcome, the ranks and bandwidth tables, the exit code.
+a run goes through) from rank 0's :class:`.outcome.Outcome`, the ranks and bandwidth tables,
+the exit code; with ``--json``, the outcome's JSON as the report's ``distributed`` section.
 Ranks other than 0, and ranks under ``--launch``, write their outcome as one marked JSON
 line (RESULT_MARK) for the parent to collect."""
 
@@ -22,6 +23,7 @@ from dsenv.doctor.distributed import (
     ranks,
 )
 from dsenv.doctor.distributed.command import AREA, Plan, defaults
+from dsenv.doctor.distributed.outcome import Failure, Outcome, RankRecord
 from dsenv.doctor.render import exit_code, render_json, render_text, use_color
 from dsenv.doctor.runner import run_checks
 from dsenv.envs.sites import load_site
@@ -43,14 +45,14 @@ TITLES = {"launch": "Ranks and launcher", "rendezvous": "Every rank arrives",
           "busbw": "All-reduce bus bandwidth", "links": distributed_pairs.TITLE}
 
 
-def stage_of(failure: dict | None) -> str | None:
+def stage_of(failure: Failure | None) -> str | None:
     if failure is None:
         return None
-    if failure["kind"] in ("singletons", "world-size", "launch-env", "launch"):
+    if failure.kind in ("singletons", "world-size", "launch-env", "launch"):
         return "launch"
-    step = failure.get("step") or "start"
-    if failure["kind"] == "aborted" and step == "rendezvous":
-        return "devices" if "GPU" in failure["message"] else "launch"
+    step = failure.step or "start"
+    if failure.kind == "aborted" and step == "rendezvous":
+        return "devices" if "GPU" in failure.message else "launch"
     if step.startswith("all-reduce check"):
         return "allreduce"
     if step == "host pairs":
@@ -106,18 +108,17 @@ FIXES = {
 }
 
 
-def _failure_fix(failure: dict, records: list[dict]) -> str:
-    kind = failure["kind"]
+def _failure_fix(failure: Failure, records: list[RankRecord]) -> str:
+    kind = failure.kind
     if kind in FIXES:
         return FIXES[kind]
-    culprits = failure.get("culprits", [])
     for state in ("exited", "absent", "stuck"):
-        culprit = next((c for c in culprits if c["state"] == state), None)
+        culprit = next((c for c in failure.culprits if c.state == state), None)
         if culprit is None:
             continue
-        pid = next((r.get("pid") for r in records if r.get("rank") == culprit["rank"]), None)
+        pid = next((r.get("pid") for r in records if r.get("rank") == culprit.rank), None)
         return FIXES[state].replace("PID", str(pid)) if pid else FIXES[state]
-    if kind == "aborted" and "GPU" in failure["message"]:
+    if kind == "aborted" and "GPU" in failure.message:
         return ("give each rank its own GPU: `srun --gpus-per-task=1`, or one "
                 "CUDA_VISIBLE_DEVICES entry per local rank (dsenv uses cuda:LOCAL_RANK)")
     if kind == "aborted":
@@ -127,34 +128,33 @@ def _failure_fix(failure: dict, records: list[dict]) -> str:
     return FIXES["stall"]
 
 
-def results_from(outcome: dict, plan: Plan, prefix: Path | None = None) -> list[Result]:
+def results_from(outcome: Outcome, plan: Plan, prefix: Path | None = None) -> list[Result]:
     """The distributed results for the doctor report, from rank 0's (or the parent's) view."""
-    failure = outcome.get("failure")
+    failure = outcome.failure
     failed_at = stage_of(failure)
-    records = outcome.get("ranks") or []
-    hosts = sorted({r.get("host") for r in records if r.get("host")})
-    world = outcome.get("world_size")
-    launcher = outcome.get("launcher") or "?"
+    records = outcome.ranks
+    hosts = sorted(h for h in outcome.hosts() if h)
+    world = outcome.world_size
+    launcher = outcome.launcher or "?"
     results: list[Result] = []
 
     def reached(stage: str) -> bool:
         return failed_at is None or STAGES.index(stage) < STAGES.index(failed_at)
 
     def failed(stage: str) -> Result:
-        evidence = [c["detail"] for c in failure.get("culprits", [])
-                    if c["detail"] not in failure["message"]]
-        evidence += failure.get("evidence", [])
-        if outcome.get("fault_injected"):
-            evidence.append("fault injected: " + outcome["fault_injected"])
-        if outcome.get("launched"):
-            evidence.append(f"started with: {outcome['launched']['command']}")
-        return _result(stage, Status.FAIL, failure["message"], evidence,
+        evidence = [c.detail for c in failure.culprits if c.detail not in failure.message]
+        evidence += failure.evidence or []
+        if outcome.fault_injected:
+            evidence.append("fault injected: " + outcome.fault_injected)
+        if outcome.launched:
+            evidence.append(f"started with: {outcome.launched.command}")
+        return _result(stage, Status.FAIL, failure.message, evidence,
                        _failure_fix(failure, records))
 
     for stage in STAGES:
         if stage == "environment":  # compared at the rendezvous, shown whatever came later
-            if outcome.get("environment") or outcome.get("preflight") != "alone":
-                results.append(distributed_fingerprint.result(outcome.get("environment"),
+            if outcome.environment or outcome.preflight != "alone":
+                results.append(distributed_fingerprint.result(outcome.environment,
                                                               reached("environment")))
                 continue
         if failed_at == stage:
@@ -162,30 +162,30 @@ def results_from(outcome: dict, plan: Plan, prefix: Path | None = None) -> list[
         elif not reached(stage):
             results.append(_result(stage, Status.SKIP, f"not reached: "
                                    f"{TITLES[failed_at].lower()} failed"))
-        elif outcome.get("preflight") == "alone" and stage != "launch":
+        elif outcome.preflight == "alone" and stage != "launch":
             results.append(_result(stage, Status.SKIP, "one rank: nothing to talk to"))
         else:
             results.append(_passed(stage, outcome, plan, hosts, world, launcher, prefix))
     return results
 
 
-def _passed(stage, outcome, plan, hosts, world, launcher, prefix) -> Result:
-    records = outcome.get("ranks") or []
+def _passed(stage, outcome: Outcome, plan, hosts, world, launcher, prefix) -> Result:
+    records = outcome.ranks
     if stage == "launch":
-        if outcome.get("preflight") == "alone":
+        if outcome.preflight == "alone":
             return _result(stage, Status.WARN, f"one rank ({launcher}): nothing to test",
                            [], "run it under the job's launcher (srun -n N, mpirun -np N, "
                            "torchrun --nproc_per_node N, deepspeed) or add --launch torchrun "
                            "-n 2")
         return _result(stage, Status.OK, f"{world} ranks under {launcher} on "
-                       f"{len(hosts)} host(s), backend {outcome.get('backend')}",
+                       f"{len(hosts)} host(s), backend {outcome.backend}",
                        [f"rank {r['rank']}: {r.get('host')}, local rank {r.get('local_rank')}"
                         for r in records[:16]])
     if stage == "rendezvous":
-        timing = outcome.get("timing", {})
+        timing = outcome.timing
         return _result(stage, Status.OK, f"{world}/{world} ranks in "
-                       f"{timing.get('rendezvous_s', 0):.2f} s, {outcome.get('backend')} "
-                       f"init {timing.get('init_s', 0):.2f} s", [f"master {outcome['master']}"])
+                       f"{timing.rendezvous_s or 0:.2f} s, {outcome.backend} "
+                       f"init {timing.init_s or 0:.2f} s", [f"master {outcome.master}"])
     if stage == "devices":
         gpus = [r for r in records if str(r.get("device", "")).startswith("cuda")]
         if not gpus:
@@ -194,28 +194,28 @@ def _passed(stage, outcome, plan, hosts, world, launcher, prefix) -> Result:
                        [f"rank {r['rank']}: {r.get('device_name')} {r.get('device_uuid')}"
                         for r in gpus[:16]])
     if stage == "links":
-        return distributed_pairs.result(outcome)
-    rows = outcome.get("allreduce") or []
+        return distributed_pairs.result(outcome.pairs)
+    rows = outcome.allreduce
     if stage == "allreduce":
-        wrong = [r for r in rows if r.get("wrong")]
-        sizes = f"{ranks.format_size(rows[0]['bytes'])} to {ranks.format_size(rows[-1]['bytes'])}"
+        wrong = [r for r in rows if r.wrong]
+        sizes = f"{ranks.format_size(rows[0].bytes)} to {ranks.format_size(rows[-1].bytes)}"
         if wrong:
             first = wrong[0]
-            at = first.get("first_wrong", {})
-            return _result(stage, Status.FAIL, f"wrong sum at {ranks.format_size(first['bytes'])}"
-                           f": {first['wrong']} of {first['count']} elements differ",
-                           [f"first at index {at.get('index')}: got {at.get('got')}, expected "
-                            f"{at.get('expected')}"],
+            at = first.first_wrong
+            return _result(stage, Status.FAIL, f"wrong sum at {ranks.format_size(first.bytes)}"
+                           f": {first.wrong} of {first.count} elements differ",
+                           [f"first at index {at and at.index}: got {at and at.got}, expected "
+                            f"{at and at.expected}"],
                            "the collective corrupts data: rerun with NCCL_ALGO=Ring "
                            "NCCL_PROTO=Simple to isolate it, and report this output to the admins")
         return _result(stage, Status.OK, f"exact at {len(rows)} sizes ({sizes}): the sum of "
                        f"{world} ranks' random data, element by element")
     largest = rows[-1]
-    busbw = largest["busbw_gbps"]
-    shown = f"{busbw:.2f} GB/s at {ranks.format_size(largest['bytes'])}"
+    busbw = largest.busbw_gbps
+    shown = f"{busbw:.2f} GB/s at {ranks.format_size(largest.bytes)}"
     expected, source = expectation(plan, len(hosts), prefix)
-    evidence = [f"{ranks.format_size(r['bytes'])}: {r['time_us']:.1f} us, algbw "
-                f"{r['algbw_gbps']:.2f}, busbw {r['busbw_gbps']:.2f} GB/s" for r in rows]
+    evidence = [f"{ranks.format_size(r.bytes)}: {r.time_us:.1f} us, algbw "
+                f"{r.algbw_gbps:.2f}, busbw {r.busbw_gbps:.2f} GB/s" for r in rows]
     if expected is None:
         return _result(stage, Status.INFO, f"busbw {shown}; {source}", evidence)
     verdict = defaults()["verdict"]
@@ -231,33 +231,32 @@ def _passed(stage, outcome, plan, hosts, world, launcher, prefix) -> Result:
 
 
 # -- output -------------------------------------------------------------------------------------
-def report(outcome: dict, plan: Plan, args, checks, ctx, marked_ok: bool = True) -> int:
+def report(outcome: Outcome, plan: Plan, args, checks, ctx, marked_ok: bool = True) -> int:
     """Print what this process should print; the exit code."""
-    failed = outcome.get("failure") is not None
+    failed = outcome.failure is not None
     if plan.marked and marked_ok:
-        stream = sys.stdout if outcome.get("rank", 0) == 0 else sys.stderr
-        stream.write(RESULT_MARK + json.dumps(outcome) + "\n")
+        stream = sys.stdout if outcome.rank == 0 else sys.stderr
+        stream.write(RESULT_MARK + json.dumps(outcome.to_json()) + "\n")
         return 1 if failed else 0
-    if outcome.get("rank", 0) != 0:  # rank 0 prints the report; the others one line
+    if outcome.rank != 0:  # rank 0 prints the report; the others one line
         if failed:
-            here = next((r.get("host") for r in outcome.get("ranks") or []
-                         if r.get("rank") == outcome["rank"]), None)
-            print(f"dsenv doctor --distributed: rank {outcome['rank']} on "
-                  f"{here or socket.gethostname()}: {outcome['failure']['message']}",
+            here = next((r.get("host") for r in outcome.ranks
+                         if r.get("rank") == outcome.rank), None)
+            print(f"dsenv doctor --distributed: rank {outcome.rank} on "
+                  f"{here or socket.gethostname()}: {outcome.failure.message}",
                   file=sys.stderr, flush=True)
-            if outcome.get("preflight"):  # every rank stops at once: let rank 0 report
+            if outcome.preflight:  # every rank stops at once: let rank 0 report
                 time.sleep(PREFLIGHT_LAG_S)  # before a launcher stops it for our exit
         return 1 if failed else 0
     results = results_from(outcome, plan)
     if not failed and checks:
-        if ctx.options.launcher is None and outcome.get("launcher") in ("srun", "mpirun",
-                                                                         "deepspeed", "torchrun"):
-            ctx.options.launcher = outcome["launcher"]
+        if ctx.options.launcher is None and outcome.launcher in ("srun", "mpirun",
+                                                                 "deepspeed", "torchrun"):
+            ctx.options.launcher = outcome.launcher
         results = run_checks(checks, ctx) + results
-    outcome["expect_busbw_gbps"], outcome["expect_source"] = expectation(
-        plan, len({r.get("host") for r in outcome.get("ranks") or []}))
+    outcome.expect_busbw_gbps, outcome.expect_source = expectation(plan, len(outcome.hosts()))
     if args.json:
-        sys.stdout.write(render_json(results, ctx, extra={"distributed": outcome},
+        sys.stdout.write(render_json(results, ctx, extra={"distributed": outcome.to_json()},
                                      strict=args.strict) + "\n")
     else:
         color = use_color(sys.stdout, ctx.env)  # plain when piped or with NO_COLOR
@@ -266,12 +265,11 @@ def report(outcome: dict, plan: Plan, args, checks, ctx, marked_ok: bool = True)
     return exit_code(results, strict=args.strict)
 
 
-def _group_size(outcome: dict, digest: str) -> int:
-    return sum(1 for r in outcome.get("ranks") or []
-               if (r.get("fingerprint") or {}).get("digest") == digest)
+def _group_size(outcome: Outcome, digest: str) -> int:
+    return sum(1 for r in outcome.ranks if (r.get("fingerprint") or {}).get("digest") == digest)
 
 
-def render_tables(outcome: dict, *, color: bool | None = None, width: int = 100) -> str:
+def render_tables(outcome: Outcome, *, color: bool | None = None, width: int = 100) -> str:
     """The ranks table and nccl-tests' bandwidth table, as text."""
     # rich: only rank 0's text report needs it (this module is on every rank's path)
     from rich.console import Console  # rich, as above
@@ -281,20 +279,19 @@ def render_tables(outcome: dict, *, color: bool | None = None, width: int = 100)
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=color, no_color=color is False, width=width,
                       highlight=False, soft_wrap=False)
-    hosts = {r.get("host") for r in outcome.get("ranks") or []}
-    world = outcome.get("world_size")
+    world = outcome.world_size
     console.print(f"[bold]dsenv doctor --distributed[/] — {world} rank{'' if world == 1 else 's'}"
-                  f" under {outcome.get('launcher')}, backend {outcome.get('backend') or '-'}, "
-                  f"{len(hosts)} host(s), {outcome.get('seconds', 0):.1f} s")
+                  f" under {outcome.launcher}, backend {outcome.backend or '-'}, "
+                  f"{len(outcome.hosts())} host(s), {outcome.seconds:.1f} s")
     table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
     # environment column only when fingerprints differ: A is the largest group, then B, ...
-    digests = sorted({(r.get("fingerprint") or {}).get("digest") for r in outcome.get("ranks")
-                      or []} - {None}, key=lambda d: _group_size(outcome, d), reverse=True)
+    digests = sorted({(r.get("fingerprint") or {}).get("digest") for r in outcome.ranks}
+                     - {None}, key=lambda d: _group_size(outcome, d), reverse=True)
     letters = {d: chr(ord("A") + i) if i < 26 else "+" for i, d in enumerate(digests)}
     for column in ("rank", "host", "local", "device", "visible", "NUMA", "interface",
                    *(["env"] if len(letters) > 1 else [])):
         table.add_column(column, justify="right" if column in ("rank", "local") else "left")
-    for r in outcome.get("ranks") or []:
+    for r in outcome.ranks:
         device = r.get("device") or "-"
         if r.get("device_uuid"):
             device += f" {str(r['device_uuid'])[:13]}"
@@ -310,32 +307,30 @@ def render_tables(outcome: dict, *, color: bool | None = None, width: int = 100)
                       escape(device), escape(r.get("visible") or "-"), numa, escape(interface),
                       *env)
     console.print(table)
-    rows = outcome.get("allreduce") or []
-    if rows and all("time_us" in r for r in rows):
-        console.print(f"\n[bold]all-reduce[/] (in place, {outcome.get('warmup')} warm-up + "
-                      f"{outcome.get('iters')} timed iterations, time averaged over ranks, "
+    rows = outcome.allreduce
+    if rows and all(r.time_us is not None for r in rows):
+        console.print(f"\n[bold]all-reduce[/] (in place, {outcome.warmup} warm-up + "
+                      f"{outcome.iters} timed iterations, time averaged over ranks, "
                       "busbw = algbw x 2(n-1)/n)")
         bw = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
         for column in ("size (B)", "count", "type", "redop", "time (us)", "algbw (GB/s)",
                        "busbw (GB/s)", "#wrong"):
             bw.add_column(column, justify="left" if column in ("type", "redop") else "right")
         for r in rows:
-            bw.add_row(str(r["bytes"]), str(r["count"]), r["type"], r["redop"],
-                       f"{r['time_us']:.1f}", f"{r['algbw_gbps']:.2f}", f"{r['busbw_gbps']:.2f}",
-                       str(r["wrong"]))
+            bw.add_row(str(r.bytes), str(r.count), r.type, r.redop, f"{r.time_us:.1f}",
+                       f"{r.algbw_gbps:.2f}", f"{r.busbw_gbps:.2f}", str(r.wrong))
         console.print(bw)
-    links = (outcome.get("pairs") or {}).get("rows") or []
+    links = (outcome.pairs.rows if outcome.pairs else None) or []
     if links:
-        console.print(f"\n[bold]host pairs[/] ({escape(outcome['pairs']['selection'])}; "
+        console.print(f"\n[bold]host pairs[/] ({escape(outcome.pairs.selection)}; "
                       "one buffer both ways at once, the fastest of the timed exchanges, "
                       "busbw = bytes / time)")
         pairs = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
         for column in ("host pair", "ranks", "size (B)", "time (us)", "busbw (GB/s)"):
             pairs.add_column(column, justify="left" if column == "host pair" else "right")
-        for r in sorted(links, key=lambda r: r["busbw_gbps"])[:distributed_pairs.MAX_ROWS_SHOWN]:
-            pairs.add_row(escape(f"{r['hosts'][0]} - {r['hosts'][1]}"),
-                          f"{r['ranks'][0]},{r['ranks'][1]}", str(r["bytes"]),
-                          f"{r['time_us']:.1f}", f"{r['busbw_gbps']:.2f}")
+        for r in sorted(links, key=lambda r: r.busbw_gbps)[:distributed_pairs.MAX_ROWS_SHOWN]:
+            pairs.add_row(escape(f"{r.hosts[0]} - {r.hosts[1]}"), f"{r.ranks[0]},{r.ranks[1]}",
+                          str(r.bytes), f"{r.time_us:.1f}", f"{r.busbw_gbps:.2f}")
         console.print(pairs)
     console.print()
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
