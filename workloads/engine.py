@@ -34,6 +34,7 @@ from pathlib import Path
 from dsenv.staging import staged_dir
 from dsenv.workloads.dsconfig import required_ops
 from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.opbuild import prepare_arch_list, reported
 from dsenv.workloads.runtime import Runtime, barrier, gather
 
 # Measured first-build times on a 2-core VM (this project's runs), seconds.
@@ -83,10 +84,12 @@ def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
     import deepspeed  # deepspeed: only once a run starts
 
     _quiet_deepspeed(verbose)
+    arch_list = prepare_arch_list(rt)  # before any op build: a list DeepSpeed reads, or refused
     building = announce_builds(rt, config) if rt.is_main else []
     started = time.perf_counter()
     sink = io.StringIO()
-    with contextlib.redirect_stdout(sink) if not verbose else contextlib.nullcontext():
+    with (contextlib.redirect_stdout(sink) if not verbose else contextlib.nullcontext()), \
+            reported():
         deepspeed.init_distributed(dist_backend=rt.backend, auto_mpi_discovery=False,
                                    timeout=datetime.timedelta(minutes=15))
     import torch.distributed as dist  # torch: only once a run starts
@@ -95,7 +98,8 @@ def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
         raise WorkloadError(f"{rt.ranks.launcher} said world size {rt.world_size} but "
                             f"torch.distributed has {dist.get_world_size()}")
     rt.hosts = gather(rt, socket.gethostname())  # the run report lists every rank's host
-    return {"init_distributed_s": time.perf_counter() - started, "ops_built": building}
+    return {"init_distributed_s": time.perf_counter() - started, "ops_built": building,
+            **({"arch_list": arch_list} if arch_list else {})}
 
 
 def initialize(model, config: dict, verbose: bool = False, sync_gradients: bool = True):
@@ -111,7 +115,8 @@ def initialize(model, config: dict, verbose: bool = False, sync_gradients: bool 
     import deepspeed  # deepspeed: only once a run starts
 
     sink = io.StringIO()
-    with contextlib.redirect_stdout(sink) if not verbose else contextlib.nullcontext():
+    with (contextlib.redirect_stdout(sink) if not verbose else contextlib.nullcontext()), \
+            reported():  # a failed op build: one line, not a traceback
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                config=config)
     import torch.distributed as dist  # torch: only once a run starts

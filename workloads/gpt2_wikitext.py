@@ -31,6 +31,7 @@ from pathlib import Path
 
 from dsenv.workloads import engine, runner, synthetic, tiny
 from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.opbuild import reported
 
 NAME = "gpt2-wikitext"
 COLUMNS = ("text",)
@@ -251,8 +252,10 @@ def train_and_evaluate(run: runner.Run, blocks: dict) -> int:
                       eval_dataset=blocks["validation"], callbacks=[clock])
     trainer.remove_callback(PrinterCallback)  # our progress lines instead of raw log dicts
 
-    # train through the Trainer's DeepSpeed engine
-    trainer.train()
+    # train through the Trainer's DeepSpeed engine (it builds the engine: a failed op build
+    # is one line)
+    with reported():
+        trainer.train()
     stats = clock.stats(s.warmup_steps, planned.batch.train_batch_size)
 
     # evaluate: perplexity = exp(mean validation loss per token)

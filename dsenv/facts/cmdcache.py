@@ -55,12 +55,13 @@ def _read(path: Path) -> dict:
 
 def cached_run(node: Node, argv: list[str], *, watch: Iterable[str] = (),
                variables: Iterable[str] = (),
-               more_watch: Callable[[str], Iterable[str]] | None = None
-               ) -> tuple[proc.CommandResult, bool]:
+               more_watch: Callable[[str], Iterable[str]] | None = None,
+               timeout: float | None = None) -> tuple[proc.CommandResult, bool]:
     """(the result of ``argv``, whether it came from the cache). ``watch``: files and folders
     whose change invalidates the answer; ``more_watch(stdout)``: more of them, named by the
     output itself (an install prefix); ``variables``: environment variables it depends on
-    (a name ending in ``*`` covers a prefix)."""
+    (a name ending in ``*`` covers a prefix); ``timeout``: the node's probe timeout unless
+    given."""
     names = sorted({k for v in variables for k in node.env
                     if (k.startswith(v[:-1]) if v.endswith("*") else k == v)})
     key = hashlib.sha256(json.dumps([list(argv), {k: node.env[k] for k in names}])
@@ -70,7 +71,7 @@ def cached_run(node: Node, argv: list[str], *, watch: Iterable[str] = (),
     if isinstance(entry, dict) and isinstance(entry.get("stdout"), str) \
             and entry.get("watch") == stamp(entry.get("watch") or {}):
         return proc.CommandResult(tuple(argv), 0, entry["stdout"]), True
-    result = node.run(argv)
+    result = node.run(argv, timeout)
     if result.ok:
         watched = list(dict.fromkeys([*watch, *(more_watch(result.stdout) if more_watch else ())]))
         with _lock:

@@ -8,7 +8,9 @@ from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.facts.gpu import inventory as gpu_probe
 from dsenv.facts.python import torch_info as tp
+from dsenv.facts.toolchain import arch_readers as ar
 from dsenv.facts.toolchain import toolkit as tk
+from dsenv.facts.toolchain.arch_parsers import dropped
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
 from dsenv.versions import version_tuple
 
@@ -113,8 +115,41 @@ def _targets(ctx: Context) -> tuple[dict[str, str], list[str]]:
     return targets, unknown
 
 
-@check("toolkit.arch-support", "nvcc can build for the target GPUs")
+def _readers_culprits(readers: ar.ArchReaders | None, nvcc_span: str
+                      ) -> tuple[list[str], list[str], list[str]]:
+    """(summary clauses, fixes, evidence) for the entries torch's extension builder or
+    DeepSpeed's op builders cannot read, as asked in the environment under test."""
+    if readers is None:
+        return [], [], []
+    clauses, fixes, evidence = [], [], [readers.note]
+    if readers.torch_rejects:
+        named = ", ".join(readers.torch_rejects)
+        clauses.append(f"torch {readers.torch}'s extension builder cannot read {named}")
+        fixes.append(f"drop or respell {named} in TORCH_CUDA_ARCH_LIST as numbers torch "
+                     f"{readers.torch} knows (e.g. \"9.0\")")
+        evidence += [f"torch: {e}: {why}" for e, why in readers.torch_rejects.items()]
+    ds_only = {e: why for e, why in readers.deepspeed_rejects.items()
+               if e not in readers.torch_rejects}
+    if ds_only:
+        named = ", ".join(ds_only)
+        why = next(iter(ds_only.values())) + (f" at {readers.where}" if readers.where else "")
+        others = " and ".join(([f"torch {readers.torch}"] if readers.torch else []) +
+                              [nvcc_span.split(" builds")[0]])
+        clauses.append(f"DeepSpeed {readers.deepspeed}'s op builders cannot read {named} "
+                       f"({why}), while {others} can")
+        spelled = readers.translated or ar.plain_spelling(list(ds_only))
+        fixes.append(f"`dsenv smoke` and `dsenv run` hand DeepSpeed {spelled} instead and say "
+                     f"so; for your own `deepspeed` launch, `export TORCH_CUDA_ARCH_LIST="
+                     f"\"{spelled}\"` (that drops {dropped(ds_only)})")
+        evidence += [f"DeepSpeed: {e}: {why}" for e, why in ds_only.items()]
+    return clauses, fixes, evidence
+
+
+@check("toolkit.arch-support", "Archs nvcc, torch and DeepSpeed build")
 def arch_support(ctx: Context):
+    """Every target arch (visible GPUs, TORCH_CUDA_ARCH_LIST) against each program that
+    reads it: nvcc (the toolkit table), torch's extension builder and DeepSpeed's op
+    builders (asked in the environment under test, dsenv/facts/toolchain/arch_readers.py)."""
     tool = tk.nvcc(ctx)
     if not tool.found or tool.version is None:
         return skip("no usable nvcc: see toolkit.nvcc")
@@ -123,9 +158,13 @@ def arch_support(ctx: Context):
         return warn(f"nvcc {tool.version} is not in envs/cuda_toolkits.toml", "update dsenv")
     span = f"nvcc {tool.version} builds compute capability {row.min_arch} to {row.max_arch}"
     targets, unknown = _targets(ctx)
+    readers = ar.readers(ctx)
+    clauses, fixes, evidence = _readers_culprits(readers, span)
+    unknown = [u for u in unknown if readers is None or u not in readers.torch_rejects]
     if unknown:
-        return fail(f"TORCH_CUDA_ARCH_LIST has entries nvcc cannot use: {', '.join(unknown)}",
-                    "use numbers like `export TORCH_CUDA_ARCH_LIST=\"8.0;9.0\"`", span)
+        clauses.insert(0, f"TORCH_CUDA_ARCH_LIST has entries that name no compute capability: "
+                       f"{', '.join(unknown)}")
+        fixes.insert(0, "use numbers like `export TORCH_CUDA_ARCH_LIST=\"8.0;9.0\"`")
     bad = {a: why for a, why in targets.items() if not tk.can_build(row, a)}
     if bad:
         arch, why = sorted(bad.items())[0]
@@ -133,8 +172,11 @@ def arch_support(ctx: Context):
         other = (f"load a CUDA {able[-1].split('.')[0]}.x toolkit module "
                  f"(`module load cuda/{able[-1]}`)" if able else "no CUDA toolkit builds it")
         drop = " or drop it from TORCH_CUDA_ARCH_LIST" if "TORCH_CUDA_ARCH_LIST" in why else ""
-        return fail(f"{span}: cannot build {', '.join(sorted(bad))} ({why})", other + drop,
-                    *(f"{a}: {w}" for a, w in sorted(bad.items())))
+        clauses.insert(0, f"{span}: cannot build {', '.join(sorted(bad))} ({why})")
+        fixes.insert(0, other + drop)
+        evidence = [f"{a}: {w}" for a, w in sorted(bad.items())] + evidence
+    if clauses:
+        return fail("; ".join(clauses), "; ".join(fixes), span, *evidence)
     if not targets:
         return info(f"{span}; no GPU or TORCH_CUDA_ARCH_LIST to check against")
-    return ok(f"{span}: covers {', '.join(sorted(targets, key=version_tuple))}")
+    return ok(f"{span}: covers {', '.join(sorted(targets, key=version_tuple))}", *evidence)

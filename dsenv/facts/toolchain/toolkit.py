@@ -226,12 +226,15 @@ GENERATION_ALIASES = {"Ada": "Ada Lovelace"}  # TORCH_CUDA_ARCH_LIST spells it "
 
 
 def parse_arch_list(value: str) -> tuple[list[str], list[str]]:
-    """TORCH_CUDA_ARCH_LIST ('7.0;8.0+PTX', 'Volta Ampere') -> (archs, entries not understood)."""
+    """TORCH_CUDA_ARCH_LIST ('7.0;8.0+PTX', 'Volta Ampere', '9.0a') -> (archs, entries not
+    understood); an arch- or family-specific variant counts as its GPU's arch (9.0a: 9.0)."""
     found, unknown = [], []
     for token in re.split(r"[;\s,]+", value.strip()):
         if not token:
             continue
         bare = token.removesuffix("+PTX")
+        variant = re.fullmatch(r"(\d+\.\d+)[af]", bare)  # 9.0a, 12.0f: built for 9.0, 12.0 GPUs
+        bare = variant.group(1) if variant else bare
         try:
             found.append(archs.normalize_arch(bare))
             continue
