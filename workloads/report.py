@@ -5,6 +5,9 @@ Two verdicts end every run, as ReFrame separates them:
 * sanity: did it learn? the loss dropped by a threshold AND the task metric is above one;
 * performance: samples/s per device after warm-up against references.toml for this device
   type, with a tolerance; a device with no reference is "reported only" (never a failure).
+  Beside it the summary shows the run's efficiency (workloads/efficiency.py), so a slow
+  node (a low figure on a GPU whose reference others meet) and a slow configuration (a low
+  fraction of the device's peak) can be told apart.
 
 The run passes when sanity passes and performance does not fail.
 """
@@ -23,6 +26,7 @@ else:  # pragma: no cover
 
 from dsenv.data import load_table
 from dsenv.jsonfiles import write_json_atomically
+from dsenv.workloads import efficiency
 from dsenv.workloads.errors import WorkloadError
 
 PASS, FAIL, REPORTED = "PASS", "FAIL", "REPORTED"
@@ -104,20 +108,32 @@ def load_references(path: str | Path | None = None) -> dict:
 
 def find_reference(references: dict, key: str, device_type: str, world_size: int,
                    preset: str) -> dict | None:
-    """The most specific entry of ``references[key]`` matching the device (glob), and the
-    world size and preset where the entry names them."""
+    """The most specific entry of ``references[key]`` matching the device (a glob, or a list
+    of globs), and the world size and preset (a name, or a list) where the entry names them."""
     best, best_score = None, -1
     for entry in references.get(key, []):
-        if not fnmatch.fnmatchcase(device_type.lower(), str(entry.get("device", "")).lower()):
+        if matched_device(entry, device_type) is None:
             continue
         if "world_size" in entry and entry["world_size"] != world_size:
             continue
-        if "preset" in entry and entry["preset"] != preset:
+        if "preset" in entry and preset not in _names(entry["preset"]):
             continue
-        score = ("world_size" in entry) + ("preset" in entry) + ("*" not in entry["device"])
+        exact = not any("*" in glob for glob in _names(entry.get("device", "")))
+        score = ("world_size" in entry) + ("preset" in entry) + exact
         if score > best_score:
             best, best_score = entry, score
     return best
+
+
+def matched_device(entry: dict, device_type: str) -> str | None:
+    """The first of an entry's device globs that ``device_type`` matches (case-insensitive)."""
+    return next((glob for glob in _names(entry.get("device", ""))
+                 if fnmatch.fnmatchcase(device_type.lower(), str(glob).lower())), None)
+
+
+def _names(value) -> tuple[str, ...]:
+    """An entry's ``device`` or ``preset``: one, or a list of them."""
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def performance_verdict(samples_per_s: float, world_size: int, device_type: str,
@@ -133,12 +149,16 @@ def performance_verdict(samples_per_s: float, world_size: int, device_type: str,
     tolerance = float(ref.get("tolerance", 0.2))
     floor = reference * (1.0 - tolerance)
     ok = per_device >= floor
+    basis = ref.get("basis", "measured")
     check = {"check": "samples/s per device", "value": per_device, "reference": reference,
              "tolerance": tolerance, "threshold": floor, "ok": ok,
-             "reference_source": ref.get("source")}
+             "reference_source": ref.get("source"), "reference_basis": basis,
+             "reference_method": ref.get("method")}
     return Verdict("performance", PASS if ok else FAIL,
                    f"{measured} {'>=' if ok else '<'} {floor:.1f} (reference {reference:g} "
-                   f"- {tolerance:.0%} for {ref['device']})", (check,))
+                   f"- {tolerance:.0%} for {matched_device(ref, device_type)}, {basis}: "
+                   f"{ref.get('source')})",
+                   (check,))
 
 
 def overall(verdicts: list[Verdict]) -> str:
@@ -177,6 +197,8 @@ def print_summary(console, report: dict) -> None:
                   f"loss {train['loss_first']:.3f} -> {train['loss_last']:.3f}")
     table.add_row("throughput", f"{train['samples_per_s']:.1f} samples/s after "
                   f"{train['warmup_steps']} warm-up steps")
+    if train.get("efficiency"):
+        table.add_row("efficiency", efficiency.describe(train["efficiency"]))
     table.add_row("metrics", ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
                                        for k, v in report["metrics"].items()))
     for verdict in report["verdicts"]:

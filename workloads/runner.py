@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 from dsenv import targetlock
 from dsenv.staging import staged_dir
-from dsenv.workloads import dsconfig, engine, report, runtime
+from dsenv.workloads import dsconfig, efficiency, engine, report, runtime
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.fetch import assets
 
@@ -419,6 +419,10 @@ def conclude(run: Run, stats, metrics: dict, *, data_info: dict, model_dir: Path
                          "seconds": stats.seconds, "timed_seconds": stats.timed_seconds,
                          "samples_per_s": stats.samples_per_s,
                          "samples_per_s_per_device": stats.samples_per_s / rt.world_size,
+                         "efficiency": efficiency.for_run(
+                             run.init_model, s, planned.config, rt.device_type,
+                             stats.samples_per_s / rt.world_size,
+                             tf32=rt.on_gpu and efficiency.torch_allows_tf32()),
                          "loss_first": first, "loss_last": last, "loss_drop": drop,
                          "loss_curve": stats.loss_curve},
             "metrics": metrics, **(extra or {}),
