@@ -1,13 +1,26 @@
-"""The launchers a DeepSpeed job can be started with, and the Hugging Face variables that
-keep a job on a node without internet from reaching the Hub."""
+"""The launchers a DeepSpeed job can be started with (envs/launchers.toml, their one home),
+and the Hugging Face variables that keep a job on a node without internet from reaching the
+Hub."""
 
 from __future__ import annotations
 
+from dsenv.data import load_table
 from dsenv.redact import is_secret_name
+
+
+def launch_table() -> dict:
+    """envs/launchers.toml: [launcher.NAME] (how `dsenv launch` starts ranks with it) and
+    [container.RUNTIME] (the runtimes that can run a rank inside a batch job)."""
+    return load_table("dsenv.envs", "launchers.toml")
+
 
 # srun: Slurm's own; mpirun: an MPI's; deepspeed: DeepSpeed's launcher (pdsh/ssh across
 # nodes); torchrun: PyTorch's elastic launcher (c10d rendezvous).
-LAUNCHERS = ("srun", "mpirun", "deepspeed", "torchrun")
+LAUNCHERS: tuple[str, ...] = tuple(launch_table()["launcher"])
+# The launchers that start one process per rank (a Slurm task or an MPI process); the
+# others start one launcher per node, which forks the node's ranks.
+TASK_PER_RANK: tuple[str, ...] = tuple(name for name, spec in launch_table()["launcher"].items()
+                                       if spec["tasks_per_node"] == "ranks")
 
 # huggingface_hub reads HF_HUB_OFFLINE (and transformers' older TRANSFORMERS_OFFLINE);
 # datasets reads HF_DATASETS_OFFLINE (huggingface_hub constants.py, datasets config.py).

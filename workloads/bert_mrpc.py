@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dsenv.workloads import dsconfig, engine, runner, runtime, synthetic, tiny
+from dsenv.workloads import dsconfig, engine, registry, runner, runtime, synthetic, tiny
 from dsenv.workloads.errors import WorkloadError
 
 NAME = "bert-mrpc"
@@ -53,12 +53,12 @@ class Settings(tiny.BertSettings):  # batches and schedule: runner.Settings
 # Full run: bert-base-uncased, the BERT paper's MRPC recipe. Published dev figures: accuracy
 # 84-87, F1 88-90; the thresholds leave room for larger global batches and unsynced workers.
 FULL = Settings(micro_batch=32, epochs=3, warmup_fraction=0.1, lr=2e-5, eval_batch=64,
-                min_loss_drop=0.3, perf_key="bert-mrpc-full")
+                min_loss_drop=0.3, perf_key=registry.reference_key(NAME, "full"))
 
 # Smoke thresholds, from measured runs on the 2-core CPU (bench/RESULTS.md): healthy runs
 # reach accuracy and F1 ~99; lr 0 stays at chance (accuracy ~50, F1 0 or ~67).
 SMOKE = replace(FULL, max_length=32, steps=400, warmup_steps=40, lr=2e-3, min_loss_drop=0.5,
-                min_accuracy=80.0, min_f1=80.0, perf_key="bert-mrpc-smoke")
+                min_accuracy=80.0, min_f1=80.0, perf_key=registry.reference_key(NAME, "smoke"))
 
 
 def check(args) -> None:

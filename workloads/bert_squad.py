@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsenv.jsonfiles import JsonFileError, read_json, write_json_atomically
-from dsenv.workloads import engine, report, runner, runtime, squad, tiny
+from dsenv.workloads import engine, registry, report, runner, runtime, squad, tiny
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.fetch import assets
 
@@ -52,7 +52,7 @@ class Settings(tiny.BertSettings):  # batches and schedule: runner.Settings
 # F1 88.5 (the BERT paper, arXiv:1810.04805); the thresholds leave room for the larger
 # global batches of multi-GPU runs.
 FULL = Settings(micro_batch=32, epochs=2, warmup_fraction=0.1, lr=5e-5, eval_batch=64,
-                min_loss_drop=0.5, perf_key="bert-squad-full")
+                min_loss_drop=0.5, perf_key=registry.reference_key(NAME, "full"))
 
 # Smoke thresholds, set from measured runs on a 2-core CPU (every preset, 1 and 2 ranks):
 # healthy: loss 4.1 -> <0.01 (drop ~1.0), EM 95-100, F1 95-100;
@@ -60,7 +60,7 @@ FULL = Settings(micro_batch=32, epochs=2, warmup_fraction=0.1, lr=5e-5, eval_bat
 # Thresholds sit half-way, so both sides have wide margins.
 SMOKE = replace(FULL, max_length=64, doc_stride=16, max_query_length=24, micro_batch=16,
                 steps=500, warmup_steps=50, lr=3e-3, min_exact_match=60.0, min_f1=65.0,
-                perf_key="bert-squad-smoke")
+                perf_key=registry.reference_key(NAME, "smoke"))
 
 
 # ----------------------------------------------------------------------------- assets

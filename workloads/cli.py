@@ -18,37 +18,21 @@ import sys
 
 from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
 from dsenv.errors import run_command
-from dsenv.workloads import runtime
+from dsenv.workloads import registry, runtime
+from dsenv.workloads.dsconfig import LR_SCALINGS
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.smoke_all import run_all
 
-SMOKE_WORKLOADS = {
-    "bert-squad": "tiny BERT on synthetic SQuAD v1.1 (seconds, no downloads)",
-    "t5-xsum": "tiny T5 summarising synthetic XSum documents, ROUGE",
-    "gpt2-wikitext": "tiny GPT-2 on synthetic wikitext through the transformers Trainer, "
-                     "perplexity",
-    "bert-mrpc": "tiny BERT classifying synthetic MRPC sentence pairs, accuracy and F1",
-}
-SMOKE_ALL = "all"  # `dsenv smoke all`: the four above in turn, one table
-FULL_WORKLOADS = {
-    "bert-squad": "bert-base-uncased on SQuAD v1.1, 2 epochs, exact match and F1",
-    "t5-xsum": "t5-small on XSum, ROUGE-1/2/L (--preset zero3-offload for t5-3b on one "
-               "GPU)",
-    "gpt2-wikitext": "distilgpt2 on wikitext-2-raw-v1 through the transformers Trainer, "
-                     "perplexity",
-    "bert-mrpc": "bert-base-uncased on GLUE MRPC, accuracy and F1; --no-sync-gradients "
-                 "(each rank trains its own model)",
-}
-# each module has run(args, mode) and FULL (the full run's Settings)
-WORKLOAD_MODULES = {"bert-squad": "dsenv.workloads.bert_squad",
-                    "t5-xsum": "dsenv.workloads.t5_xsum",
-                    "gpt2-wikitext": "dsenv.workloads.gpt2_wikitext",
-                    "bert-mrpc": "dsenv.workloads.bert_mrpc"}
+# The workloads' names, modules and help lines: workloads/workloads.toml (registry.py).
+SMOKE_WORKLOADS = {name: registry.entry(name).smoke for name in registry.smoke_names()}
+SMOKE_ALL = "all"  # `dsenv smoke all`: every smoke in turn, one table
+FULL_WORKLOADS = {name: registry.entry(name).full for name in registry.full_names()}
+# each module satisfies workloads/contract.py's Workload: run(args, mode) and FULL
+WORKLOAD_MODULES = {name: e.module for name, e in registry.entries().items()}
 DEFAULT_PRESET = "fp32"
 DATA_DIR_HELP = ("read the data from DIR: bert-squad: train-v1.1.json and dev-v1.1.json; the "
                  "others: a data set saved with datasets' save_to_disk in the real one's "
                  "layout")
-LR_SCALINGS = ("none", "linear", "sqrt")  # kept in step with dsconfig.LR_SCALINGS
 PRESETS_HELP = "fp32, fp16, bf16, zero1, zero2, zero3, zero3-offload (workloads/presets.toml)"
 
 
@@ -150,7 +134,7 @@ def add_workload_parsers(subparsers) -> None:
 def full_run_settings(workload: str):
     """The ``Settings`` of ``dsenv run WORKLOAD`` (micro-batch, lr, ...), None if it has no
     full run yet. Light: a workload module imports no torch at module import."""
-    module = WORKLOAD_MODULES.get(workload)
+    module = WORKLOAD_MODULES.get(workload) if workload in FULL_WORKLOADS else None
     return importlib.import_module(module).FULL if module else None
 
 

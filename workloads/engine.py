@@ -31,14 +31,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsenv.envs.training_stack import jit_seconds
 from dsenv.staging import staged_dir
 from dsenv.workloads.dsconfig import required_ops
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.opbuild import prepare_arch_list, reported
 from dsenv.workloads.runtime import Runtime, barrier, gather
 
-# Measured first-build times on a 2-core VM (this project's runs), seconds.
-OP_BUILD_SECONDS = {"deepspeed_shm_comm": 60, "cpu_adam": 90, "fused_adam": 100}
+UNMEASURED_BUILD_S = 90  # an op envs/training_stack.toml has no first-build time for
 
 
 def _quiet_deepspeed(verbose: bool) -> None:
@@ -72,7 +72,7 @@ def announce_builds(rt: Runtime, config: dict) -> list[str]:
     missing = ops_to_build(config, rt.on_gpu)
     cores = os.cpu_count() or 1
     for op, build_dir in missing:
-        est = OP_BUILD_SECONDS.get(op, 90) * 2 / min(max(cores, 2), 4)
+        est = (jit_seconds(op) or UNMEASURED_BUILD_S) * 2 / min(max(cores, 2), 4)
         rt.log(f"[yellow]compiling DeepSpeed op {op} for the first time, ~{est / 60:.0f}-"
                f"{est * 1.5 / 60:.0f} min on {cores} cores[/] (into {build_dir.parent}; "
                f"later runs load it in seconds)")

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dsenv.workloads import engine, runner, synthetic, tiny
+from dsenv.workloads import engine, registry, runner, synthetic, tiny
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.opbuild import reported
 
@@ -63,12 +63,13 @@ class Settings(runner.Settings):  # batches and schedule: runner.Settings
 # perplexity ~38 after three epochs; no GPU was lent to measure one here). Fine-tuning a
 # trained LM moves its loss a little: a small loss drop suffices.
 FULL = Settings(micro_batch=8, epochs=1, warmup_fraction=0.05, lr=2e-5, eval_batch=16,
-                min_loss_drop=0.02, perf_key="gpt2-wikitext-full")
+                min_loss_drop=0.02, perf_key=registry.reference_key(NAME, "full"))
 
 # Smoke thresholds, from measured runs on the 2-core CPU (bench/RESULTS.md): healthy runs
 # reach perplexity ~3 (the vocabulary has 600 tokens); lr 0 stays at ~600.
 SMOKE = replace(FULL, block_size=64, micro_batch=16, steps=300, warmup_steps=30, lr=3e-3,
-                min_loss_drop=0.5, max_perplexity=20.0, perf_key="gpt2-wikitext-smoke")
+                min_loss_drop=0.5, max_perplexity=20.0,
+                perf_key=registry.reference_key(NAME, "smoke"))
 
 
 # ----------------------------------------------------------------------------- assets

@@ -1,24 +1,10 @@
 """The skeleton every bundled workload runs through, once. A workload is a module
 (workloads/bert_squad.py, ...) that keeps only its data, model, batches and evaluation, and
-defines by these names what the skeleton calls:
-
-    NAME, SMOKE, FULL        its name, and its Settings of the smoke and of the full run
-    THRESHOLDS               the Settings fields that are sanity thresholds
-    OPTIONS                  a full run's command-line options -> the Settings field each sets
-    ASSETS                   the status while rank 0 makes the smoke's assets
-    write_synthetic(folder, s, seed)      the smoke's synthetic data set
-    train_tokenizer(data_dir, s)          -> a tokenizer trained on its training split
-    tiny_model(s, tokenizer)              -> the smoke's initial tiny model
-    samples(data, s)         -> (training samples, their name in errors, on the first line)
-    train_and_evaluate(run, data)         -> exit code: model, training, evaluation, saving,
-                                             then :func:`conclude`
-
-and where it needs them: COLUMNS and SPLITS (its save_to_disk data set, :func:`read_saved`),
-``read_data(args, mode, generated)`` (its own files instead), ``prepare(data, init_model, s,
-args)`` and ``preparing(data, s)`` (tokenizing before the steps are planned, and the full
-run's status meanwhile), PACKAGES (module -> distribution beyond torch and transformers),
-``check(args)`` (more options to refuse early), ``settled(s)`` (a full run's Settings after
-the command line). Its ``run(args, mode)`` is ``runner.run(this module, args, mode)``.
+defines by name what the skeleton calls: the typed contract in workloads/contract.py
+(``Workload``: NAME, SMOKE, FULL, THRESHOLDS, OPTIONS, ASSETS, write_synthetic,
+train_tokenizer, tiny_model, samples, train_and_evaluate, run; and where it needs them the
+optional hooks: COLUMNS and SPLITS or read_data, prepare and preparing, PACKAGES, check,
+settled). Its ``run(args, mode)`` is ``runner.run(this module, args, mode)``.
 
 A smoke (:func:`run_smoke`): options checked, ranks and config, rank 0 makes the synthetic
 data, tokenizer and tiny model, every rank reads them back the way real ones are read. A
@@ -39,12 +25,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import ModuleType
 from typing import NamedTuple
 
 from dsenv import targetlock
 from dsenv.staging import staged_dir
 from dsenv.workloads import dsconfig, efficiency, engine, report, runtime
+from dsenv.workloads.contract import Workload
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.fetch import assets
 
@@ -70,7 +56,7 @@ class Settings:
 class Run:
     """One smoke or full run, as the skeleton hands it to ``train_and_evaluate``."""
 
-    workload: ModuleType
+    workload: Workload
     args: argparse.Namespace
     mode: str  # "smoke" or "run"
     rt: runtime.Runtime
@@ -85,11 +71,11 @@ class Run:
         return Path(self.args.output_dir).resolve()
 
 
-def run(workload: ModuleType, args, mode: str = "smoke") -> int:
+def run(workload: Workload, args, mode: str = "smoke") -> int:
     return run_smoke(workload, args) if mode == "smoke" else run_full(workload, args)
 
 
-def run_smoke(w: ModuleType, args) -> int:
+def run_smoke(w: Workload, args) -> int:
     """Synthetic data, tokenizer and tiny model made here; everything else as a full run."""
     wall_start = time.perf_counter()
     s = smoke_settings(args, w.SMOKE)
@@ -106,7 +92,7 @@ def run_smoke(w: ModuleType, args) -> int:
         return _smoke(w, args, rt, s, planned, timings, out_dir, user_data, wall_start)
 
 
-def _smoke(w: ModuleType, args, rt, s: Settings, planned, timings: dict, out_dir: Path,
+def _smoke(w: Workload, args, rt, s: Settings, planned, timings: dict, out_dir: Path,
            user_data: Path | None, wall_start: float) -> int:
     # assets: rank 0 writes them, everyone reads them back the way real ones are read
     smoke_assets = out_dir / "assets"
@@ -120,7 +106,7 @@ def _smoke(w: ModuleType, args, rt, s: Settings, planned, timings: dict, out_dir
                                     wall_start), data)
 
 
-def run_full(w: ModuleType, args) -> int:
+def run_full(w: Workload, args) -> int:
     """The real model and data from the offline cache (or --data-dir), never the network."""
     wall_start = time.perf_counter()
     assets.force_offline()
@@ -154,7 +140,7 @@ def run_full(w: ModuleType, args) -> int:
 
 
 # ----------------------------------------------------------------------------- assets
-def make_smoke_assets(w: ModuleType, root: Path, s: Settings, seed: int,
+def make_smoke_assets(w: Workload, root: Path, s: Settings, seed: int,
                       user_data: Path | None) -> None:
     """Rank 0: the synthetic data set (unless ``user_data``), a tokenizer trained on its
     training split, and the initial tiny model, all saved to disk below ``root``."""
@@ -173,7 +159,7 @@ def make_smoke_assets(w: ModuleType, root: Path, s: Settings, seed: int,
 
 
 # ----------------------------------------------------------------------------- options
-def check_options(w: ModuleType, args) -> None:
+def check_options(w: Workload, args) -> None:
     """Every option this workload cannot take, a missing package, an unknown preset or a bad
     ds_config: one line, before anything starts (0.1 s, no torch)."""
     reject_options(args, w.NAME)
@@ -317,13 +303,13 @@ class SavedData(NamedTuple):
     source: str
 
 
-def read(w: ModuleType, args, mode: str, generated: Path | None):
+def read(w: Workload, args, mode: str, generated: Path | None):
     """The data: the workload's own reader, else its save_to_disk data set."""
     own = getattr(w, "read_data", None)
     return own(args, mode, generated) if own else read_saved(w, args, mode, generated)
 
 
-def read_saved(w: ModuleType, args, mode: str, generated: Path | None) -> SavedData:
+def read_saved(w: Workload, args, mode: str, generated: Path | None) -> SavedData:
     """--data-dir, the smoke's generated folder, or the data set `dsenv fetch` prepared; a
     full run's first --max-train-samples / --max-eval-samples rows."""
     if args.data_dir:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsenv.data import load_table
-from dsenv.workloads import engine, runner, synthetic, tiny
+from dsenv.workloads import engine, registry, runner, synthetic, tiny
 
 NAME = "t5-xsum"
 COLUMNS = ("document", "summary", "id")
@@ -60,13 +60,13 @@ class Settings(runner.Settings):  # batches and schedule: runner.Settings
 # one GPU), AdamW 5e-5. Published t5-small fine-tuned on XSum: ROUGE-1 28-29, ROUGE-2 ~8,
 # ROUGE-L ~22; one epoch stays below that, hence the margins (no GPU was lent to measure it).
 FULL = Settings(micro_batch=32, epochs=1, warmup_fraction=0.02, lr=5e-5, eval_batch=64,
-                min_loss_drop=0.05, perf_key="t5-xsum-full")
+                min_loss_drop=0.05, perf_key=registry.reference_key(NAME, "full"))
 
 # Smoke thresholds, from measured runs on the 2-core CPU (bench/RESULTS.md): healthy ROUGE
 # in the high 90s; lr 0 generates no summary at all (ROUGE 0).
 SMOKE = replace(FULL, max_source_length=40, max_target_length=12, micro_batch=16, steps=500,
                 warmup_steps=50, lr=3e-3, min_loss_drop=0.5, min_rouge1=70.0,
-                min_rouge2=50.0, min_rougeL=70.0, perf_key="t5-xsum-smoke")
+                min_rouge2=50.0, min_rougeL=70.0, perf_key=registry.reference_key(NAME, "smoke"))
 
 
 # ----------------------------------------------------------------------------- assets

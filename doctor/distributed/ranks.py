@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dsenv.doctor.distributed.outcome import Culprit
-from dsenv.facts.launch.joblayout import expand_hostlist
+from dsenv.facts.launch.slurmlists import SlurmListError, expand_hostlist, tasks_per_node
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _SIZE = re.compile(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", re.IGNORECASE)
@@ -191,17 +191,6 @@ def numa_nodes_of(cpus: Iterable[int], root: Path = Path("/")) -> list[int]:
 
 
 # -- who is missing or stuck --------------------------------------------------------------------
-def expand_task_counts(text: str) -> list[int]:
-    """Slurm's SLURM_STEP_TASKS_PER_NODE: '2(x3),1' -> [2, 2, 2, 1]; [] when unreadable."""
-    counts = []
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part)
-        if not match:
-            return []
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
-    return counts
-
-
 def slurm_step_hosts(env: Mapping[str, str], world_size: int) -> dict[int, str]:
     """rank -> host as Slurm places the tasks of this step, so that a rank that never
     reported is still named with its host: block (consecutive ranks fill one node, then the
@@ -214,9 +203,9 @@ def slurm_step_hosts(env: Mapping[str, str], world_size: int) -> dict[int, str]:
         return {}
     try:
         hosts = expand_hostlist(nodelist)
-    except ValueError:
+        counts = tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE", ""))
+    except SlurmListError:
         return {}
-    counts = expand_task_counts(env.get("SLURM_STEP_TASKS_PER_NODE", ""))
     if len(counts) != len(hosts) or sum(counts) != world_size:
         return {}
     if distribution == "block":

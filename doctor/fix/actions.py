@@ -28,6 +28,9 @@ from dsenv.facts.python import target_env
 from dsenv.provision.record.activation import ACTIVATE_NAME
 from dsenv.verdicts.findings import FixAction
 
+# The fix kinds: their one home. doctor/fix/fixers.py's FIXERS has one fixer per kind, the
+# report schema's action.kind enum and doctor/catalogue.toml's `fixable` name only these
+# (tests/test_tables_agree.py).
 OFFLINE, EXTENSIONS, NCCL, CACHE = ("activate-offline-vars", "activate-extensions-dir",
                                     "activate-nccl-vars", "activate-cache-vars")
 REMOVE_LOCK, CREATE_DIR = "remove-stale-lock", "create-cache-dir"

@@ -24,10 +24,9 @@ class FixAction:
     """A fix as data: the change `dsenv doctor --fix` would make (doctor/fix/fixers.py applies
     it), or, when it may not, the command to run by hand and why.
 
-    ``kind`` names the fixer (doctor/catalogue.toml's ``fixable`` uses the same names):
-    activate-offline-vars, activate-extensions-dir, activate-nccl-vars, activate-cache-vars
-    (a marked block of exports in the environment's activate script), remove-stale-lock,
-    create-cache-dir.
+    ``kind`` names the fixer: one of doctor/fix/actions.py's KINDS, their one home (the
+    fixers, the report schema's action.kind and doctor/catalogue.toml's ``fixable`` are
+    checked against it by tests/test_tables_agree.py).
     """
 
     kind: str

@@ -52,6 +52,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from dsenv import proc
+from dsenv.errors import UsageError
+from dsenv.facts.node import Node
+from dsenv.facts.python import deepspeed_info, target_env
 from dsenv.provision import ProvisionError
 from dsenv.provision.uvcmd import Sources, run_uv, uv_env
 
@@ -86,70 +89,31 @@ class BuiltOps:
 
 
 # ----------------------------------------------------------------------------- reading back
-_READ_DEEPSPEED = r"""
-import ast, importlib.util, json, os
-def assigned(path):
-    try:
-        tree = ast.parse(open(path, encoding="utf-8").read())
-    except (OSError, SyntaxError):
-        return {}
-    found = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                node.targets[0], ast.Name):
-            try:
-                found[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
-    return found
-spec = importlib.util.find_spec("deepspeed")
-if spec is None or not spec.origin:
-    print("@@dsenv@@null")
-else:
-    root = os.path.dirname(spec.origin)
-    info = {"path": root, "variables": {}}
-    installed = os.path.join(root, "git_version_info_installed.py")
-    info.update({k: v for k, v in assigned(installed).items()
-                 if k in ("version", "installed_ops", "accelerator_name", "torch_info")})
-    builders = os.path.join(root, "ops", "op_builder")
-    for folder, _dirs, files in os.walk(builders):
-        for name in files:
-            if not name.endswith(".py"):
-                continue
-            try:
-                tree = ast.parse(open(os.path.join(folder, name), encoding="utf-8").read())
-            except (OSError, SyntaxError):
-                continue
-            for cls in ast.walk(tree):
-                if not isinstance(cls, ast.ClassDef):
-                    continue
-                values = {}
-                for node in cls.body:
-                    if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                            and isinstance(node.targets[0], ast.Name)
-                            and isinstance(node.value, ast.Constant)
-                            and isinstance(node.value.value, str)):
-                        values[node.targets[0].id] = node.value.value
-                if "BUILD_VAR" in values and "NAME" in values:
-                    names = info["variables"].setdefault(values["BUILD_VAR"], [])
-                    if values["NAME"] not in names:
-                        names.append(values["NAME"])
-    print("@@dsenv@@" + json.dumps(info))
-"""
-
-
 def read_deepspeed(python: str | os.PathLike, *, env: Mapping[str, str] | None = None,
                    timeout: float = 60.0) -> dict | None:
-    """What the env's deepspeed says about itself without importing it (no torch import):
+    """What the env's deepspeed says about itself, for the build, without importing it (no
+    torch import): the env's interpreter says where its deepspeed is, and
+    dsenv/facts/python/deepspeed_info.py (the one reader of an install) reads it from files:
     ``version``, ``installed_ops``, ``accelerator_name``, ``torch_info`` from
     ``git_version_info_installed.py``, and ``variables`` ({DS_BUILD_X: [op names]}) from its
     op builders. None when deepspeed is not installed there."""
-    result = proc.run([os.fspath(python), "-c", _READ_DEEPSPEED], timeout=timeout, env=env)
-    payload = proc.marked_json(result.stdout, "@@dsenv@@")
-    if not result.ok or (payload is None and "@@dsenv@@null" not in result.stdout):
+    node = Node(wanted_target="login", environment=os.fspath(python), probe_timeout=timeout,
+                env=dict(os.environ if env is None else env))
+    try:
+        probed = target_env.environment(node)
+    except UsageError as exc:
+        probed, problem = None, str(exc)
+    else:
+        problem = probed.problem
+    if probed is None or not probed.probed:
         raise ProvisionError(f"DeepSpeed ops: cannot read deepspeed's install info with "
-                             f"{python}: {result.describe()}")
-    return payload
+                             f"{python}: {problem}")
+    ds = deepspeed_info.deepspeed_of(node)
+    if ds is None:
+        return None
+    return {"path": str(ds.folder), "version": ds.version, "installed_ops": ds.installed_ops,
+            "accelerator_name": ds.accelerator_name, "torch_info": ds.torch_info,
+            "variables": deepspeed_info.op_switches(ds.folder)}
 
 
 def verify_installed_ops(python: str | os.PathLike, requested: Iterable[str], *,

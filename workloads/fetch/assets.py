@@ -1,5 +1,6 @@
-"""Each workload's full-run assets: declared once in assets.toml, placed by ``dsenv fetch``,
-found by the full runs and by ``dsenv doctor --for WORKLOAD``.
+"""Each workload's full-run assets: declared once in assets.toml (which workload needs which:
+workloads.toml, through registry.py), placed by ``dsenv fetch``, found by the full runs and
+by ``dsenv doctor --for WORKLOAD``.
 
 Where things live (the one layout fetch, the loaders and the doctor share):
 
@@ -27,10 +28,10 @@ from pathlib import Path
 from dsenv.data import load_table
 from dsenv.envs.launchers import OFFLINE_VARIABLES
 from dsenv.facts.host.hfcache import resolve_dirs
+from dsenv.workloads import registry
 from dsenv.workloads.errors import WorkloadError
 
-_TABLE = load_table("dsenv.workloads", "assets.toml")
-WORKLOAD_NAMES: tuple[str, ...] = tuple(_TABLE)
+WORKLOAD_NAMES: tuple[str, ...] = registry.fetchable_names()  # those with full-run assets
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class Asset:
     revision: str
     files: tuple[str, ...] = ()  # model: files that must be in the snapshot
     splits: dict[str, str] = field(default_factory=dict)  # dataset: split -> file pattern
+    name: str = ""  # its section in assets.toml: [asset.NAME]
 
     @property
     def cache_folder(self) -> str:
@@ -116,13 +118,20 @@ def _snapshot_dir(repo_dir: Path, revision: str) -> Path | None:
     return exact if exact.is_dir() else None
 
 
+def declared_assets(table: dict | None = None) -> dict[str, Asset]:
+    """name -> Asset of assets.toml (``table``: a parsed copy, for tests)."""
+    rows = (table or load_table("dsenv.workloads", "assets.toml"))["asset"]
+    return {name: Asset(a["kind"], a["repo"], a["revision"], tuple(a.get("files", ())),
+                        dict(a.get("splits", {})), name)
+            for name, a in rows.items()}
+
+
 def assets_for(workload: str) -> list[Asset]:
-    if workload not in _TABLE:
+    if workload not in WORKLOAD_NAMES:
         raise WorkloadError(f"unknown workload {workload!r}; choose one of "
                             f"{', '.join(WORKLOAD_NAMES)}")
-    return [Asset(a["kind"], a["repo"], a["revision"], tuple(a.get("files", ())),
-                  dict(a.get("splits", {})))
-            for a in _TABLE[workload]["assets"]]
+    declared = declared_assets()
+    return [declared[name] for name in registry.entry(workload).assets]
 
 
 def asset_of(workload: str, kind: str) -> Asset:

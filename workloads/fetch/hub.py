@@ -267,7 +267,7 @@ def fetch_repo(hub: Hub, asset: Asset, layout: CacheLayout, workload: str) -> Fe
                          f"for it ({commit!r}); check that HF_ENDPOINT is a Hugging Face Hub")
     listed = [s.rfilename for s in info.siblings] if info.siblings is not None else None
     if listed is not None:
-        _check_patterns(asset, listed, workload)
+        _check_patterns(asset, listed)
     storage = layout.hub / asset.cache_folder
     snapshot = storage / "snapshots" / commit
     wanted = list(filter_repo_objects(listed, allow_patterns=asset.patterns)) if listed else None
@@ -280,7 +280,7 @@ def fetch_repo(hub: Hub, asset: Asset, layout: CacheLayout, workload: str) -> Fe
     files = wanted if wanted is not None else list(
         filter_repo_objects(present, allow_patterns=asset.patterns))
     if listed is None:
-        _check_patterns(asset, present, workload)
+        _check_patterns(asset, present)
     missing = [name for name in files if not (folder / name).is_file()]
     if missing:
         raise FetchError(f"{asset.describe()}: {', '.join(missing)} not in {folder} after the "
@@ -310,13 +310,13 @@ def _blob_ok(path: Path) -> bool:
     return matches_blob_name(path, sha256, git_sha1)
 
 
-def _check_patterns(asset: Asset, names: list[str], workload: str) -> None:
+def _check_patterns(asset: Asset, names: list[str]) -> None:
     from huggingface_hub.utils import filter_repo_objects  # huggingface_hub: off dsenv --help
 
     for pattern in asset.patterns:
         if not list(filter_repo_objects(names, allow_patterns=[pattern])):
             raise FetchError(f"{asset.describe()}: no file matches {pattern!r} (workloads/"
-                             f"assets.toml, [{workload}]); the repository has "
+                             f"assets.toml, [asset.{asset.name}]); the repository has "
                              f"{len(names)} files, e.g. {', '.join(sorted(names)[:5]) or 'none'}")
 
 

@@ -4,7 +4,7 @@ bundled workload, or with --k8s a Kubeflow MPIJob manifest.
     add_launch_parser(subparsers)   # adds "launch" to dsenv's sub-commands
     run_launch(args) -> int         # 0 written (and submitted), 2 bad input / sbatch refused
 
-The script is rendered by workloads/launch/jobscript.py from workloads/launchers.toml, the manifest
+The script is rendered by workloads/launch/jobscript.py from envs/launchers.toml, the manifest
 by workloads/launch/mpijob.py; both are written atomically (a temporary file beside the target,
 then a rename), so a failed launch leaves no half-written file. Nothing here imports torch.
 """
@@ -27,7 +27,8 @@ from dsenv.facts.mpi import installation as mpi
 from dsenv.facts.node import Node
 from dsenv.redact import Redactor
 from dsenv.staging import write_file_atomically
-from dsenv.workloads.cli import FULL_WORKLOADS, SMOKE_WORKLOADS, add_workload_parsers
+from dsenv.workloads import registry
+from dsenv.workloads.cli import add_workload_parsers
 from dsenv.workloads.errors import LaunchError
 from dsenv.workloads.launch.jobscript import JobPlan, render_script, table
 from dsenv.workloads.launch.mpijob import render_mpijob, to_yaml
@@ -48,7 +49,7 @@ def add_launch_parser(subparsers) -> None:
                     "with --full) under the chosen launcher. Arguments after `--` go to the "
                     "workload. Exit 0: written (and submitted); 2: bad input or sbatch refused.")
     launch.add_argument("workload", metavar="WORKLOAD",
-                        help="a bundled workload: " + ", ".join(sorted(SMOKE_WORKLOADS)))
+                        help="a bundled workload: " + ", ".join(sorted(registry.smoke_names())))
     launch.add_argument("--nodes", type=positive_int, default=1, metavar="N",
                         help="nodes (default 1)")
     launch.add_argument("--gpus-per-node", type=positive_int, default=1, metavar="G",
@@ -152,7 +153,7 @@ def build_plan(args, env=None):
     """The JobPlan ``args`` ask for; LaunchError (one line) for anything impossible."""
     env = os.environ if env is None else env
     mode = "run" if args.full else "smoke"
-    workloads = FULL_WORKLOADS if args.full else SMOKE_WORKLOADS
+    workloads = registry.full_names() if args.full else registry.smoke_names()
     if args.workload not in workloads:
         raise LaunchError(f"unknown workload {args.workload!r} for `dsenv {mode}`; choose one "
                           f"of {', '.join(sorted(workloads))}")

@@ -25,10 +25,10 @@ master address from ``hostname -I``). MASTER_ADDR/MASTER_PORT keep values alread
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, MutableMapping
 from dataclasses import asdict, dataclass
 
+from dsenv.facts.launch.slurmlists import SlurmListError, first_count, first_host
 from dsenv.net import free_port
 from dsenv.workloads.errors import WorkloadError
 
@@ -68,27 +68,16 @@ def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int |
         raise WorkloadError(f"{name}={value!r} is not a whole number") from None
 
 
-def _tasks_per_node(value: str | None) -> int | None:
-    """Slurm's '2(x3),1' -> 2 (the first node's count)."""
-    if not value:
-        return None
-    match = re.match(r"\s*(\d+)", value)
-    return int(match.group(1)) if match else None
-
-
-def first_host(nodelist: str) -> str | None:
-    """First host of a Slurm hostlist: 'nid[0007-0010,0012],gpu1' -> 'nid0007'."""
-    nodelist = nodelist.strip()
-    if not nodelist:
-        return None
-    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
-    if not match:
-        return None
-    prefix, ranges = match.group(1), match.group(2)
-    if ranges is None:
-        return prefix
-    first = ranges.split(",")[0].split("-")[0]
-    return prefix + first
+def _first_host(env: Mapping[str, str]) -> str | None:
+    """The first host of the step's (else the job's) Slurm hostlist: the rendezvous."""
+    for name in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        if env.get(name):
+            try:
+                return first_host(env[name])
+            except SlurmListError as exc:
+                raise WorkloadError(f"{name}={env[name]!r}: {exc}; export MASTER_ADDR=<first "
+                                    "node's address>") from None
+    return None
 
 
 def discover(env: Mapping[str, str] | None = None) -> RankInfo:
@@ -129,8 +118,8 @@ def discover(env: Mapping[str, str] | None = None) -> RankInfo:
         rank = _int(env, "SLURM_PROCID")
         world = _int(env, "SLURM_STEP_NUM_TASKS", _int(env, "SLURM_NTASKS", 1))
         local_rank = _int(env, "SLURM_LOCALID", 0)
-        local_size = _tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE")
-                                     or env.get("SLURM_TASKS_PER_NODE"))
+        local_size = first_count(env.get("SLURM_STEP_TASKS_PER_NODE")
+                                 or env.get("SLURM_TASKS_PER_NODE"))
     else:
         launcher, rank, world, local_rank, local_size = "none", 0, 1, 0, 1
 
@@ -147,9 +136,7 @@ def discover(env: Mapping[str, str] | None = None) -> RankInfo:
         if single_node:
             master_addr = "127.0.0.1"
         elif launcher == "srun":
-            master_addr = first_host(env.get("SLURM_STEP_NODELIST")
-                                     or env.get("SLURM_JOB_NODELIST")
-                                     or env.get("SLURM_NODELIST", ""))
+            master_addr = _first_host(env)
     if port is None:
         if world == 1:
             port = free_port()  # two single-process runs on one node must not collide

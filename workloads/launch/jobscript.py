@@ -7,7 +7,7 @@ Face cache and offline variables, OMP_NUM_THREADS from the CPUs Slurm gave each 
 site's variables, MASTER_ADDR (the allocation's first node, unless already exported) and
 MASTER_PORT (derived from the job id, so two jobs never collide), the preflight doctor
 (its failure ends the job before any rank starts, with its findings in the job output), then
-the launcher line of workloads/launchers.toml.
+the launcher line of envs/launchers.toml.
 
 Quoting: every path and argument that enters the script is quoted (single words, no shell
 interpretation); only ``$NAME``/``${NAME...}`` expansions written in the launcher table or
@@ -24,12 +24,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from dsenv import __version__
-from dsenv.data import load_table
 from dsenv.envs.launchers import (
     OFFLINE_VARIABLES,
     REMOTE_ENV_NAMES,
     REMOTE_ENV_PREFIXES,
     REMOTE_ENV_SKIPPED,
+    launch_table,
 )
 from dsenv.envs.sites import Container, Site
 from dsenv.provision.record.activation import ACTIVATE_NAME, sh_value
@@ -45,7 +45,8 @@ _SCALAR = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def table() -> dict:
-    return load_table("dsenv.workloads", "launchers.toml")
+    """envs/launchers.toml: the launcher lines and container runtimes."""
+    return launch_table()
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import os
 
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
+from dsenv.envs.training_stack import first_run_ops
 from dsenv.facts.python import deepspeed_info as dsi
 from dsenv.facts.python import target_env
 from dsenv.facts.python.torch_info import TorchBuild
@@ -97,7 +98,7 @@ def ops(ctx: Context):
     if ds.precompiled and not usable:
         evidence.append(f"precompiled ops were built for {ds.accelerator_name}, DeepSpeed will "
                         f"run on {accel}: they are JIT-compiled instead")
-    needed = [(op, secs) for op, secs in dsi.first_run_ops(accel) if op not in usable]
+    needed = [(op, secs) for op, secs in first_run_ops(accel) if op not in usable]
     incompatible = [op for op, _ in needed if compat.compatible.get(op) is False]
     if usable:
         evidence.insert(0, "precompiled: " + ", ".join(usable))

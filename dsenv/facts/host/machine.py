@@ -7,6 +7,7 @@ import platform
 import re
 from dataclasses import dataclass, field
 
+from dsenv.facts.launch.slurmlists import first_count
 from dsenv.facts.node import Node, probe
 
 
@@ -78,9 +79,8 @@ class SlurmAllocation:
         return bool(self.job_id)
 
     def integer(self, name: str) -> int | None:
-        value = self.variables.get(name, "")
-        match = re.match(r"\d+", value)  # SLURM_TASKS_PER_NODE looks like "4(x2)"
-        return int(match.group()) if match else None
+        """A count variable's number for this node ("4(x2)" -> 4: slurmlists.first_count)."""
+        return first_count(self.variables.get(name))
 
 
 def slurm_allocation(node: Node) -> SlurmAllocation:

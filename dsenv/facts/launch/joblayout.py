@@ -3,23 +3,19 @@ hosts of a Slurm allocation.
 
 Read from the job's shape as the caller knows it (the doctor's --nodes, --gpus-per-node,
 --launcher), Slurm's variables and
-this process's CPU affinity; nothing here runs a command. Slurm hostlists are expanded here
-(``scontrol show hostnames`` needs the cluster's configuration, which a login shell or a
-container may lack).
+this process's CPU affinity; nothing here runs a command. Slurm's hostlists and task counts
+are read by slurmlists.py (without scontrol, which needs the cluster's configuration).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 from dataclasses import dataclass
 
+from dsenv.envs.launchers import TASK_PER_RANK
+from dsenv.facts.launch.slurmlists import expand_hostlist, first_count
 from dsenv.facts.node import Node
-
-# Launchers that start one process per rank (a Slurm task or an MPI process); torchrun and
-# DeepSpeed's runner start one launcher per node, which forks the node's ranks.
-TASK_PER_RANK = ("srun", "mpirun")
 
 
 @dataclass(frozen=True)
@@ -28,17 +24,11 @@ class Count:
     source: str  # where the number comes from: "--nodes 2", "SLURM_NNODES=2", or why unknown
 
 
-def leading_int(text: str | None) -> int | None:
-    """'4(x2)' -> 4 (SLURM_TASKS_PER_NODE), '8' -> 8, '' or 'auto' -> None."""
-    match = re.match(r"\s*(\d+)", text or "")
-    return int(match.group(1)) if match else None
-
-
 def planned_nodes(node: Node) -> Count:
     if node.job.nodes:
         return Count(node.job.nodes, f"--nodes {node.job.nodes}")
     for name in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):
-        value = leading_int(node.env.get(name))
+        value = first_count(node.env.get(name))
         if value:
             return Count(value, f"{name}={node.env[name]}")
     return Count(None, "no --nodes and no SLURM_NNODES")
@@ -51,10 +41,10 @@ def ranks_per_node(node: Node) -> Count:
     launcher = node.job.launcher
     if launcher in (None, *TASK_PER_RANK):
         for name in ("SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
-            value = leading_int(node.env.get(name))
+            value = first_count(node.env.get(name))
             if value:
                 return Count(value, f"{name}={node.env[name]}")
-    value = leading_int(node.env.get("SLURM_GPUS_ON_NODE"))
+    value = first_count(node.env.get("SLURM_GPUS_ON_NODE"))
     if value and launcher not in TASK_PER_RANK:
         return Count(value, f"SLURM_GPUS_ON_NODE={node.env['SLURM_GPUS_ON_NODE']} (a rank per GPU)")
     return Count(None, "no --gpus-per-node and no Slurm task count")
@@ -86,51 +76,10 @@ def cpu_share(node: Node, ranks: int) -> CpuShare:
     for name in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE"):
         if name in node.env:
             evidence.append(f"{name}={node.env[name]}")
-    per_task = leading_int(node.env.get("SLURM_CPUS_PER_TASK"))
+    per_task = first_count(node.env.get("SLURM_CPUS_PER_TASK"))
     if node.job.launcher in TASK_PER_RANK and per_task:
         return CpuShare(available, ranks, per_task, tuple(evidence))
     return CpuShare(available, ranks, available // max(ranks, 1), tuple(evidence))
-
-
-# -- Slurm hostlists ---------------------------------------------------------------------------
-
-
-def _split_top(text: str) -> list[str]:
-    """'a[1-2],b,c[3,5]' -> ['a[1-2]', 'b', 'c[3,5]'] (commas inside brackets stay)."""
-    parts, depth, current = [], 0, ""
-    for char in text:
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-            continue
-        depth += {"[": 1, "]": -1}.get(char, 0)
-        current += char
-    parts.append(current)
-    return [p.strip() for p in parts if p.strip()]
-
-
-def _range_values(spec: str) -> list[str]:
-    values = []
-    for item in spec.split(","):
-        low, sep, high = item.partition("-")
-        if not sep:
-            values.append(low)
-            continue
-        width = len(low) if low.startswith("0") else 0
-        values += [str(n).zfill(width) for n in range(int(low), int(high) + 1)]
-    return values
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """Slurm's hostlist syntax as ``scontrol show hostnames`` expands it:
-    'nid[0007-0009,0012],gpu1' -> nid0007 nid0008 nid0009 nid0012 gpu1; several bracket groups
-    ('rack[1-2]-n[01-02]') give every combination."""
-    hosts = []
-    for part in _split_top(text or ""):
-        pieces = re.split(r"\[([^\]]*)\]", part)  # text, range, text, range, ..., text
-        choices = [[piece] if i % 2 == 0 else _range_values(piece) for i, piece in enumerate(pieces)]
-        hosts += ["".join(combo) for combo in itertools.product(*choices)]
-    return hosts
 
 
 def allocated_hosts(node: Node) -> list[str] | None:

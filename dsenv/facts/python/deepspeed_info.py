@@ -13,6 +13,7 @@ test (:mod:`.target_env`), the job's.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -20,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsenv import proc
-from dsenv.data import load_table
 from dsenv.facts.cmdcache import cache_dir
 from dsenv.facts.gpu import inventory as gpu_probes
 from dsenv.facts.node import Node, probe
@@ -103,12 +103,39 @@ def build_mismatches(ds: DeepSpeedInstall, torch: TorchBuild) -> list[str]:
     return found
 
 
+def deepspeed_of(node: Node) -> DeepSpeedInstall | None:
+    """The DeepSpeed the environment under test imports (target_env: its own interpreter
+    says where), read from its files."""
+    folder = target_env.module_folder(node, "deepspeed")
+    return read_deepspeed(pyenv.search_path(node), folder) if folder is not None else None
+
+
+def op_switches(folder: Path) -> dict[str, list[str]]:
+    """{DS_BUILD_X: [op names]}: the switches a build of the DeepSpeed in ``folder`` takes,
+    read with ``ast`` from its op builders (ops/op_builder/**.py: each class's BUILD_VAR and
+    NAME)."""
+    switches: dict[str, list[str]] = {}
+    for source in sorted((Path(folder) / "ops" / "op_builder").rglob("*.py")):
+        try:
+            tree = ast.parse(source.read_text(encoding="utf-8"), str(source))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            values = {n.targets[0].id: n.value.value for n in cls.body
+                      if isinstance(n, ast.Assign) and len(n.targets) == 1
+                      and isinstance(n.targets[0], ast.Name)
+                      and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
+            if "BUILD_VAR" in values and "NAME" in values:
+                names = switches.setdefault(values["BUILD_VAR"], [])
+                if values["NAME"] not in names:
+                    names.append(values["NAME"])
+    return switches
+
+
 @probe
 def installs(node: Node) -> tuple[DeepSpeedInstall | None, TorchBuild]:
     """The DeepSpeed the job will import, and the torch build every area shares."""
-    folder = target_env.module_folder(node, "deepspeed")
-    ds = read_deepspeed(pyenv.search_path(node), folder) if folder is not None else None
-    return ds, torch_info.torch_build(node)
+    return deepspeed_of(node), torch_info.torch_build(node)
 
 
 def supported_accelerators(ds: DeepSpeedInstall) -> list[str] | None:
@@ -151,11 +178,6 @@ def expected_accelerator(node: Node, torch: TorchBuild, gpus: list | None
 
 
 # -- JIT build cache ----------------------------------------------------------------------
-
-
-def first_run_ops(accelerator: str) -> list[tuple[str, int | None]]:
-    rows = load_table("dsenv.envs", "training_stack.toml")["deepspeed"]["first_run_ops"]
-    return [(r["op"], r.get("seconds")) for r in rows if r["accelerator"] == accelerator]
 
 
 def jit_build_root(node: Node, torch: TorchBuild) -> Path:
