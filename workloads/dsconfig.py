@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, replace
+from importlib.util import find_spec
 from pathlib import Path
 
 from dsenv.data import load_table
@@ -65,13 +66,20 @@ class PlannedConfig:
     lr: float
     lr_scaling: str
     user_config: str | None
+    # Gradient clipping dsenv applies between backward and step instead of DeepSpeed (its
+    # clip_grad_norm_ makes two host syncs a step); 0: none, or DeepSpeed's own.
+    outside_clipping: float = 0.0
+    variant: str = "default"  # which of the preset's configs: "default" or "gpu"
+    variant_source: str | None = None
 
     def summary(self) -> dict:
         return {"preset": self.preset, "user_config": self.user_config,
                 "micro_batch": self.batch.micro_batch, "grad_accum": self.batch.grad_accum,
                 "world_size": self.batch.world_size,
                 "train_batch_size": self.batch.train_batch_size,
-                "base_lr": self.base_lr, "lr": self.lr, "lr_scaling": self.lr_scaling}
+                "base_lr": self.base_lr, "lr": self.lr, "lr_scaling": self.lr_scaling,
+                "config_variant": self.variant, "config_variant_source": self.variant_source,
+                "outside_clipping": self.outside_clipping}
 
 
 def load_user_config(path: str | Path) -> dict:
@@ -156,7 +164,11 @@ def build_config(preset: str, world_size: int, *, on_gpu: bool, default_micro_ba
     entry = presets()[preset]
     if entry.get("needs") == "gpu" and not on_gpu:
         raise WorkloadError(f"preset {preset} needs a GPU (no GPU here); use bf16 or fp32 on CPU")
-    config = merge(entry["config"], user)
+    # A user's ds_config that picks its own precision keeps the preset's default variant:
+    # the GPU variant's torch_autocast would run beside the user's bf16/fp16 mode.
+    own_precision = any(key in user for key in ("bf16", "fp16", "torch_autocast", "amp"))
+    variant = gpu_variant(entry) if on_gpu and not own_precision else None
+    config = merge(variant["config"] if variant else entry["config"], user)
     if _enabled(config, "fp16") and not on_gpu:
         raise WorkloadError("fp16 needs a GPU (DeepSpeed's CPU accelerator has no fp16); "
                             "use bf16 or fp32 on CPU")
@@ -179,9 +191,47 @@ def build_config(preset: str, world_size: int, *, on_gpu: bool, default_micro_ba
             and not offloads_optimizer(config)):
         params.setdefault("torch_adam", True)  # no fused_adam JIT build on CPU
 
+    outside = outside_clipping(config) if variant and variant.get("clip_outside_engine") else 0.0
+    if outside:
+        config["gradient_clipping"] = 0.0
     planned = PlannedConfig(preset, config, batch, float(base_lr), effective_lr, lr_scaling,
-                            str(user_config) if user_config else None)
+                            str(user_config) if user_config else None, outside,
+                            "gpu" if variant else "default",
+                            variant.get("source") if variant else None)
     return with_schedule(planned, warmup_steps, total_steps) if total_steps else planned
+
+
+def gpu_variant(entry: dict) -> dict | None:
+    """The preset's GPU configuration when this DeepSpeed has what it needs, else None (the
+    default configuration runs)."""
+    variant = entry.get("gpu")
+    if not variant:
+        return None
+    needed = variant.get("requires_deepspeed_file")
+    return variant if not needed or _deepspeed_has(needed) else None
+
+
+def _deepspeed_has(relative: str) -> bool:
+    """Whether the installed DeepSpeed ships ``relative`` (asked of the package's files,
+    without importing it: importing deepspeed imports torch)."""
+    try:
+        spec = find_spec("deepspeed")
+    except (ImportError, ValueError):
+        return False
+    origin = spec.origin if spec else None
+    return bool(origin) and (Path(origin).parent / relative).is_file()
+
+
+def outside_clipping(config: dict) -> float:
+    """The clipping norm dsenv applies itself: only without ZeRO (gradients whole in every
+    rank after backward's all-reduce) and without fp16 loss scaling (gradients unscaled)."""
+    stage = int((config.get("zero_optimization") or {}).get("stage", 0))
+    autocast = config.get("torch_autocast") or {}
+    scaled = _enabled(config, "fp16") or (
+        autocast.get("enabled") and str(autocast.get("dtype", "")).endswith("16")
+        and "bfloat" not in str(autocast.get("dtype", "")))
+    clip = config.get("gradient_clipping") or 0.0
+    return float(clip) if stage == 0 and not scaled and float(clip) > 0 else 0.0
 
 
 def with_schedule(planned: PlannedConfig, warmup_steps: int, total_steps: int) -> PlannedConfig:
@@ -215,7 +265,7 @@ def without_gradient_sync(planned: PlannedConfig) -> PlannedConfig:
                             f"stage {stage})")
     config = copy.deepcopy(planned.config)
     config["gradient_clipping"] = 0.0
-    return replace(planned, config=config)
+    return replace(planned, config=config, outside_clipping=0.0)
 
 
 def required_ops(config: dict, on_gpu: bool) -> list[str]:

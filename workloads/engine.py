@@ -28,7 +28,7 @@ import socket
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsenv.envs.training_stack import jit_seconds
@@ -36,6 +36,7 @@ from dsenv.staging import staged_dir
 from dsenv.workloads.dsconfig import required_ops
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.opbuild import prepare_arch_list, reported
+from dsenv.workloads.phases import PhaseClock
 from dsenv.workloads.runtime import Runtime, barrier, gather
 
 UNMEASURED_BUILD_S = 90  # an op envs/training_stack.toml has no first-build time for
@@ -177,6 +178,7 @@ class TrainStats:
     timed_seconds: float  # steps after warm-up
     samples_per_s: float  # global samples/s after warm-up
     train_batch_size: int
+    split: dict = field(default_factory=dict)  # ms per step by phase (phases.PhaseClock)
 
 
 def _sync(rt: Runtime) -> None:
@@ -187,8 +189,11 @@ def _sync(rt: Runtime) -> None:
 
 
 def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps: int,
-          label: str = "training") -> TrainStats:
-    """``steps`` optimizer steps through the engine; loss per step; samples/s after warm-up."""
+          label: str = "training", clip_norm: float = 0.0) -> TrainStats:
+    """``steps`` optimizer steps through the engine; loss per step; samples/s after warm-up;
+    where the timed steps' time went (:mod:`dsenv.workloads.phases`). ``clip_norm``: clip
+    gradients here, between backward and step (the config left DeepSpeed's clipping off:
+    :func:`dsenv.workloads.dsconfig.outside_clipping`)."""
     import torch  # torch: only once a run starts
     from rich.progress import (  # rich: only once a run starts
         BarColumn,
@@ -204,6 +209,7 @@ def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps
     warmup_steps = min(warmup_steps, max(steps - 1, 0))
     engine.train()
     losses = []
+    clock = PhaseClock(rt.on_gpu)
     # live bar on an interactive terminal; plain lines in logs (mpirun gives ranks a pty,
     # so a batch job's log would otherwise fill with redraws)
     live = rt.is_main and rt.console.is_interactive
@@ -220,11 +226,22 @@ def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps
                 _sync(rt)
                 timed_from = time.perf_counter()
             total = None
+            timed = step >= warmup_steps
             for _ in range(grad_accum):
-                batch = {k: v.to(engine.device, non_blocking=True) for k, v in next(batches).items()}
+                # pinned, so the copy is truly asynchronous: torch waits for the GPU before
+                # copying from pageable memory, which drains the queue every step
+                batch = {k: (v.pin_memory() if rt.on_gpu else v).to(engine.device,
+                                                                     non_blocking=True)
+                         for k, v in next(batches).items()}
+                clock.mark(0, timed)
                 loss = engine(**batch).loss
+                clock.mark(1, timed)
                 engine.backward(loss)
+                if clip_norm and engine.is_gradient_accumulation_boundary():
+                    torch.nn.utils.clip_grad_norm_(engine.module.parameters(), clip_norm)
+                clock.mark(2, timed)
                 engine.step()
+                clock.mark(3, timed)
                 total = loss.detach() if total is None else total + loss.detach()
             losses.append(total / grad_accum)
             if not rt.is_main:
@@ -239,8 +256,10 @@ def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps
     curve = torch.stack(losses).float().cpu().tolist() if losses else []
     timed = end - timed_from
     timed_steps = steps - warmup_steps
+    split = clock.summary(grad_accum)
     return TrainStats(steps, warmup_steps, curve, end - begin, timed,
-                      timed_steps * train_batch / timed if timed > 0 else 0.0, train_batch)
+                      timed_steps * train_batch / timed if timed > 0 else 0.0, train_batch,
+                      split)
 
 
 def _share(n: int, rank: int, world: int) -> list[int]:

@@ -292,7 +292,8 @@ def train(run: Run, ds, tensors: dict, independent: bool = False) -> engine.Trai
     torch.manual_seed(seed + (rt.rank if independent else 0))
     batches = engine.micro_batches(tensors, run.planned.batch.micro_batch, rt, seed,
                                    independent=independent)
-    return engine.train(ds, rt, batches, run.s.steps, run.s.warmup_steps, label="training")
+    return engine.train(ds, rt, batches, run.s.steps, run.s.warmup_steps, label="training",
+                        clip_norm=run.planned.outside_clipping)
 
 
 # ----------------------------------------------------------------------------- data sets
@@ -409,6 +410,7 @@ def conclude(run: Run, stats, metrics: dict, *, data_info: dict, model_dir: Path
                              run.init_model, s, planned.config, rt.device_type,
                              stats.samples_per_s / rt.world_size,
                              tf32=rt.on_gpu and efficiency.torch_allows_tf32()),
+                         "split_ms": stats.split,
                          "loss_first": first, "loss_last": last, "loss_drop": drop,
                          "loss_curve": stats.loss_curve},
             "metrics": metrics, **(extra or {}),
