@@ -1,12 +1,15 @@
 """`dsenv doctor` against DeepSpeed's own `ds_report`, alternating, in one run.
 
-    python bench/doctor_vs_ds_report.py [--rounds 7]
+    python bench/doctor_vs_ds_report.py [--rounds 7] [--json FILE]
 
 Each round runs `ds_report`, then `dsenv doctor` with its probe cache warm (the usual case:
 the cache only changes when packages or toolkits change), then `dsenv doctor` with an empty
 cache (the first run after an install). Prints the medians of wall time and of CPU time (user
 + system of the command and its children: steadier than wall time on a loaded machine) and
-the ratios doctor/ds_report. Goals (issue 14): warm <= 0.25 x ds_report, cold <= 0.5 x.
+the ratios doctor/ds_report. Goals (issue 14): warm <= 0.25 x ds_report, cold <= 0.5 x; on
+a GPU node (issue 22) the same. Then where one doctor run's time went, from its report's
+per-check seconds and per-probe timing (the slowest five of each), and the GPU it ran on.
+``--json FILE`` writes all of it as one JSON object (a device check keeps it).
 
 dsenv's modules are byte-compiled first, as an install does (pip and uv write the .pyc files
 of what they install, DeepSpeed's and torch's included): an editable checkout run under
@@ -18,7 +21,9 @@ from __future__ import annotations
 import argparse
 import compileall
 import importlib.util
+import json
 import os
+import platform
 import resource
 import shutil
 import statistics
@@ -51,9 +56,35 @@ def compile_dsenv() -> None:
             compileall.compile_dir(folder, quiet=1)
 
 
+def where_time_went(dsenv: str, env: dict) -> dict:
+    """One `dsenv doctor --json` run: its slowest checks and probes."""
+    done = subprocess.run([dsenv, "doctor", "--json"], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    try:
+        report = json.loads(done.stdout)
+    except ValueError:
+        return {"error": f"dsenv doctor --json exited {done.returncode}: {done.stderr[-300:]}"}
+    checks = sorted(report["results"], key=lambda r: -(r.get("seconds") or 0))[:5]
+    timing = report.get("timing") or {}
+    probes = sorted(timing.get("probes") or [], key=lambda p: -p["seconds"])[:5]
+    return {"checks_s": timing.get("checks_s"),
+            "slowest_checks": [{"id": r["id"], "seconds": round(r.get("seconds") or 0, 3),
+                                "summary": r["summary"]} for r in checks],
+            "slowest_probes": probes}
+
+
+def gpu_line() -> str:
+    if not shutil.which("nvidia-smi"):
+        return "no nvidia-smi"
+    done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    return " | ".join(done.stdout.strip().splitlines()) or f"nvidia-smi -L: {done.stderr}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = parser.parse_args()
     ds_report = shutil.which("ds_report")
     dsenv = shutil.which("dsenv")
@@ -93,6 +124,32 @@ def main() -> int:
         cpu = cpu_med[name] / cpu_med["ds_report"]
         print(f"{name}: wall {wall:.2f}, CPU {cpu:.2f} x ds_report (goal <= {goal:.2f}: "
               f"{'met' if wall <= goal else 'NOT met'}), rounds={args.rounds}")
+    went = where_time_went(dsenv, base)
+    gpus = gpu_line()
+    print(f"\nwhere one doctor run's time went ({gpus}; checks run in parallel: "
+          f"{went.get('checks_s')} s all together):")
+    for row in went.get("slowest_checks", []):
+        print(f"  check {row['id']:<28} {row['seconds']:>7.3f} s  {row['summary'][:70]}")
+    for row in went.get("slowest_probes", []):
+        print(f"  probe {row['id']:<50} {row['seconds']:>7.3f} s (started at "
+              f"{row['started_s']:.3f} s)")
+    if "error" in went:
+        print("  " + went["error"])
+    if args.json:
+        figures = {
+            "gpus": gpus, "rounds": args.rounds, "platform": platform.platform(),
+            "commands": {name: {"wall_median_s": round(wall_med[name], 3),
+                                "wall_min_s": round(min(walls[name]), 3),
+                                "wall_max_s": round(max(walls[name]), 3),
+                                "cpu_median_s": round(cpu_med[name], 3),
+                                "wall_ratio": round(wall_med[name] / wall_med["ds_report"], 3)}
+                         for name in times},
+            "goals": {name: {"goal": goal, "met": wall_med[name] / wall_med["ds_report"] <= goal}
+                      for name, goal in GOALS.items()},
+            "doctor_run": went,
+        }
+        with open(args.json, "w") as out:
+            json.dump(figures, out, indent=2)
     return 0
 
 

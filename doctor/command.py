@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from dsenv.doctor.catalogue import by_check
 from dsenv.doctor.context import Context, Options
@@ -56,14 +57,16 @@ def run_doctor(args) -> int:
                 if (not args.only or c.area in args.only) and c.id not in args.skip]
     if args.distributed:
         return run_distributed(args, selected, ctx)
+    start = time.monotonic()
     results = run_checks(selected, ctx)
+    timing = timing_section(ctx, time.monotonic() - start)
     fix = getattr(args, "fix", False)
     if args.json:
-        extra = None
+        extra: dict = {"timing": timing}
         if fix:  # the screen of --fix goes to stderr; the report keeps what it did
             results, records = run_fixes(results, ctx, yes=args.yes, dry_run=args.dry_run,
                                          strict=args.strict, out=sys.stderr)
-            extra = {"fixes": [r.to_json() for r in records]}
+            extra["fixes"] = [r.to_json() for r in records]
         sys.stdout.write(render_json(results, ctx, extra, strict=args.strict) + "\n")
     else:  # colour only on a terminal without NO_COLOR (render.use_color)
         sys.stdout.write(render_text(results, ctx, strict=args.strict))
@@ -71,6 +74,15 @@ def run_doctor(args) -> int:
             results, _ = run_fixes(results, ctx, yes=args.yes, dry_run=args.dry_run,
                                    strict=args.strict)
     return exit_code(results, strict=args.strict)
+
+
+def timing_section(ctx: Context, checks_s: float) -> dict:
+    """Where the run's time went: the checks' wall time (they run in parallel, so it is
+    about the slowest one's), and each probe's start and seconds (a probe runs once
+    however many checks ask; its seconds include the probes it waits on)."""
+    return {"checks_s": round(checks_s, 4),
+            "probes": [{"id": key, "started_s": round(started, 4), "seconds": round(seconds, 4)}
+                       for key, started, seconds in ctx.probe_times()]}
 
 
 def validate_fix_usage(args) -> None:

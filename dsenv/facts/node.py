@@ -11,13 +11,16 @@ prefix or an interpreter), else it is resolved from the activated environment
 Probes that read /sys, /proc or /dev go through :meth:`Node.path`, so tests point them at a
 recorded tree; commands go through :meth:`Node.run`, which always has a timeout. Probes shared
 by several callers (nvidia-smi, ompi_info, ...) run once per Node, even when two threads ask
-for them at the same moment.
+for them at the same moment; :meth:`Node.start` begins a slow one in the background so that
+it overlaps the probes its askers wait on first. Each probe's start and duration are kept
+(:meth:`Node.probe_times`) for reports that show where the time went.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -54,8 +57,9 @@ class Node:
     environment: str | None = None  # a prefix or interpreter the job runs in (--env)
     probe_timeout: float = DEFAULT_PROBE_TIMEOUT
     job: JobShape = field(default_factory=JobShape)
-    # Probes that take seconds (asking DeepSpeed's op builders, which imports torch) run only
-    # when True; otherwise they answer from a cache or say "not asked".
+    # Probes that take seconds (asking DeepSpeed's op builders or torch itself, which import
+    # torch) run only when True; otherwise they answer from a cache, say "not asked", or ask
+    # something cheaper (the CUDA driver instead of torch: dsenv/facts/python/torch_info.py).
     thorough: bool = False
     wanted_target: str = "auto"  # login, compute, or auto: decided from the node
     target: str = ""  # resolved from wanted_target
@@ -65,6 +69,8 @@ class Node:
         self.root = Path(self.root)
         self._memo: dict[str, Future] = {}
         self._memo_lock = threading.Lock()
+        self._born = time.monotonic()
+        self._times: dict[str, tuple[float, float]] = {}  # key -> (started, seconds)
         if not self.target:
             self.target, self.target_reason = resolve_target(self)
 
@@ -90,11 +96,34 @@ class Node:
             if owner:
                 future = self._memo[key] = Future()
         if owner:
+            start = time.monotonic()
             try:
                 future.set_result(compute())
             except BaseException as exc:  # handed to every waiter, raised in each
                 future.set_exception(exc)
+            finally:
+                self._times[key] = (start - self._born, time.monotonic() - start)
         return future.result()
+
+    def start(self, probe_func: Callable[[Node], object]) -> None:
+        """Begin ``probe_func(self)`` in a daemon thread unless it has begun; whoever asks
+        later waits for that one run (and gets its answer, or its exception, there)."""
+        key = getattr(probe_func, "memo_key", None)
+        with self._memo_lock:
+            if key is None or key in self._memo:
+                return
+
+        def ask() -> None:
+            try:
+                probe_func(self)
+            except BaseException:  # kept in the memo: raised in whoever asks for it
+                pass
+
+        threading.Thread(target=ask, daemon=True, name=f"start {key}").start()
+
+    def probe_times(self) -> list[tuple[str, float, float]]:
+        """(probe key, started s after the node was made, seconds) of every probe run."""
+        return sorted(((k, *v) for k, v in list(self._times.items())), key=lambda t: t[1])
 
 
 def probe(func: Callable[[Node], T]) -> Callable[[Node], T]:

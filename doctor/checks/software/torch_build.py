@@ -1,9 +1,11 @@
-"""torch: which build is installed, whether it covers the GPUs, the driver, a real tensor op."""
+"""torch: which build is installed, whether it covers the GPUs, the driver, real work on each GPU
+(a kernel through the CUDA driver; a tensor op through torch with --verbose)."""
 
 from __future__ import annotations
 
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
+from dsenv.facts.gpu import cuda_driver
 from dsenv.facts.gpu import inventory as gpu_probe
 from dsenv.facts.python import target_env
 from dsenv.facts.python import torch_info as tp
@@ -48,8 +50,10 @@ def build(ctx: Context):
 
 
 def _gpu_torch(ctx: Context):
-    """(build, gpus) when a GPU torch and GPUs are both here, else a skip Finding."""
+    """(build, gpus) when a GPU torch and GPUs are both here, else a skip Finding. The
+    runtime probe starts first, so it runs while nvidia-smi answers."""
     found = tp.torch_build(ctx)
+    tp.start_runtime(ctx)
     gpus = gpu_probe.visible_gpus(ctx)
     if found.kind not in ("cuda", "hip"):
         return skip(f"{found.describe()}: see torch.build")
@@ -68,7 +72,7 @@ def arch_list(ctx: Context):
     if not runtime.ran:
         return skip(f"the torch probe did not run ({runtime.problem}): see torch.usable")
     compiled = list(runtime.arch_list)
-    evidence = ["torch.cuda.get_arch_list(): " + (" ".join(compiled) or "(empty)")]
+    evidence = [f"{runtime.arch_source}: " + (" ".join(compiled) or "(empty)")]
     missing = sorted({f"{g.name} ({g.arch})" for g in gpus
                       if g.arch and tp.covering_entry(compiled, g.arch) is None})
     if not compiled:
@@ -108,7 +112,7 @@ def driver(ctx: Context):
     return ok(f"driver {have} supports CUDA {found.cuda}", *evidence)
 
 
-@check("torch.usable", "a tensor op runs on each GPU")
+@check("torch.usable", "a kernel runs on each GPU")
 def usable(ctx: Context):
     state = _gpu_torch(ctx)
     if not isinstance(state, tuple):
@@ -117,22 +121,33 @@ def usable(ctx: Context):
     runtime = tp.torch_runtime(ctx)
     fix = ("run `python -c 'import torch; torch.cuda.init()'` to see the error; check "
            "torch.driver and that the job requested the GPUs")
+    driver = runtime.source == "driver"
+    who = "the CUDA driver" if driver else "torch"
     if runtime.hung:
-        return fail(f"importing torch and initialising the GPUs did not finish within "
-                    f"{tp.probe_timeout(ctx):g} s", fix, runtime.problem)
+        what = "initialising CUDA" if driver else "importing torch and initialising the GPUs"
+        timeout = cuda_driver.probe_timeout(ctx) if driver else tp.probe_timeout(ctx)
+        return fail(f"{what} did not finish within {timeout:g} s", fix, runtime.problem,
+                    runtime.asked)
     if not runtime.ran:
-        return fail(f"the torch probe failed: {runtime.problem}", fix, *runtime.evidence)
+        return fail(f"the {'CUDA driver' if driver else 'torch'} probe failed: "
+                    f"{runtime.problem}", fix, *runtime.evidence, runtime.asked)
     if not runtime.available:
-        return fail("torch.cuda.is_available() is False", fix,
-                    runtime.init_error or "no error reported by torch.cuda.init()")
+        summary = "the CUDA driver found no usable GPU" if driver else \
+            "torch.cuda.is_available() is False"
+        return fail(summary, fix, runtime.init_error or "no error reported by torch.cuda.init()",
+                    runtime.asked)
     broken = [d for d in runtime.devices if not d.usable]
     lines = [f"cuda:{d.index} {d.name} ({d.arch}): " + (d.error or f"sum={d.tensor_sum}")
              for d in runtime.devices]
+    lines += [*runtime.evidence, runtime.asked]
+    work = "a kernel" if driver else "a tensor op"
     if broken:
-        return fail(f"a tensor op failed on {len(broken)} of {len(runtime.devices)} GPU(s)",
+        return fail(f"{work} failed on {len(broken)} of {len(runtime.devices)} GPU(s)",
                     fix, *lines)
     if runtime.device_count < len(gpus):
-        return warn(f"torch sees {runtime.device_count} GPU(s), the driver lists {len(gpus)}",
+        return warn(f"{who} sees {runtime.device_count} GPU(s), nvidia-smi lists {len(gpus)}",
                     "compare CUDA_VISIBLE_DEVICES with `nvidia-smi -L`", *lines)
-    return ok(f"a tensor op ran on {runtime.device_count} GPU(s)", *lines)
+    how = " through the CUDA driver" if driver else ""
+    took = f" in {runtime.seconds:.2f} s" if runtime.seconds is not None else ""
+    return ok(f"{work} ran on {runtime.device_count} GPU(s){how}{took}", *lines)
 

@@ -4,22 +4,32 @@ The doctor never imports torch. What the build says (version, CUDA or HIP) is re
 ``torch/version.py`` of the torch the job's interpreter would import (:mod:`.target_env`),
 parsed with ``ast`` (:mod:`.pyfiles`). Every
 area (torch, toolkit, comm, deepspeed) gets it from the one :func:`torch_build` probe.
-What only a live torch knows (arch list, device capabilities, whether a tensor op runs)
-comes from ONE subprocess of the environment's interpreter that imports torch, run only
-when GPUs are visible.
+What a live GPU answers (device capabilities, whether work runs on each GPU) comes from
+ONE probe, :func:`torch_runtime`, asked in one of two ways:
+
+- on a CUDA build, by default, without torch: the CUDA driver runs a kernel on each GPU
+  (:mod:`dsenv.facts.gpu.cuda_driver`, ~0.3 s on an H200) and the arch list is read from
+  the kernels libtorch_cuda.so carries (:mod:`dsenv.facts.toolchain.fatbin`). On an H200 node
+  ``import torch`` alone took 2.9-4.2 s, CUDA's initialisation and a tensor op 0.4 s more:
+  the doctor then took as long as ``ds_report`` (2026-11-26);
+- with ``--verbose`` (the node's ``thorough``), on a ROCm build, or where libtorch_cuda.so is
+  not found: ONE subprocess of the environment's interpreter that imports torch, run only
+  when GPUs are visible.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dsenv import proc
+from dsenv.facts.gpu import cuda_driver
 from dsenv.facts.gpu import inventory as gpu_probe
 from dsenv.facts.node import Node, probe
 from dsenv.facts.python import target_env
 from dsenv.facts.python.pyfiles import package_dir, read_assignments
+from dsenv.facts.toolchain import fatbin
 
 
 @dataclass(frozen=True)
@@ -121,10 +131,13 @@ class DeviceRun:
     tensor_sum: float | None = None
     error: str | None = None
 
+    work: str = "tensor op"  # what ran: "tensor op" (torch), "kernel" or "memset" (driver)
+
     @property
     def arch(self) -> str | None:
-        """'8.0' on CUDA; 'gfx90a' on ROCm (gcnArchName 'gfx90a:sramecc+:xnack-')."""
-        if self.gcn_arch:
+        """'8.0' on CUDA; 'gfx90a' on ROCm (gcnArchName 'gfx90a:sramecc+:xnack-'). torch 2.11
+        fills gcnArchName on CUDA too, with the device's name ('NVIDIA H200')."""
+        if self.gcn_arch and self.gcn_arch.startswith("gfx"):
             return self.gcn_arch.split(":")[0]
         return self.capability
 
@@ -144,6 +157,19 @@ class TorchRuntime:
     init_error: str | None = None
     hung: bool = False
     evidence: tuple[str, ...] = field(default_factory=tuple)
+    # "torch": the subprocess that imports torch; "driver": the CUDA driver ran the work and
+    # the arch list was read from ``arch_source`` (torch not imported)
+    source: str = "torch"
+    arch_source: str = "torch.cuda.get_arch_list()"
+    seconds: float | None = None  # how long asking took
+
+    @property
+    def asked(self) -> str:
+        """How the answer was got, for evidence."""
+        if self.source == "driver":
+            return ("asked the CUDA driver directly, torch not imported (`dsenv doctor "
+                    "--verbose` asks torch itself)")
+        return "asked torch in the environment's interpreter"
 
 
 def parse_probe_output(stdout: str) -> TorchRuntime:
@@ -151,7 +177,7 @@ def parse_probe_output(stdout: str) -> TorchRuntime:
     data = proc.marked_json(stdout, MARKER)
     if not isinstance(data, dict):
         raise ValueError("the torch probe printed no result line that parses")
-    devices = tuple(DeviceRun(**{k: d.get(k) for k in DeviceRun.__dataclass_fields__})
+    devices = tuple(DeviceRun(**{k: d[k] for k in DeviceRun.__dataclass_fields__ if k in d})
                     for d in data.get("devices", []))
     return TorchRuntime(True, available=bool(data.get("available")),
                         device_count=int(data.get("device_count") or 0),
@@ -164,12 +190,55 @@ def probe_timeout(node: Node) -> float:
     return node.probe_timeout * 2
 
 
+TORCH_CUDA_LIBRARY = "libtorch_cuda.so"
+
+
+def cuda_library(node: Node, build: TorchBuild) -> Path | None:
+    """torch's libtorch_cuda.so: in torch/lib (pip wheels), else the environment's lib
+    (conda packages put torch's libraries there)."""
+    places = [Path(build.location) / "lib"] if build.location else []
+    places.append(target_env.environment(node).prefix / "lib")
+    return next((p / TORCH_CUDA_LIBRARY for p in places
+                 if (p / TORCH_CUDA_LIBRARY).is_file()), None)
+
+
+def driver_runtime(node: Node, build: TorchBuild) -> TorchRuntime | None:
+    """The answer without torch (see the module's doc); None where torch must be asked."""
+    library = cuda_library(node, build)
+    if library is None:
+        return None
+    node.start(cuda_driver.driver_run)  # the driver's seconds overlap the file's reading
+    try:
+        code = fatbin.read_device_code(library)
+    except fatbin.FatbinError:
+        return None
+    if not code.elf and not code.ptx:
+        return None
+    run = cuda_driver.driver_run(node)
+    devices = tuple(DeviceRun(d.index, d.name, d.capability, None, d.tensor_sum, d.error,
+                              work=d.work or "kernel") for d in run.devices)
+    evidence = [f"CUDA driver {run.driver_version}: cuInit and a kernel on each GPU took "
+                f"{run.seconds.get('total', 0):.2f} s"] if run.ran and run.driver_version else []
+    evidence += [f"cuda:{d.index}: {d.note}" for d in run.devices if d.note]
+    return TorchRuntime(
+        run.ran, run.problem, available=run.available, device_count=run.device_count,
+        arch_list=tuple(code.built_for()), devices=devices, init_error=run.init_error,
+        hung=run.hung, evidence=(*run.evidence, *evidence), source="driver",
+        arch_source=f"kernels in {library} ({code.entries} entries; sm_XY: at least a "
+                    "quarter as many kernels as the best-covered arch)",
+        seconds=run.seconds.get("total"))
+
+
 @probe
 def torch_runtime(node: Node) -> TorchRuntime:
     build = torch_build(node)
     if build.kind not in ("cuda", "hip"):
         return TorchRuntime(False, f"not run: {build.describe()}")
-    if not gpu_probe.visible_gpus(node):
+    if build.kind == "cuda" and not node.thorough:
+        answer = driver_runtime(node, build)
+        if answer is not None:
+            return answer
+    if not gpu_probe.visible_gpus(node):  # importing torch costs seconds: only with GPUs
         return TorchRuntime(False, "not run: no GPU visible")
     python = target_env.environment(node).python
     if python is None:
@@ -178,10 +247,20 @@ def torch_runtime(node: Node) -> TorchRuntime:
     if result.timed_out:
         return TorchRuntime(False, result.describe(), hung=True)
     try:
-        return parse_probe_output(result.stdout)
+        return replace(parse_probe_output(result.stdout), seconds=result.seconds)
     except ValueError:  # no result line, or one that does not parse
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
         return TorchRuntime(False, result.describe(), evidence=tuple(tail))
+
+
+def start_runtime(node: Node) -> None:
+    """Start :func:`torch_runtime` in the background on a compute node where it will ask
+    the CUDA driver, so it overlaps nvidia-smi (which the checks ask first) instead of
+    following it. (Asking torch waits on nvidia-smi anyway: it runs only with GPUs.)"""
+    build = torch_build(node)
+    if node.is_compute and build.kind == "cuda" and not node.thorough \
+            and cuda_library(node, build) is not None:
+        node.start(torch_runtime)
 
 
 # -- does a compiled arch list cover a device? -----------------------------------------------

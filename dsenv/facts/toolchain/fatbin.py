@@ -49,6 +49,9 @@ class DeviceCode:
     ptx: tuple[str, ...] = ()
     entries: int = 0  # fatbinary entries read (one arch may appear in several containers)
     notes: tuple[str, ...] = field(default=())
+    # ELF entries per real arch, (("8.0", 444), ...): a library built for an arch holds
+    # hundreds; a handful of special kernels (sm_89, sm_103 in torch 2.11's) are not a build
+    elf_counts: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     @property
     def sm(self) -> list[str]:
@@ -76,6 +79,17 @@ class DeviceCode:
 
     def to_json(self) -> dict:
         return {"elf": list(self.elf), "ptx": list(self.ptx)}
+
+    def built_for(self, min_share: float = 0.25) -> list[str]:
+        """The arch list the library was built for, as torch.cuda.get_arch_list() spells it
+        (``["sm_80", "sm_90", "compute_90"]``): real archs holding at least ``min_share`` of
+        the entries of the best-covered one (all of them when counts are unknown), then PTX.
+        Recorded on torch 2.11.0+cu130's libtorch_cuda.so: ~444 entries each for its list's
+        six archs, 59 for sm_103, 1 for sm_89 and sm_121, which its list does not name."""
+        counts = dict(self.elf_counts)
+        most = max(counts.values(), default=0)
+        real = [a for a in self.elf if not counts or counts.get(a, 0) >= min_share * most]
+        return [sm(a) for a in real] + [f"compute_{_digits(a)}" for a in self.ptx]
 
 
 def sm(arch: str) -> str:
@@ -149,7 +163,7 @@ def _read(data, path: str) -> DeviceCode:
         return DeviceCode(path, notes=(f"no {SECTION} section",))
     start, size = found
     end = start + size
-    elf: set[str] = set()
+    elf: dict[str, int] = {}
     ptx: set[str] = set()
     entries = 0
     at = start
@@ -167,15 +181,16 @@ def _read(data, path: str) -> DeviceCode:
                 raise FatbinError(f"{path}: fatbinary entry at {entry:#x} has a "
                                   f"{entry_header}-byte header")
             if kind == KIND_ELF:
-                elf.add(arch_of(arch))
+                elf[arch_of(arch)] = elf.get(arch_of(arch), 0) + 1
             elif kind == KIND_PTX:
                 ptx.add(arch_of(arch))
             entries += 1
             entry += entry_header + entry_size
         at = max(stop, at + 8)
     order = _capability
-    return DeviceCode(path, tuple(sorted(elf, key=order)), tuple(sorted(ptx, key=order)),
-                      entries)
+    real = tuple(sorted(elf, key=order))
+    return DeviceCode(path, real, tuple(sorted(ptx, key=order)), entries,
+                      elf_counts=tuple((a, elf[a]) for a in real))
 
 
 def compare(code: DeviceCode, requested: list[str] | tuple[str, ...]) -> tuple[list[str],
