@@ -90,7 +90,7 @@ def main() -> int:
     if args.bare:
         bare(parse_size(args.bare))
         return 0
-    from tests import slurmcluster
+    from tests.harness import slurmcluster
 
     cluster = slurmcluster.SlurmCluster(hosts=args.hosts).start()
     try:

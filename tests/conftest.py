@@ -1,4 +1,5 @@
-"""Shared test helpers. Tests talk to loopback only and never reach a model hub."""
+"""Shared fixtures (the helpers they stand on are tests/harness/). Tests talk to loopback
+only and never reach a model hub."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ from dsenv.doctor.context import Context, Options
 from dsenv.doctor.registry import CHECKS, all_checks
 from dsenv.doctor.runner import run_check
 from dsenv.net import free_port
-from tests.workload_runs import LAUNCHER_PREFIXES, LAUNCHER_VARS
-
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.harness.tinywheels import build_tiny_wheels, offline
+from tests.harness.workload_runs import LAUNCHER_PREFIXES, LAUNCHER_VARS
 
 # Loopback only, and nothing may reach a hub or a package index from a test.
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -65,12 +65,6 @@ def fake_bin(tmp_path):
     return write
 
 
-def fixture_text(name: str) -> str:
-    """A recorded output from tests/fixtures, without its leading '# source:' lines."""
-    lines = (FIXTURES / name).read_text().splitlines(keepends=True)
-    return "".join(line for line in lines if not line.startswith("# source:"))
-
-
 # ----------------------------------------------------------------------------- workloads
 @pytest.fixture(scope="session")
 def extensions_dir() -> Path:
@@ -99,16 +93,35 @@ def no_references(tmp_path) -> str:
     return str(path)
 
 
+# ----------------------------------------------------------------------------- provision
+@pytest.fixture(scope="session")
+def tiny_wheels(tmp_path_factory) -> Path:
+    """A folder with dsenv_tiny_a-1.0 (console script ``dsenv-tiny-a``) and dsenv_tiny_b-1.0
+    (requires dsenv-tiny-a), built with ``pip wheel`` (tests/harness/tinywheels.py)."""
+    return build_tiny_wheels(tmp_path_factory.mktemp("tiny-src"),
+                             tmp_path_factory.mktemp("tiny-wheels"))
+
+
+@pytest.fixture(scope="session")
+def tiny_lock(tiny_wheels, tmp_path_factory) -> Path:
+    """A hashed lock of dsenv-tiny-b (and so dsenv-tiny-a), written by compile_lock."""
+    from dsenv.provision.locks import compile_lock
+
+    out = tmp_path_factory.mktemp("tiny-lock") / "tiny.txt"
+    return compile_lock(["dsenv-tiny-b==1.0"], out, sources=offline(tiny_wheels),
+                        regenerate="dsenv lock --stack tiny")
+
+
 # ----------------------------------------------------------------------------- Slurm
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """``slurm_cluster(mpi_default="none", pmix_library=True, hosts=0)`` -> a running Slurm:
-    one node on 127.0.0.1, or ``hosts`` namespaced hosts h1..hN (tests/netns.py).
+    one node on 127.0.0.1, or ``hosts`` namespaced hosts h1..hN (tests/harness/netns.py).
 
     One cluster at a time: asking for another configuration restarts it.
     Stopped at the end of the session; skips the test when this machine cannot run it.
     """
-    from tests import netns, slurmcluster
+    from tests.harness import netns, slurmcluster
 
     def start(mpi_default: str = "none", pmix_library: bool = True, hosts: int = 0):
         try:

@@ -7,27 +7,20 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.hubserver import HubServer, bert_squad_repos
-from tests.test_fetch import SECRET, hub_env
+from tests.harness.cli import finish, start_dsenv
+from tests.harness.hubserver import SECRET, HubServer, bert_squad_repos, hub_env
 
 ROUNDS = 3
 
 
 def start(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "dsenv", *args], env=env, cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def finish(child: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
-    out, err = child.communicate(timeout=timeout)
-    assert "Traceback" not in out + err, out + err
-    return child.returncode, out, err
+    """``python -m dsenv ARGS`` left running, with exactly ``env`` (this process's if None)."""
+    return start_dsenv(*args, base=env, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ import pytest
 from dsenv.facts.comm.ncclconf import nccl_settings, parse_conf
 from dsenv.facts.gpu.modes import parse_topology_nvlinks
 from dsenv.verdicts.findings import Status
-from tests.conftest import fixture_text
-from tests.doctor_cli import clean_env, doctor, fake_nvidia_smi
-from tests.test_doctor_comm import ibstat_to_sysfs
+from tests.harness.doctor_cli import clean_env, doctor, fake_nvidia_smi
+from tests.harness.recorded import fixture_text
+from tests.harness.sysfs import ibstat_to_sysfs
 
 NVLINK = "gpu/nvidia_smi_topo_dgx_a100.txt"
 PCIE = "gpu/nvidia_smi_topo_2x5090_pcie.txt"

@@ -5,8 +5,6 @@ variables, DS_ACCELERATOR=cuda) fails it. No GPU tool is on PATH, so every machi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,17 +12,19 @@ import pytest
 
 from dsenv.cli import build_parser
 from dsenv.doctor.distributed.command import make_plan
+from tests.harness.cli import dsenv
 
-DOCTOR = [sys.executable, "-m", "dsenv", "doctor", "--target", "compute", "--only", "gpu"]
+DOCTOR = ["doctor", "--target", "compute", "--only", "gpu"]
 GPU_VARIABLES = ("SLURM_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK",
                  "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES",
                  "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "DS_ACCELERATOR", "NO_COLOR")
 
 
 def doctor(*args, **variables):
-    env = {k: v for k, v in os.environ.items() if k not in GPU_VARIABLES}
-    env.update(PATH=str(Path(sys.executable).parent), **variables)
-    return subprocess.run([*DOCTOR, *args], capture_output=True, text=True, env=env, timeout=60)
+    """`dsenv doctor --target compute --only gpu ARGS` without the GPU variables of this
+    process, with ``variables``; only the interpreter's folder on PATH."""
+    return dsenv(*DOCTOR, *args, drop=GPU_VARIABLES, timeout=60,
+                 env={"PATH": str(Path(sys.executable).parent), **variables})
 
 
 def devices(done) -> dict:

@@ -13,7 +13,7 @@ from dsenv.facts.gpu.inventory import Gpu, visible_gpus
 from dsenv.facts.python import deepspeed_info as dsi
 from dsenv.facts.python.torch_info import read_torch_build, torch_build
 from dsenv.verdicts.findings import Status
-from tests.conftest import FIXTURES
+from tests.harness.recorded import FIXTURES
 
 PYDIR = f"python{sys.version_info.major}.{sys.version_info.minor}"
 REAL_TORCH = Path(importlib.util.find_spec("torch").submodule_search_locations[0])

@@ -4,7 +4,6 @@ wrong world size), and the pure logic underneath (exact sums, busbw, diagnosis, 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -12,24 +11,22 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import jsonschema
 import numpy as np
 import pytest
 
 from dsenv import proc
 from dsenv.cli import main as dsenv_main
-from dsenv.doctor import registry
 from dsenv.doctor.distributed import command as distributed
 from dsenv.doctor.distributed import ranks
 from dsenv.doctor.distributed import report as distributed_report
 from dsenv.doctor.distributed.command import FAULT_VARIABLE, parse_fault
 from dsenv.doctor.distributed.outcome import Outcome, WrongElement
 from dsenv.verdicts.findings import Status
-from tests.conftest import fixture_text
+from tests.harness.cli import explain
+from tests.harness.doctor_cli import report_of, statuses
+from tests.harness.recorded import fixture_text
 
-SCHEMA = json.loads((Path(registry.__file__).parent / "report_schema.json").read_text())
 DOCTOR = [sys.executable, "-m", "dsenv", "doctor", "--distributed"]
 QUICK = ["--sizes", "4K,64K", "--iters", "2", "--warmup", "1"]  # a few seconds of gloo
 
@@ -37,25 +34,6 @@ QUICK = ["--sizes", "4K,64K", "--iters", "2", "--warmup", "1"]  # a few seconds 
 def rank_env(run_env, **extra):
     env = {k: v for k, v in run_env.items() if k != FAULT_VARIABLE}
     return dict(env, OMP_NUM_THREADS="1", **extra)
-
-
-def report_of(stdout: str) -> dict:
-    """The JSON report in a launcher's stdout (the deepspeed launcher logs there too)."""
-    lines = stdout.splitlines()
-    start = lines.index("{")
-    end = len(lines) - 1 - lines[::-1].index("}")
-    report = json.loads("\n".join(lines[start:end + 1]))
-    jsonschema.validate(report, SCHEMA)
-    return report
-
-
-def statuses(report: dict) -> dict[str, str]:
-    return {r["id"]: r["status"] for r in report["results"] if r["area"] == "distributed"}
-
-
-def explain(result) -> str:
-    return f"rc {result.returncode}\nstdout:\n{result.stdout[-3000:]}\nstderr:\n" \
-           f"{result.stderr[-3000:]}"
 
 
 def assert_healthy(report: dict, launcher: str) -> None:

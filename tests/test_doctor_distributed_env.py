@@ -23,7 +23,8 @@ from dsenv.doctor.distributed import ranks
 from dsenv.doctor.distributed.outcome import PairPlan, PairRow
 from dsenv.facts.host import fingerprint as probe
 from dsenv.verdicts.findings import Status
-from tests.test_doctor_distributed import explain, report_of, statuses
+from tests.harness.cli import explain
+from tests.harness.doctor_cli import report_of, statuses
 
 DOCTOR = [sys.executable, "-m", "dsenv", "doctor", "--distributed", "--sizes", "4K",
           "--iters", "1", "--warmup", "0", "--only", "distributed", "--json"]

@@ -14,7 +14,8 @@ import pytest
 
 from dsenv.provision.locks import compile_lock
 from dsenv.provision.uvcmd import Sources
-from tests import pyenvs
+from tests.harness import pyenvs
+from tests.harness.cli import dsenv, sourced
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +30,9 @@ def provisioned(tmp_path_factory):
                         sources=Sources.of([wheels], no_index=True),
                         regenerate="dsenv lock --stack drift")
     prefix = root / "envs" / "drift"
-    done = subprocess.run([sys.executable, "-m", "dsenv", "provision", "--arch", "cpu", "--ops",
-                           "none", "--lock", lock, "--no-index", "--find-links", wheels,
-                           "--prefix", prefix], capture_output=True, text=True, timeout=600,
-                          env=pyenvs.doctor_env(HOME=str(root)))
+    done = dsenv("provision", "--arch", "cpu", "--ops", "none", "--lock", lock, "--no-index",
+                 "--find-links", wheels, "--prefix", prefix, timeout=600,
+                 base=pyenvs.doctor_env(HOME=str(root)))
     assert done.returncode == 0, done.stdout + done.stderr
     return prefix, wheels
 
@@ -41,13 +41,11 @@ def judged(prefix: Path, tmp_path: Path, through: str) -> dict:
     """The doctor's python area as JSON: with --env, or after sourcing the env's activate."""
     env = pyenvs.doctor_env(HOME=str(tmp_path), DSENV_CACHE_DIR=str(tmp_path / "cache"),
                             **{pyenvs.MARK_VARIABLE: str(tmp_path / "torch-imported")})
-    doctor = f"{sys.executable} -m dsenv doctor --json --only python,torch"
+    args = ["doctor", "--json", "--only", "python,torch"]
     if through == "--env":
-        command = f"{doctor} --env {prefix}"
+        done = dsenv(*args, "--env", prefix, base=env, cwd=tmp_path)
     else:
-        command = f". {prefix}/activate && exec {doctor}"
-    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=tmp_path)
+        done = dsenv(*args, base=env, cwd=tmp_path, wrapper=sourced(prefix / "activate"))
     assert done.returncode in (0, 1), done.stdout + done.stderr
     assert not (tmp_path / "torch-imported").exists()
     return json.loads(done.stdout)

@@ -30,6 +30,7 @@ from dsenv.doctor.fix.command import run_fixes
 from dsenv.doctor.registry import CHECKS, all_checks
 from dsenv.doctor.runner import run_check
 from dsenv.verdicts.findings import FixAction, Status
+from tests.harness.cli import dsenv, sourced
 
 SCHEMA = json.loads((Path(catalogue.__file__).parent / "report_schema.json").read_text())
 CLOSED = "http://127.0.0.1:9"  # nothing listens: the hub is unreachable, as on a compute node
@@ -65,13 +66,8 @@ def doctor(*args, env, sourcing: Path | None = None, stdin=subprocess.DEVNULL,
            timeout=240) -> subprocess.CompletedProcess:
     """`python -m dsenv doctor ARGS` with exactly ``env``; ``sourcing``: inside a shell that
     sourced that activate script first, as a job script does."""
-    argv = [sys.executable, "-m", "dsenv", "doctor", *map(str, args)]
-    if sourcing is not None:
-        argv = ["sh", "-c", '. "$0" && exec "$@"', str(sourcing), *argv]
-    done = subprocess.run(argv, env=env, stdin=stdin, capture_output=True, text=True,
-                          timeout=timeout)
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
+    return dsenv("doctor", *args, base=env, wrapper=sourced(sourcing) if sourcing else (),
+                 stdin=stdin, timeout=timeout)
 
 
 def result_of(done: subprocess.CompletedProcess, check_id: str) -> dict:

@@ -13,7 +13,7 @@ from dsenv.facts.gpu import inventory as probe
 from dsenv.facts.gpu.inventory import Gpu
 from dsenv.facts.python.torch_info import TorchBuild, torch_build
 from dsenv.verdicts.findings import Status
-from tests.conftest import FIXTURES, fixture_text
+from tests.harness.recorded import FIXTURES, fixture_text
 
 
 def a100(index, uuid):

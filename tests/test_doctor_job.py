@@ -9,7 +9,7 @@ import pytest
 from dsenv.facts.gpu.inventory import Gpu, visible_gpus
 from dsenv.facts.python import dsconfig
 from dsenv.verdicts.findings import Status
-from tests.conftest import FIXTURES
+from tests.harness.recorded import FIXTURES
 
 CONFIGS = FIXTURES / "dsconfig"
 FP16 = CONFIGS / "bert_squad_fp16.json"

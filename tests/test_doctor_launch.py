@@ -23,8 +23,8 @@ from dsenv.facts.launch import dsrunner, joblayout
 from dsenv.facts.python.pyfiles import read_assignments
 from dsenv.net import free_port
 from dsenv.verdicts.findings import Status
-from tests.conftest import fixture_text
-from tests.doctor_cli import clean_env, doctor, printing, tool
+from tests.harness.doctor_cli import clean_env, doctor, printing, tool
+from tests.harness.recorded import fixture_text
 
 TWO_NODES = ("--target", "compute", "--nodes", "2")
 

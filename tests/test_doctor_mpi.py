@@ -19,8 +19,8 @@ from dsenv.facts.mpi import installation as mpi
 from dsenv.facts.mpi import mpi4py_abi
 from dsenv.facts.python import sharedlibs
 from dsenv.verdicts.findings import Status
-from tests import pyenvs
-from tests.conftest import FIXTURES, fixture_text
+from tests.harness import pyenvs
+from tests.harness.recorded import FIXTURES, fixture_text
 
 HAVE_OMPI = shutil.which("mpirun") is not None and shutil.which("ompi_info") is not None
 real_ompi = pytest.mark.skipif(not HAVE_OMPI, reason="Debian openmpi-bin not installed")

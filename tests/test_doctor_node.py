@@ -12,8 +12,8 @@ import pytest
 from dsenv.facts.gpu.modes import parse_compute_apps, parse_compute_modes
 from dsenv.facts.launch import joblayout
 from dsenv.verdicts.findings import Status
-from tests.conftest import fixture_text
-from tests.doctor_cli import clean_env, doctor, fake_nvidia_smi
+from tests.harness.doctor_cli import clean_env, doctor, fake_nvidia_smi
+from tests.harness.recorded import fixture_text
 
 EXCLUSIVE = "gpu/nvidia_smi_compute_mode_exclusive.csv"
 DEFAULT = "gpu/nvidia_smi_titanv_ada.csv"  # recorded: compute_cap, compute_mode, ..., index

@@ -10,7 +10,7 @@ import pytest
 from dsenv.facts.python import pyenv
 from dsenv.facts.python.torch_info import read_torch_build, torch_build
 from dsenv.verdicts.findings import Status
-from tests import pyenvs
+from tests.harness import pyenvs
 
 PYDIR = f"python{sys.version_info.major}.{sys.version_info.minor}"
 

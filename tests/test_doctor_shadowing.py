@@ -18,7 +18,7 @@ import pytest
 
 from dsenv.facts.python.torch_info import read_torch_build, torch_build
 from dsenv.verdicts.findings import Status
-from tests import pyenvs
+from tests.harness import pyenvs
 
 OWN = "torch==2.5.1+cpu"
 OTHER = "torch==9.9.0"

@@ -7,7 +7,7 @@ import pytest
 
 from dsenv.facts.host.machine import parse_proc_cpuinfo, parse_size
 from dsenv.verdicts.findings import Status
-from tests.conftest import fixture_text
+from tests.harness.recorded import fixture_text
 
 
 def write(root, path, text=""):

@@ -21,7 +21,8 @@ import pytest
 from dsenv.doctor import registry
 from dsenv.facts.python import target_env
 from dsenv.facts.python.torch_info import read_torch_build
-from tests import pyenvs
+from tests.harness import pyenvs
+from tests.harness.cli import dsenv
 
 SCHEMA = json.loads((Path(registry.__file__).parent / "report_schema.json").read_text())
 AREAS = "python,torch,deepspeed,system"
@@ -55,10 +56,7 @@ def doctor(*args, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     full = pyenvs.doctor_env(HOME=str(tmp_path / "home"),
                              DSENV_CACHE_DIR=str(tmp_path / "cache"),
                              **{pyenvs.MARK_VARIABLE: str(tmp_path / "torch-imported")})
-    full.update(env)
-    done = subprocess.run([sys.executable, "-m", "dsenv", "doctor", *map(str, args)],
-                          capture_output=True, text=True, timeout=300, env=full)
-    assert "Traceback" not in done.stderr, done.stderr
+    done = dsenv("doctor", *args, base=full, env=env, timeout=300)
     assert not (tmp_path / "torch-imported").exists(), "the environment's torch was imported"
     return done
 

@@ -12,8 +12,8 @@ from dsenv.facts.gpu.inventory import Gpu, visible_gpus
 from dsenv.facts.python.torch_info import TorchBuild
 from dsenv.facts.toolchain import toolkit as tk
 from dsenv.verdicts.findings import Status
-from tests import pyenvs
-from tests.conftest import fixture_text
+from tests.harness import pyenvs
+from tests.harness.recorded import fixture_text
 
 VISIBLE = visible_gpus.memo_key
 BUILD = "dsenv.facts.python.torch_info.torch_build"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -11,7 +12,8 @@ from dsenv.facts.gpu.inventory import Gpu, visible_gpus
 from dsenv.facts.python import torch_info as tp
 from dsenv.facts.python.torch_info import TorchBuild, TorchRuntime
 from dsenv.verdicts.findings import Status
-from tests.conftest import fixture_text
+from tests.harness.cli import explain, run
+from tests.harness.recorded import fixture_text
 
 VISIBLE = visible_gpus.memo_key
 BUILD = "dsenv.facts.python.torch_info.torch_build"
@@ -88,12 +90,30 @@ def test_torch_build_probe_reads_the_contexts_prefix(tmp_path, make_ctx):
     assert tp.torch_build(ctx).describe() == "torch 2.2.1+cu121 (CUDA 12.1 build)"
 
 
-def test_the_installed_torch_is_read_without_importing_it(make_ctx):
-    imported_before = "torch" in sys.modules  # another test may have imported it
-    build = tp.torch_build(make_ctx())
-    assert build.installed and build.version.startswith("2.") and build.kind == "cpu"
-    assert build.location and build.location.endswith("torch")
-    assert imported_before or "torch" not in sys.modules
+READ_TORCH = """\
+import json, os, sys
+from dsenv.facts.node import Node
+from dsenv.facts.python import torch_info
+before = sorted(m for m in sys.modules if m.partition(".")[0] == "torch")
+node = Node(env={"PATH": os.environ["PATH"], "HOME": sys.argv[1]}, root=sys.argv[2],
+            wanted_target="login")
+build = torch_info.torch_build(node)
+after = sorted(m for m in sys.modules if m.partition(".")[0] == "torch")
+print(json.dumps({"version": build.version, "kind": build.kind, "location": build.location,
+                  "before": before, "after": after}))
+"""
+
+
+def test_the_installed_torch_is_read_without_importing_it(tmp_path):
+    """In an interpreter of its own: this one may have imported torch in another test, and
+    then could not tell."""
+    done = run([sys.executable, "-c", READ_TORCH, tmp_path / "home", tmp_path / "root"],
+               timeout=120)
+    assert done.returncode == 0, explain(done)
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["version"].startswith("2.") and seen["kind"] == "cpu", seen
+    assert seen["location"] and seen["location"].endswith("torch"), seen
+    assert seen["before"] == [] and seen["after"] == [], seen  # torch was never imported
 
 
 # -- the probe's output ----------------------------------------------------------------------

@@ -7,16 +7,15 @@ Every file here is real, written to tmp_path; the CLI runs as a user runs it.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from dsenv.facts.python import dsconfig as ds_file
 from dsenv.workloads import dsconfig
 from dsenv.workloads.errors import WorkloadError
-from tests.clirun import one_line
+from tests.harness import cli
+from tests.harness.cli import one_line
 
 TRAIN, MICRO, ACCUM = ds_file.TRAIN, ds_file.MICRO, ds_file.ACCUM
 PLANNED = ("--nodes", "2", "--gpus-per-node", "2")  # a world of 4 ranks
@@ -46,12 +45,9 @@ GOOD = [
 def dsenv(*args) -> subprocess.CompletedProcess:
     """`python -m dsenv ARGS` with no GPU visible and outside any Slurm allocation, so the
     world size is the one the test plans (or none)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    env.update(CUDA_VISIBLE_DEVICES="", ROCR_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, "-m", "dsenv", *map(str, args)], capture_output=True,
-                          text=True, timeout=120, env=env)
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
+    return cli.dsenv(*args, drop=("SLURM_",), timeout=120,
+                     env={"CUDA_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": "",
+                          "HIP_VISIBLE_DEVICES": ""})
 
 
 def _file(tmp_path, text: str | None):

@@ -9,7 +9,7 @@ import pytest
 
 from dsenv.doctor import catalogue
 from dsenv.doctor.registry import all_checks
-from tests.clirun import dsenv
+from tests.harness.cli import dsenv
 
 MODES = catalogue.modes()
 

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dsenv.cli import main
 from dsenv.envs.sites import load_site
 from dsenv.provision.record.activation import write_activation
 from dsenv.provision.targets import resolve_arch
 from dsenv.staging import write_file_atomically as write_atomically
-from tests.conftest import fixture_text
+from tests.harness.cli import dsenv, dsenv_in_process
+from tests.harness.recorded import fixture_text
 
 PY = sys.executable
 WEIRD = 'dir with space/$HOME "q" \'s\''  # spaces, a dollar, both quotes
@@ -36,7 +36,7 @@ UNIT_SLURM_CONF = ("ClusterName=unit\nSlurmctldHost=localhost\n"
 @pytest.fixture(scope="module")
 def scontrol():
     """The real scontrol (Slurm's client, installed like the test cluster's)."""
-    from tests import slurmcluster
+    from tests.harness import slurmcluster
 
     try:
         slurmcluster.ensure_installed()
@@ -50,15 +50,9 @@ def render(capsys, tmp_path, *args, workload_args=()) -> str:
     argv = ["launch", "bert-squad", *args, "--print"]
     if workload_args:
         argv += ["--", *workload_args]
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        rc = main(argv)
-    finally:
-        os.chdir(cwd)
-    out = capsys.readouterr()
-    assert rc == 0, out.err
-    return out.out
+    done = dsenv_in_process(capsys, *argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def run_pieces(script: str, tmp_path: Path, *, nodelist="nid[01-02]", job_id="4242",
@@ -366,8 +360,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
 
 
 def _refused(tmp_path, *args, env=None) -> str:
-    done = subprocess.run([PY, "-m", "dsenv", "launch", *args], capture_output=True,
-                          text=True, timeout=60, cwd=tmp_path, env=env)
+    done = dsenv("launch", *args, base=env, cwd=tmp_path, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stdout == "" and "Traceback" not in done.stderr
     assert not (tmp_path / "dsenv-launch").exists()

@@ -19,6 +19,7 @@ import pytest
 from dsenv.envs.sites import load_site
 from dsenv.provision.record.activation import write_activation
 from dsenv.provision.targets import resolve_arch
+from tests.harness.cli import dsenv
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the test Slurm runs as root")
 
@@ -34,8 +35,7 @@ def job_env(slurm, run_env) -> dict:
 
 
 def launch(tmp_path: Path, env: dict, *args) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "dsenv", "launch", "bert-squad", *args],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    done = dsenv("launch", "bert-squad", *args, base=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 0 or "--submit" in args, done.stderr
     return done
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import netns
+from tests.harness import netns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces need root")
 
@@ -52,7 +52,7 @@ def test_hosts_are_isolated_and_teardown_removes_everything():
 
 def test_namespaces_of_a_killed_run_are_removed_by_the_next(tmp_path):
     root = str(Path(__file__).resolve().parent.parent)
-    code = (f"import sys, time; sys.path.insert(0, {root!r}); from tests import netns; "
+    code = (f"import sys, time; sys.path.insert(0, {root!r}); from tests.harness import netns; "
             "h = netns.Hosts(2).start(); print(h.tag, flush=True); time.sleep(600)")
     killed = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)

@@ -22,7 +22,7 @@ from dsenv.provision.conda import recipe as pc
 from dsenv.provision.conda.install import InstallReport, install_conda
 from dsenv.provision.conda.locking import find_conda_exe, lock_conda
 from dsenv.staging import staged_dir
-from tests.condachannel import (
+from tests.harness.condachannel import (
     build_package,
     build_python_package,
     build_wheel,

@@ -4,7 +4,6 @@ has one; the real `dsenv provision` CUDA builds are opt-in: DSENV_CUDA_BUILD=1).
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import subprocess
@@ -17,11 +16,8 @@ from dsenv.facts.toolchain import fatbin
 from dsenv.provision import ProvisionError
 from dsenv.provision.ops import cuda as cuda_toolkit
 from dsenv.provision.targets import choose_stack, resolve_arch
-from tests.clirun import dsenv
-from tests.test_doctor_op_archs import compile_so
-
-REAL_NVCC = sorted(glob.glob("/usr/local/cuda*/bin/nvcc"))
-needs_nvcc = pytest.mark.skipif(not REAL_NVCC, reason="no CUDA toolkit in /usr/local/cuda*")
+from tests.harness.cli import dsenv
+from tests.harness.nvcc import REAL_NVCC, compile_so, needs_nvcc
 
 
 # -- which nvcc -------------------------------------------------------------------------------
@@ -315,7 +311,7 @@ def test_doctor_finds_the_toolkit_installed_into_the_env(tmp_path, make_ctx):
     from dsenv.facts.python.torch_info import TorchBuild
     from dsenv.facts.toolchain import toolkit as tk
     from dsenv.verdicts.findings import Status
-    from tests.conftest import fixture_text
+    from tests.harness.recorded import fixture_text
 
     python = fake_env(tmp_path, {"nvidia/cu13/bin": [], "nvidia/cu13/lib": []})
     home = python.parent.parent / "lib/python3.11/site-packages/nvidia/cu13"
@@ -346,7 +342,7 @@ def test_doctor_finds_the_toolkit_installed_into_the_env(tmp_path, make_ctx):
 
 def test_volta_stack_rows_agree_with_the_wheel_it_installs():
     """The cuda12.8 row's archs are what torch 2.10.0's PyPI wheel was read to carry."""
-    from tests.conftest import fixture_text
+    from tests.harness.recorded import fixture_text
 
     text = fixture_text("cuda-build/torch-2.10.0-pypi-archs.txt")
     flags = text.splitlines()[0].split("12.8 ", 1)[1].split()

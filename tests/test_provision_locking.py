@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from dsenv import cli
 from dsenv.envs import stacks as stacks_table
 from dsenv.envs.stacks import Stack
 from dsenv.provision import plan as plan_module
 from dsenv.provision import targets as provision_targets
 from dsenv.provision.locks import lock_sha256, read_lock
-from tests.provision.conftest import tiny_wheels, wheel_hash  # noqa: F401 (a fixture)
+from tests.harness.cli import dsenv_in_process
+from tests.harness.tinywheels import wheel_hash
 
 CLOSED = "http://127.0.0.1:9/simple"  # the discard port: nothing listens there
 
@@ -120,10 +120,9 @@ def tiny_stack(tmp_path, monkeypatch):
 
 
 def provision(capsys, *args) -> tuple[int, str, str]:
-    code = cli.main(["provision", "--arch", "cpu", "--stack", "tiny", "--ops", "none",
-                     "--no-bytecode", *map(str, args)])
-    out, err = capsys.readouterr()
-    return code, out, err
+    done = dsenv_in_process(capsys, "provision", "--arch", "cpu", "--stack", "tiny", "--ops",
+                            "none", "--no-bytecode", *args)
+    return done.returncode, done.stdout, done.stderr
 
 
 def test_a_stack_without_a_lock_is_locked_on_site_and_rebuilt_from_it(

@@ -32,7 +32,7 @@ from dsenv.provision.record.manifest import (
 )
 from dsenv.provision.targets import resolve_arch
 from dsenv.verdicts.findings import Status
-from tests.conftest import FIXTURES
+from tests.harness.recorded import FIXTURES
 
 pytestmark = pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not installed")
 

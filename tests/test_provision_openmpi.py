@@ -34,8 +34,8 @@ from dsenv.provision.openmpi import (
     record as openmpi_record,
 )
 from dsenv.provision.openmpi.options import contradictions, find_system_pmix
-from tests.clirun import dsenv
-from tests.clirun import one_line as _one_line
+from tests.harness.cli import dsenv
+from tests.harness.cli import one_line as _one_line
 
 EB = shutil.which("eb")
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")

@@ -19,7 +19,7 @@ from dsenv.provision import ProvisionError
 from dsenv.provision.ops.builders import inspect_ops
 from dsenv.provision.ops.choose import OpsChoice, choose_ops, parse_mode
 from dsenv.provision.targets import resolve_arch
-from tests.conftest import fixture_text
+from tests.harness.recorded import fixture_text
 
 # Found, never imported here: DeepSpeed (and torch) are only imported by the subprocess.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,

@@ -32,7 +32,7 @@ from dsenv.provision.ops.cache import (
 )
 from dsenv.provision.uvcmd import Sources
 from dsenv.provision.venv import make_venv
-from tests.tarfiles import add_text as _add
+from tests.harness.tarfiles import add_text as _add
 
 SETUP_PY = '''
 import os, time
@@ -250,13 +250,16 @@ def test_where_the_cache_lives(tmp_path):
 
 
 def test_the_dry_run_names_the_cache(tmp_path):
-    from tests.clirun import dsenv
+    from tests.harness.cli import dsenv
 
-    done = dsenv("provision", "--arch", "cpu", "--ops", "none", "--dry-run", "--prefix",
+    # an ops build is planned (with --ops none nothing is built, and no cache is asked)
+    done = dsenv("provision", "--arch", "cpu", "--ops", "cpu_adam", "--dry-run", "--prefix",
                  tmp_path / "env", "--ops-cache", tmp_path / "shared-ops")
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     assert f"ops cache {tmp_path / 'shared-ops'} (--ops-cache)" in text
+    # the build keeps its wheel for the cache: uv's cache of this build alone, not --no-cache
+    assert "dsenv-ops-XXXXXXXX/uv-cache " in text and "--no-cache" not in text
 
 
 # The real CPU stack provisioned twice with one cache: tests/provision/test_real_env.py.

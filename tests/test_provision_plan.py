@@ -17,7 +17,7 @@ import pytest
 from dsenv.envs.targets import resolve_arch
 from dsenv.provision.ops.choose import UnknownOpError, check_op_names
 from dsenv.provision.ops.reasons import group_omissions
-from tests.clirun import dsenv, one_line
+from tests.harness.cli import dsenv, one_line
 
 WIDE = {"COLUMNS": "400"}
 

@@ -13,9 +13,7 @@ user runs them (their broken twin, learning rate 0, is in test_workloads_smoke_a
 from __future__ import annotations
 
 import json
-import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,8 @@ import pytest
 from dsenv import proc
 from dsenv.provision.locks import lock_path, parse_lock
 from dsenv.provision.uvcmd import run_uv, uv_env
-from tests.workload_runs import explain
+from tests.harness.cli import dsenv
+from tests.harness.workload_runs import explain
 
 pytestmark = pytest.mark.slow
 
@@ -47,10 +46,9 @@ def provisioned(tmp_path_factory):
     """`dsenv provision --arch cpu --ops none` with dsenv added: the env's python."""
     prefix = tmp_path_factory.mktemp("smokes") / "env"
     links = ["--find-links", str(LOCAL_TORCH)] if LOCAL_TORCH.is_dir() else []
-    done = proc.run([sys.executable, "-m", "dsenv", "provision", "--arch", "cpu", "--ops",
-                     "none", "--no-bytecode", "--prefix", str(prefix), *links], timeout=1800,
-                    env={**os.environ, "COLUMNS": "200"})
-    assert done.ok, done.stdout[-3000:] + done.stderr[-3000:]
+    done = dsenv("provision", "--arch", "cpu", "--ops", "none", "--no-bytecode", "--prefix",
+                 prefix, *links, env={"COLUMNS": "200"}, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     python = prefix / "bin" / "python"
     # dsenv's own code (editable, no dependencies: the lock holds them)
     added = run_uv(["pip", "install", "--no-deps", "--python", str(python), "-e", str(ROOT)],

@@ -11,7 +11,7 @@ from dsenv.envs.targets import Target, known_archs
 from dsenv.errors import DsenvError
 from dsenv.facts.toolchain import toolkit
 from dsenv.provision.targets import choose_stack, detect_gpus, node_nvcc_version, resolve_arch
-from tests.conftest import fixture_text
+from tests.harness.recorded import fixture_text
 
 
 @pytest.mark.parametrize("spec, vendor, archs_", [

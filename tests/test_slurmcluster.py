@@ -37,7 +37,7 @@ def test_hidden_pmix_library_makes_srun_pmix_fail_for_real(slurm_cluster):
 
 
 def _pmix_dirs():
-    from tests.slurmcluster import pmix_dev_library
+    from tests.harness.slurmcluster import pmix_dev_library
 
     library = pmix_dev_library()
     return list(library.parent.iterdir()) if library else []

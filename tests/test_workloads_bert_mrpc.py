@@ -14,7 +14,7 @@ import pytest
 
 from dsenv import proc
 from dsenv.workloads import bert_mrpc, runner, squad, synthetic
-from tests.workload_runs import explain, full_run, launched, run_dsenv
+from tests.harness.workload_runs import explain, full_run, launched, run_dsenv
 
 
 # ----------------------------------------------------------------------------- data, metric
@@ -105,7 +105,7 @@ def test_two_ranks_with_gradient_sync_keep_one_model(tmp_path, run_env, no_refer
 def test_full_run_reads_bert_and_glue_mrpc_from_what_fetch_placed(tmp_path, run_env):
     """A tiny BERT and MRPC-layout parquet files served by a Hub on 127.0.0.1 under the real
     names, placed by a real `dsenv fetch`; then `dsenv run bert-mrpc` offline: no request."""
-    from tests.hubserver import HubServer, bert_mrpc_repos
+    from tests.harness.hubserver import HubServer, bert_mrpc_repos
 
     run_env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="0")
     for name in ("HF_HUB_CACHE", "HF_DATASETS_CACHE", "HF_DATASETS_OFFLINE",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workload_runs import bad_input, explain, launched, one_line, run_dsenv
+from tests.harness.workload_runs import bad_input, explain, launched, one_line, run_dsenv
 
 
 def rescore(out: Path, settings: dict) -> dict:

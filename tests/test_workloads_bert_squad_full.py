@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dsenv import proc
-from tests.workload_runs import MODULE, RUN, bad_input, explain, one_line, run_dsenv
+from tests.harness.workload_runs import MODULE, RUN, bad_input, explain, one_line, run_dsenv
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def trained(tmp_path_factory, extensions_dir):
     import os
 
     from dsenv.net import free_port
-    from tests.workload_runs import LAUNCHER_PREFIXES, LAUNCHER_VARS
+    from tests.harness.workload_runs import LAUNCHER_PREFIXES, LAUNCHER_VARS
 
     env = {k: v for k, v in os.environ.items()
            if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
@@ -98,7 +98,7 @@ def test_full_run_end_to_end_from_what_fetch_placed(tmp_path, run_env):
     `dsenv fetch`, then `dsenv run bert-squad` reads them offline: the server sees no
     request during the run although HF_ENDPOINT points at it and offline mode is unset."""
 
-    from tests.hubserver import HubServer, bert_squad_repos
+    from tests.harness.hubserver import HubServer, bert_squad_repos
 
     home = tmp_path / "hf"
     run_env.update(HF_HOME=str(home), HF_HUB_OFFLINE="0")

@@ -14,7 +14,7 @@ import pytest
 
 from dsenv import proc
 from dsenv.workloads import gpt2_wikitext, runner, synthetic, tiny
-from tests.workload_runs import explain, full_run, launched, run_dsenv
+from tests.harness.workload_runs import explain, full_run, launched, run_dsenv
 
 
 # ----------------------------------------------------------------------------- data
@@ -92,7 +92,7 @@ def test_full_run_loads_what_fetch_saved_with_save_to_disk(tmp_path, run_env):
     """Tiny stand-ins served by a Hub on 127.0.0.1 under the real names, placed by a real
     `dsenv fetch` (wikitext-2-raw-v1 prepared with save_to_disk); then `dsenv run
     gpt2-wikitext` reads them offline: the server sees no request."""
-    from tests.hubserver import HubServer, gpt2_wikitext_repos
+    from tests.harness.hubserver import HubServer, gpt2_wikitext_repos
 
     run_env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="0")
     for name in ("HF_HUB_CACHE", "HF_DATASETS_CACHE", "HF_DATASETS_OFFLINE",

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from dsenv import proc
-from tests.workload_runs import explain
+from tests.harness.workload_runs import explain
 
 WORKLOADS = ["bert-squad", "t5-xsum", "gpt2-wikitext", "bert-mrpc"]
 MAIN_METRIC = {"bert-squad": ("exact_match", 60.0), "t5-xsum": ("rouge1", 70.0),

@@ -12,7 +12,7 @@ import pytest
 
 from dsenv import proc
 from dsenv.workloads import synthetic, t5_xsum
-from tests.workload_runs import explain, full_run, launched, run_dsenv
+from tests.harness.workload_runs import explain, full_run, launched, run_dsenv
 
 # seed 002's table, as the seed prints it
 SEED_002 = {"t5-small": 60_506_624, "t5-large": 737_668_096, "t5-3b": 2_851_598_336}
@@ -141,7 +141,7 @@ def test_full_run_reads_t5_small_and_xsum_from_what_fetch_placed(tmp_path, run_e
     """Tiny stand-ins served by a Hub on 127.0.0.1 under the real names (XSum at its
     refs/convert/parquet revision), placed by a real `dsenv fetch`; then `dsenv run t5-xsum`
     offline: the server sees no request although HF_ENDPOINT points at it."""
-    from tests.hubserver import XSUM_REVISION, HubServer, t5_xsum_repos
+    from tests.harness.hubserver import XSUM_REVISION, HubServer, t5_xsum_repos
 
     run_env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="0")
     for name in ("HF_HUB_CACHE", "HF_DATASETS_CACHE", "HF_DATASETS_OFFLINE",

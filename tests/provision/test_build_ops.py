@@ -24,8 +24,8 @@ from dsenv.provision.ops.build import (
     verify_installed_ops,
 )
 from dsenv.provision.venv import make_venv
-from tests.provision.conftest import offline
-from tests.tarfiles import add_text as _add
+from tests.harness.tarfiles import add_text as _add
+from tests.harness.tinywheels import offline
 
 SETUP_PY = '''
 import json, os, sys

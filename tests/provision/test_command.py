@@ -18,17 +18,13 @@ import pytest
 from dsenv.envs.stacks import get_stack
 from dsenv.provision import ProvisionError
 from dsenv.provision.prefix import NEEDED_GIB, free_space_check
-from tests.clirun import dsenv
-from tests.clirun import one_line as _one_line
+from tests.harness.cli import dsenv
+from tests.harness.cli import one_line as _one_line
+from tests.harness.tinywheels import provision_tiny as tiny
 
 
 def one_line(done) -> str:
     return _one_line(done, "dsenv provision: ")
-
-
-def tiny(prefix: Path, lock: Path, wheels: Path, *extra: str):
-    return dsenv("provision", "--arch", "cpu", "--ops", "none", "--lock", str(lock),
-                 "--no-index", "--find-links", str(wheels), "--prefix", str(prefix), *extra)
 
 
 def siblings(prefix: Path) -> list[str]:

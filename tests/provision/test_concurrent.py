@@ -22,16 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.clirun import dsenv
+from tests.harness import cli
+from tests.harness.cli import dsenv, start_dsenv
 
 CPU_LOCK = Path(__file__).resolve().parents[2] / "envs" / "locks" / "cpu.txt"
 
 
 def start_provision(prefix: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "dsenv", "provision", "--arch", "cpu",
-                             "--ops", "none", "--prefix", str(prefix), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return start_dsenv("provision", "--arch", "cpu", "--ops", "none", "--prefix", prefix, *args)
 
 
 def tiny_args(lock: Path, wheels: Path) -> list[str]:
@@ -39,9 +37,7 @@ def tiny_args(lock: Path, wheels: Path) -> list[str]:
 
 
 def finish(child: subprocess.Popen, timeout: float = 600) -> tuple[int, str, str]:
-    out, err = child.communicate(timeout=timeout)
-    assert "Traceback" not in out + err, out + err
-    return child.returncode, out, err
+    return cli.finish(child, timeout)
 
 
 def run_together(prefix: Path, count: int, stagger: float, args: list[str]) -> list:

@@ -18,7 +18,7 @@ from dsenv.provision.locks import read_lock
 from dsenv.provision.venv import make_venv, venv_python
 from dsenv.provision.verify.imports import import_check, import_check_lock, import_names
 from dsenv.provision.verify.shared_libs import missing_shared_libraries
-from tests.provision.conftest import offline, wheel_hash
+from tests.harness.tinywheels import offline, wheel_hash
 
 PACKAGING = metadata.version("packaging")
 RICH = metadata.version("rich")

@@ -9,10 +9,10 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.provision.test_command import tiny
+from tests.harness.cli import dsenv, sourced
+from tests.harness.tinywheels import provision_tiny as tiny
 
 CLOSED = "http://127.0.0.1:9"
 OFFLINE_BLOCK = re.compile(r'^if \[ -n "\$\{SLURM_JOB_ID:-\}" \]; then\n    export HF_HUB_OFFLINE'
@@ -21,11 +21,8 @@ OFFLINE_BLOCK = re.compile(r'^if \[ -n "\$\{SLURM_JOB_ID:-\}" \]; then\n    expo
 
 def doctor_sourced(script: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
     """The doctor as a job runs it: a shell sources the activate script, then runs it."""
-    done = subprocess.run(["sh", "-c", '. "$0" && exec "$@"', str(script), sys.executable,
-                           "-m", "dsenv", "doctor", "--only", "cache", *args], env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
+    return dsenv("doctor", "--only", "cache", *args, base=env, wrapper=sourced(script),
+                 timeout=300)
 
 
 def offline_status(done: subprocess.CompletedProcess) -> tuple[str, dict | None]:

@@ -19,7 +19,7 @@ from dsenv.provision.locks import (
     requirements_path,
 )
 from dsenv.provision.uvcmd import Sources
-from tests.provision.conftest import offline, wheel_hash
+from tests.harness.tinywheels import offline, wheel_hash
 
 
 def test_compile_lock_pins_every_package_with_its_hash(tiny_lock, tiny_wheels):

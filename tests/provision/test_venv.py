@@ -12,7 +12,7 @@ from dsenv.provision import ProvisionError
 from dsenv.provision.uvcmd import Sources
 from dsenv.provision.venv import create_venv, venv_python
 from dsenv.staging import staged_dir
-from tests.provision.conftest import offline
+from tests.harness.tinywheels import offline
 
 
 def _run(argv, **kw):

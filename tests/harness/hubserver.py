@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 import threading
@@ -36,8 +37,20 @@ from urllib.parse import parse_qs, unquote, urlsplit
 BERT_REPO = "google-bert/bert-base-uncased"
 SQUAD_REPO = "rajpurkar/squad"
 LFS_SUFFIXES = (".safetensors", ".parquet", ".bin", ".arrow", ".model")
+SECRET = "secret-value"  # the HF_TOKEN of every client environment: no output may show it
+# what would make a client skip the hub or look elsewhere
+CLEARED = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE",
+           "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE", "XDG_CACHE_HOME",
+           "HF_HUB_DISABLE_PROGRESS_BARS", "HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
 
 Repos = dict[tuple[str, str], dict[str, bytes]]  # (kind, repo) -> {path: content}
+
+
+def hub_env(home: Path, endpoint: str, **extra: str) -> dict:
+    """This process's environment with a fresh HF_HOME, the endpoint and the secret token."""
+    env = {k: v for k, v in os.environ.items() if k not in CLEARED}
+    env.update(HF_HOME=str(home), HF_ENDPOINT=endpoint, HF_TOKEN=SECRET, **extra)
+    return env
 
 
 def fake_commit(kind: str, repo: str) -> str:

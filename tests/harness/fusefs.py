@@ -7,7 +7,7 @@ but its kernel has FUSE, and a FUSE server that asks the kernel to forward locks
 the kernel return that error to flock()/lockf() unchanged (fs/fuse/file.c fuse_setlk). So a
 cache folder on this mount fails the way those file systems fail, for real.
 
-Usage (root, inside ``unshare -m``): ``python tests/fusefs.py MOUNTPOINT LOCKS`` with LOCKS
+Usage (root, inside ``unshare -m``): ``python tests/harness/fusefs.py MOUNTPOINT LOCKS`` with LOCKS
 ``enosys``, ``enolck`` or ``local`` (the kernel's own local locks: a healthy twin). It mounts
 (type ``fuse.dsenvtest``), prints ``ready`` and serves until unmounted. Files live in
 memory; only what a lock probe, a write test and a directory walk need is implemented.

@@ -1,6 +1,6 @@
 """A local conda channel for tests: tiny packages built here, indexed by rattler, served on
-127.0.0.1, plus a micromamba-compatible command (tests/condashim.py) so the real conda-lock
-can lock against it. Nothing here reaches a conda channel on the internet.
+127.0.0.1, plus a micromamba-compatible command (tests/harness/condashim.py) so the real
+conda-lock can lock against it. Nothing here reaches a conda channel on the internet.
 
     channel = tmp_path / "channel"
     build_package(channel, "hello", "1.0", files={"share/hello.txt": "hi\\n"})
@@ -204,7 +204,7 @@ def serve(directory: Path) -> Iterator[str]:
 
 
 def write_micromamba_shim(bindir: Path) -> Path:
-    """Put an executable ``micromamba`` (tests/condashim.py under this interpreter) in
+    """Put an executable ``micromamba`` (tests/harness/condashim.py under this interpreter) in
     ``bindir`` and return ``bindir``."""
     bindir = Path(bindir)
     bindir.mkdir(parents=True, exist_ok=True)

@@ -1,38 +1,56 @@
-"""`python -m dsenv doctor --json` in a clean environment, and fake tools that print recorded
-outputs: what the comm_env, node and launch tests share."""
+"""`python -m dsenv doctor --json` in a clean environment, its report read back (also from a
+launcher's output), and fake tools that print recorded outputs: what the comm_env, node,
+launch and distributed tests share."""
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import fixture_text
+import jsonschema
 
+from dsenv.doctor import registry
+from tests.harness.cli import dsenv, environment
+from tests.harness.recorded import fixture_text
+
+SCHEMA = json.loads((Path(registry.__file__).parent / "report_schema.json").read_text())
 # Variables of the test runner's own shell that would change what these checks see.
-DROPPED = ("NCCL_", "GLOO_", "MASTER_", "SLURM_", "OMP_", "DS_", "DSENV_", "HF_", "TORCH_", "TRITON_",
-           "CUDA_", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX")
+DROPPED = ("NCCL_", "GLOO_", "MASTER_", "SLURM_", "OMP_", "DS_", "DSENV_", "HF_", "TORCH_",
+           "TRITON_", "CUDA_", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(DROPPED)}
-    env.update(extra)
-    return env
+    """This process's environment without DROPPED, with ``extra``."""
+    return environment(extra, drop=DROPPED)
 
 
-def doctor(*args, env: dict[str, str], cwd=None, preexec_fn=None, timeout=120) -> dict[str, dict]:
-    """Run the real CLI; {check id: result} from its JSON report (a traceback fails)."""
-    done = subprocess.run([sys.executable, "-m", "dsenv", "doctor", "--json", *map(str, args)],
-                          capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout,
-                          preexec_fn=preexec_fn)
-    assert "Traceback" not in done.stderr, done.stderr
+def doctor(*args, env: dict[str, str], cwd=None, preexec_fn=None,
+           timeout=120) -> dict[str, dict]:
+    """`dsenv doctor --json ARGS` with exactly ``env``; {check id: result} from its report
+    (a traceback fails)."""
+    done = dsenv("doctor", "--json", *args, base=env, cwd=cwd, timeout=timeout,
+                 preexec_fn=preexec_fn)
     assert done.returncode in (0, 1), done.stdout + done.stderr
     return {r["id"]: r for r in json.loads(done.stdout)["results"]}
+
+
+def report_of(stdout: str) -> dict:
+    """The JSON report in a launcher's stdout (the deepspeed launcher logs there too),
+    valid against the report's schema."""
+    lines = stdout.splitlines()
+    start = lines.index("{")
+    end = len(lines) - 1 - lines[::-1].index("}")
+    report = json.loads("\n".join(lines[start:end + 1]))
+    jsonschema.validate(report, SCHEMA)
+    return report
+
+
+def statuses(report: dict) -> dict[str, str]:
+    """{check id: status} of the distributed area."""
+    return {r["id"]: r["status"] for r in report["results"] if r["area"] == "distributed"}
 
 
 def tool(folder: Path, name: str, body: str) -> Path:

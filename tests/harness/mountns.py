@@ -1,6 +1,6 @@
 """Run a shell script in a private mount namespace (``unshare -m``, as root): what it mounts
-(a read-only bind, a tmpfs, a FUSE file system from tests/fusefs.py) exists only for it and
-the processes it starts, and is gone when they end."""
+(a read-only bind, a tmpfs, a FUSE file system from tests/harness/fusefs.py) exists only for it
+and the processes it starts, and is gone when they end."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 FUSEFS = Path(__file__).with_name("fusefs.py")
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @functools.cache
@@ -43,7 +43,7 @@ def needs_namespace():
 
 @functools.cache
 def fuse_problem() -> str | None:
-    """None when tests/fusefs.py can mount and serve here, else why not."""
+    """None when tests/harness/fusefs.py can mount and serve here, else why not."""
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse"
     with tempfile.TemporaryDirectory() as folder:

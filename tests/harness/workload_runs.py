@@ -1,7 +1,8 @@
 """Running dsenv workloads as subprocesses in tests: environment, timeouts, one-line errors.
 
-Every run is a subprocess with a timeout that kills its whole process group. Distributed
-runs talk over loopback only (MASTER_ADDR=127.0.0.1, GLOO_SOCKET_IFNAME=lo, a free port).
+Every run is a subprocess with a timeout that kills its whole process group (the runner of
+tests/harness/cli.py). Distributed runs talk over loopback only (MASTER_ADDR=127.0.0.1,
+GLOO_SOCKET_IFNAME=lo, a free port).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 
 import pytest
 
-from dsenv import proc
+from tests.harness.cli import explain, run
 
 MODULE = "dsenv.workloads.cli"
 SMOKE = [sys.executable, "-m", MODULE, "smoke", "bert-squad"]
@@ -52,24 +53,16 @@ LAUNCHER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "SLURM_", "MPI_LOCAL")
 def run_dsenv(tmp_path, env, *extra, command=SMOKE, timeout=300, name="out"):
     """``command`` with --output-dir tmp_path/name; (result, parsed report.json or None)."""
     out = tmp_path / name
-    result = proc.run([*command, "--output-dir", str(out), "--examples", "1", *extra],
-                      timeout=timeout, env=env, cwd=str(tmp_path))
-    assert not result.timed_out, f"timed out after {timeout} s:\n{result.stdout[-3000:]}"
+    result = run([*command, "--output-dir", str(out), "--examples", "1", *extra],
+                 timeout=timeout, env=env, cwd=tmp_path)  # a timeout fails the test
     report_path = out / "report.json"
     doc = json.loads(report_path.read_text()) if report_path.exists() else None
     return result, doc
 
 
-def explain(result) -> str:
-    return f"rc {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n" \
-           f"{result.stderr[-4000:]}"
-
-
 def bad_input(tmp_path, env, *args, command=SMOKE):
-    result = proc.run([*command, "--output-dir", str(tmp_path / "out"), *args],
-                      timeout=120, env=env, cwd=str(tmp_path))
-    assert not result.timed_out
-    return result
+    return run([*command, "--output-dir", str(tmp_path / "out"), *args],
+               timeout=120, env=env, cwd=tmp_path)
 
 
 def one_line(result) -> str:

@@ -12,7 +12,7 @@ the same namespace, so srun, the job steps and ``dsenv doctor`` all see the same
 The facts this is built on were measured here (slurm-wlm 22.05.8, Debian 12).
 
 ``hosts=N`` (2 to 4) makes the cluster multi-host: N namespaced hosts h1..hN from
-:mod:`tests.netns` (own hostname, /etc/hosts and mounts; fabric ``hsn0`` on 192.0.2.0/24,
+:mod:`tests.harness.netns` (own hostname, /etc/hosts and mounts; fabric ``hsn0`` on 192.0.2.0/24,
 management ``nmn0`` on 198.51.100.0/24), one slurmd per host (NodeName = its name, NodeAddr
 its fabric address), slurmctld on h1, one sshd per host with a root key every host accepts,
 and Debian's pdsh. h1 is also the login node: :meth:`SlurmCluster.run` runs commands there.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsenv.net import free_port
-from tests import netns
+from tests.harness import netns
 
 APT_PACKAGES = ("slurm-wlm", "munge", "libpmix-dev", "openssh-server", "openssh-client",
                 "pdsh", "nftables", "iproute2")
@@ -354,10 +354,10 @@ def stop() -> None:
 
 
 def demo(argv: list[str] | None = None) -> int:
-    """`python -m tests.slurmcluster --hosts 2`: the test cluster by hand, until Ctrl-C."""
+    """`python -m tests.harness.slurmcluster --hosts 2`: the test cluster by hand, until Ctrl-C."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m tests.slurmcluster",
+    parser = argparse.ArgumentParser(prog="python -m tests.harness.slurmcluster",
                                      description="Start the test Slurm (namespaced hosts with "
                                      "--hosts N), print how to use it, tear it down on Ctrl-C.")
     parser.add_argument("--hosts", type=int, default=2, help="2 to 4 namespaced hosts; 0: "
