@@ -9,7 +9,9 @@ staging folder renamed into place at the end (build.py).
     command.py        running them: run_provision, run_openmpi, run_lock
     plan.py           arguments -> Plan: site, Target, Stack, lock, prefix, sources, steps;
                       checked before anything is written
+    steps.py          the Plan's steps, each with the commands its builder will run
     build.py          Plan -> environment: install, ops, checks, activate, manifest, rename
+    shown.py          a command as --dry-run prints it and the run logs it (`$ uv ...`)
     targets.py        --arch SPEC -> Target (`auto` through the node-facts GPU probes);
                       Target + this node's nvcc -> Stack (envs/stacks.toml), refusals with a
                       way out

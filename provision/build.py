@@ -7,6 +7,13 @@ after plan.py; it shows its progress on a rich console).
                                       -> import / shared-library checks (container)
                                       -> activate script + manifest
     rename the staging folder to --prefix (a failure or Ctrl-C leaves --prefix untouched)
+
+The plan is read, never changed: the lock it names is set once (a lock made on site is
+installed from its draft beside the prefix and recorded at the place the plan names), the
+manifest is written once. Each command runs through the builder function that gave the plan
+its step (steps.py) and is logged first, as the dry run printed it (``$ uv ...`` in
+dsenv-build.log, the staging folder shown as the prefix); where the environment's DeepSpeed
+chooses other ops than the plan assumed, one line says so.
 """
 
 from __future__ import annotations
@@ -21,7 +28,6 @@ from pathlib import Path
 from rich.console import Console
 
 from dsenv import proc, targetlock
-from dsenv.jsonfiles import read_json, write_json_atomically
 from dsenv.provision import ProvisionError
 from dsenv.provision.conda.install import install_conda
 from dsenv.provision.container import create_container_env
@@ -34,7 +40,9 @@ from dsenv.provision.ops.cuda import CudaBuild, prepare_cuda_build
 from dsenv.provision.plan import SITE_LOCK_NAME, Plan, make_plan
 from dsenv.provision.prefix import check_absent, out_of_space_message
 from dsenv.provision.record.activation import ACTIVATE_NAME, render_activation
-from dsenv.provision.record.manifest import env_versions, manifest_path, write_manifest
+from dsenv.provision.record.manifest import env_versions, write_manifest
+from dsenv.provision.shown import BuildLog
+from dsenv.provision.steps import ops_variables
 from dsenv.provision.venv import create_venv
 from dsenv.provision.verify.imports import import_check, import_check_lock, import_names
 from dsenv.provision.verify.shared_libs import missing_shared_libraries
@@ -72,53 +80,65 @@ def provision(plan: Plan, argv: list[str], console: Console) -> dict:
     # the build log lives beside the prefix, so a failed build's log outlives the staging
     # folder (one per run: two runs never write one log); a finished environment keeps it
     # as dsenv-build.log
-    log = run_log(plan.prefix)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(f"# dsenv provision {' '.join(argv[2:])}\n")
+    log_path = run_log(plan.prefix)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text(f"# dsenv provision {' '.join(argv[2:])}\n")
     step = Step(f"installing {plan.lock.name}")
     draft = site_lock_draft(plan.prefix)
+    # the file installed from: a lock made on site is a draft beside the prefix until it
+    # moves into the environment, where the plan (and the manifest) name it
+    lock = draft if plan.site_lock else plan.lock
     try:
         with staged_dir(plan.prefix, "dsenv provision") as staging:
+            # each command is logged as the plan showed it: staging as the final prefix
+            log = BuildLog(log_path, ((str(staging), str(plan.prefix)),
+                                      (str(draft), str(plan.lock))))
             if plan.site_lock:
                 step.now = "locking on site"
-                plan.lock = _lock_on_site(plan, draft, console, timings)
+                _lock_on_site(plan, draft, log, console, timings)
                 step.now = f"installing {plan.lock.name}"
-            python = _create(plan, staging, log, console, timings)
+            python = _create(plan, lock, staging, log, console, timings)
             step.now = "building DeepSpeed ops"
-            choice, built, cuda = _ops(plan, python, log, console, timings)
+            choice, built, cuda = _ops(plan, lock, python, log, console, timings)
             step.now = "checking the environment"
             if plan.kind == "container":
-                _container_checks(plan, python, staging, console)
-            _ready_check(plan, python, console, timings)
+                _container_checks(plan, lock, python, staging, console)
+            _ready_check(lock, python, console, timings)
             step.now = "writing the activate script and manifest"
             (staging / ACTIVATE_NAME).write_text(render_activation(
                 plan.prefix, plan.site, plan.target, plan.stack,
                 kind=_activation_kind(plan.kind)) + cuda.activation(staging, plan.prefix))
             installed = built.installed_ops if built else _installed_ops(python)
-            if plan.site_lock:  # kept in the environment, named by its manifest
-                os.replace(draft, staging / SITE_LOCK_NAME)
-                plan.lock = staging / SITE_LOCK_NAME
             manifest = write_manifest(
                 staging, kind=plan.kind, site=plan.site.name, stack=plan.stack,
-                target=plan.target, lock_file=plan.lock, ops_mode=plan.ops_mode,
+                target=plan.target, lock_file=lock, ops_mode=plan.ops_mode,
                 ops_requested=list(choice.build), ops_installed=installed,
                 ops_omitted=choice.omitted, versions=env_versions(staging), command=argv,
                 ops_extra={**({"cpu_flags": built.cpu, "cache": built.cache} if built else {}),
-                           **cuda.manifest(staging, plan.prefix)})
-            _relocate_manifest(staging, plan)
-            os.replace(log, staging / "dsenv-build.log")
+                           **cuda.manifest(staging, plan.prefix)},
+                recorded_as=plan.prefix, lock_extra=_lock_record(plan))
+            if plan.site_lock:  # kept in the environment, named by its manifest
+                os.replace(draft, staging / SITE_LOCK_NAME)
+            os.replace(log_path, staging / "dsenv-build.log")
             step.now = f"moving the environment to {plan.prefix}"
     except (OSError, ProvisionError) as exc:
-        if out_of_space(exc, log):
+        if out_of_space(exc, log_path):
             raise ProvisionError(out_of_space_message(plan.prefix, plan.stack,
                                                       step.now)) from None
         raise
     finally:
         draft.unlink(missing_ok=True)
-    if plan.site_lock:
-        plan.lock = plan.prefix / SITE_LOCK_NAME
     timings["total_s"] = time.perf_counter() - started
     return {"manifest": manifest, "ops": choice, "built": built, "timings": timings}
+
+
+def _lock_record(plan: Plan) -> dict:
+    """What the manifest's ``lock`` says beyond the file's hash and pins: where a lock made
+    on site is kept, and how it was made."""
+    if not plan.site_lock:
+        return {}
+    return {"file": plan.lock.name, "path": str(plan.lock),
+            "locked_on_site": plan.site_lock.to_json()}
 
 
 class Step:
@@ -139,18 +159,17 @@ def site_lock_draft(prefix: Path) -> Path:
     return prefix.with_name(f"{prefix.name}.lock-{os.getpid()}.txt")
 
 
-def _lock_on_site(plan: Plan, draft: Path, console, timings: dict) -> Path:
+def _lock_on_site(plan: Plan, draft: Path, log: BuildLog, console, timings: dict) -> None:
     begin = time.perf_counter()
     site = plan.site_lock
     with console.status(f"locking {site.requirements.name} on site against "
                         f"{site.describe()}"):
         lock_on_site(site.stack, site.requirements, draft, sources=plan.sources,
-                     python_version=site.python_version, kept_as=SITE_LOCK_NAME)
+                     python_version=site.python_version, kept_as=SITE_LOCK_NAME, log=log)
     timings["site_lock_s"] = time.perf_counter() - begin
     console.print(f"[green]✓[/] locked {site.requirements.name} on site against "
                   f"{site.describe()} ({timings['site_lock_s']:.0f} s): kept as "
-                  f"{plan.prefix / SITE_LOCK_NAME}")
-    return draft
+                  f"{plan.lock}")
 
 
 def clear_dead_logs(prefix: Path) -> None:
@@ -183,18 +202,18 @@ READY_DISTRIBUTIONS = ("torch", "deepspeed", "transformers", "datasets", "accele
                        "tokenizers", "mpi4py")
 
 
-def _ready_check(plan: Plan, python: Path, console, timings: dict) -> None:
+def _ready_check(lock: Path, python: Path, console, timings: dict) -> None:
     """The staged env's interpreter starts and the lock's key packages import, in the env's
     own interpreter with a timeout (never in this process)."""
     begin = time.perf_counter()
-    lock_text = plan.lock.read_text(errors="replace").lower()
+    lock_text = lock.read_text(errors="replace").lower()
     wanted = [d for d in READY_DISTRIBUTIONS
               if re.search(rf"(?m)^\s*(-\s*)?(name:\s*)?{d}\s*(==|:|=|\s|$)", lock_text)]
     names = import_names(python, wanted)
     missing = [d for d, tops in names.items() if tops is None]
     if missing:
         raise ProvisionError(f"the staged environment lacks {', '.join(missing)}, which the "
-                             f"lock {plan.lock.name} holds: the install did not finish; see "
+                             f"lock {lock.name} holds: the install did not finish; see "
                              "the build log")
     modules = wanted  # each of these distributions imports under its own name
     failures = import_check(python, modules, timeout=READY_TIMEOUT)
@@ -211,42 +230,29 @@ def _activation_kind(kind: str) -> str:
     return "conda" if kind == "conda" else "venv"
 
 
-def _relocate_manifest(staging: Path, plan: Plan) -> None:
-    """The manifest was written inside the staging folder: record the final location (and
-    of a lock kept inside the environment), and how a lock made on site was made."""
-    path = manifest_path(staging)
-    data = read_json(path, "manifest")
-    data["env_dir"] = str(plan.prefix)
-    lock = data.get("lock") or {}
-    if str(lock.get("path", "")).startswith(str(staging) + os.sep):
-        lock["path"] = str(plan.prefix / Path(lock["path"]).relative_to(staging))
-    if plan.site_lock:
-        lock["locked_on_site"] = plan.site_lock.to_json()
-    write_json_atomically(path, data, indent=2)
-
-
-def _create(plan: Plan, staging: Path, log: Path, console, timings: dict) -> Path:
+def _create(plan: Plan, lock: Path, staging: Path, log: BuildLog, console,
+            timings: dict) -> Path:
     begin = time.perf_counter()
     with console.status(f"installing {plan.lock.name} into {plan.kind} environment"):
         if plan.kind == "venv":
             staging.rmdir()  # uv venv wants an absent or empty folder: it is empty
-            create_venv(staging, plan.lock, python=plan.python, sources=plan.sources,
+            create_venv(staging, lock, python=plan.python, sources=plan.sources,
                         compile_bytecode=plan.bytecode, log=log)
         elif plan.kind == "container":
             staging.rmdir()
             container = create_container_env(
-                staging, plan.lock, base_python=plan.python, sources=plan.sources,
+                staging, lock, base_python=plan.python, sources=plan.sources,
                 compile_bytecode=plan.bytecode, log=log)
             console.print(f"image: {container.summary()}")
         else:
-            install_conda(plan.lock, staging, final_prefix=plan.prefix)
+            install_conda(lock, staging, final_prefix=plan.prefix)
     timings["install_s"] = time.perf_counter() - begin
     console.print(f"[green]✓[/] {plan.kind} environment from {plan.lock.name} "
                   f"({timings['install_s']:.0f} s)")
     return staging / "bin" / "python"
 
 
-def _ops(plan: Plan, python: Path, log: Path, console,
+def _ops(plan: Plan, lock: Path, python: Path, log: BuildLog, console,
          timings: dict) -> tuple[OpsChoice, BuiltOps | None, CudaBuild]:
     # the nvcc of CUDA ops (the node's, or NVIDIA's wheels installed now) and the env's
     # NVIDIA headers: provision/ops/cuda.py
@@ -254,7 +260,7 @@ def _ops(plan: Plan, python: Path, log: Path, console,
     if cuda.choice.kind == "wheels":
         console.print(f"[green]✓[/] CUDA {cuda.choice.cuda} toolkit from NVIDIA's wheels in the "
                       f"env: CUDA_HOME={cuda.home} ({cuda.choice.reason})")
-    if plan.ops_mode.strip().lower() == "none":  # nothing to ask DeepSpeed (may be absent)
+    if plan.ops.none:  # nothing to ask DeepSpeed (may be absent)
         console.print("[green]✓[/] DeepSpeed ops: none precompiled (--ops none); they "
                       "JIT-compile on first use")
         return OpsChoice("none", "", ()), None, cuda
@@ -263,6 +269,11 @@ def _ops(plan: Plan, python: Path, log: Path, console,
                         env=cuda.env, report=report)
     for line in choice.omitted_lines():  # one line per reason, not per op
         console.print(f"  – {line}", style="dim", markup=False)
+    differs = plan.ops.difference(choice)  # the plan asked dsenv's DeepSpeed, not the env's
+    if differs:
+        console.print(f"  ! {differs}", style="yellow", markup=False)
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(f"=== dsenv: {differs}\n")
     for warning in choice.warnings:
         console.print(f"  [yellow]! {warning}[/]")
     if not choice.build:
@@ -272,14 +283,13 @@ def _ops(plan: Plan, python: Path, log: Path, console,
     if plan.kind == "conda":
         requirement = "deepspeed==" + _installed_version(python, "deepspeed")
     else:
-        requirement = locked_requirement(plan.lock, "deepspeed").line()
+        requirement = locked_requirement(lock, "deepspeed").line()
     begin = time.perf_counter()
     # the ops build runs without --no-index: uv may fetch the deepspeed sdist from the index
     sources = replace(plan.sources, no_index=False)
     # the ops cache (provision/ops/cache.py) reuses the wheel of an earlier identical build
-    built = provide_ops(python, {k: v for k, v in choice.env().items()
-                                 if k.startswith("DS_BUILD")},
-                        plan.target.arch_env(), deepspeed_requirement=requirement, log=log,
+    switches, arch = ops_variables(plan.target, choice)  # as the plan's ops step shows them
+    built = provide_ops(python, switches, arch, deepspeed_requirement=requirement, log=log,
                         cache=plan.ops_cache, sources=sources, compile_bytecode=plan.bytecode,
                         env={**cuda.env, "DS_ACCELERATOR": choice.accelerator},
                         console=console, wait=plan.wait,
@@ -313,8 +323,8 @@ def _installed_ops(python: Path) -> dict:
     return (info or {}).get("installed_ops") or {}
 
 
-def _container_checks(plan: Plan, python: Path, staging: Path, console) -> None:
-    failures = import_check_lock(python, plan.lock)
+def _container_checks(plan: Plan, lock: Path, python: Path, staging: Path, console) -> None:
+    failures = import_check_lock(python, lock)
     if failures:
         first = failures[0]
         raise ProvisionError(f"{len(failures)} locked package(s) do not import in the "

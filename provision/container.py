@@ -32,11 +32,13 @@ from packaging.utils import canonicalize_name
 from dsenv import proc
 from dsenv.provision import ProvisionError
 from dsenv.provision.locks import read_lock
-from dsenv.provision.uvcmd import Sources
+from dsenv.provision.shown import Command, temporary_names
+from dsenv.provision.uvcmd import Sources, uv_command
 from dsenv.provision.venv import make_venv, run_sync
 from dsenv.versions import same_version
 
 MARK = "@@dsenv@@"  # the children's JSON answer lines start with it
+MISSING_SCRATCH = "dsenv-missing-"  # the temporary folder of install_lines
 
 
 @dataclass(frozen=True)
@@ -151,12 +153,26 @@ def install_lines(python: str | os.PathLike, lines: Sequence[str], *, sources: S
     """``uv pip install --require-hashes --no-deps`` of lock ``lines`` into ``python``'s env."""
     if not lines:
         return
-    with tempfile.TemporaryDirectory(prefix="dsenv-missing-") as scratch:
-        reqs = Path(scratch) / "missing.txt"
-        reqs.write_text("".join(f"{line}\n" for line in lines))
-        base = ["pip", "install", "--require-hashes", "--no-deps", "--python",
-                os.fspath(python), "--color", "never", *sources.args()]
-        if compile_bytecode:
-            base.append("--compile-bytecode")
-        run_sync(base, ["-r", str(reqs)], what=f"install {len(lines)} packages the image lacks",
-                 sources=sources, offline=offline, env=env, log=log, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix=MISSING_SCRATCH) as scratch:
+        missing_file(Path(scratch)).write_text("".join(f"{line}\n" for line in lines))
+        run_sync(lambda cache_only: install_lines_command(python, Path(scratch), sources,
+                                                          compile_bytecode, cache_only),
+                 what=f"install {len(lines)} packages the image lacks", sources=sources,
+                 offline=offline, env=env, log=log, timeout=timeout,
+                 names=temporary_names(scratch, MISSING_SCRATCH))
+
+
+def missing_file(scratch: Path) -> Path:
+    """The requirements file of the lock lines the image lacks, in the install's folder."""
+    return scratch / "missing.txt"
+
+
+def install_lines_command(python: str | os.PathLike, scratch: Path, sources: Sources,
+                          compile_bytecode: bool = True, offline: bool = False) -> Command:
+    """The ``uv pip install --require-hashes --no-deps -r missing.txt`` that
+    :func:`install_lines` runs (and the plan shows, with ``scratch`` as
+    ``shown.temporary(MISSING_SCRATCH)``)."""
+    return uv_command(["pip", "install", "--require-hashes", "--no-deps", "--python",
+                       os.fspath(python), "--color", "never", *sources.args(),
+                       *(["--compile-bytecode"] if compile_bytecode else []),
+                       *(["--offline"] if offline else []), "-r", str(missing_file(scratch))])

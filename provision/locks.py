@@ -46,11 +46,13 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from dsenv.provision import ProvisionError
+from dsenv.provision.shown import Command, temporary_names
 from dsenv.provision.uvcmd import (
     Sources,
     index_of,
-    run_uv,
+    run_logged,
     unreachable_index,
+    uv_command,
     uv_env,
     uv_error,
     uv_version,
@@ -65,6 +67,7 @@ LOCKS_DIR = ENVS_DIR / "locks"
 
 LINUX_X86_64 = "x86_64-manylinux_2_28"
 DEFAULT_COMPILE_TIMEOUT = 900.0
+LOCK_SCRATCH = "dsenv-lock-"  # the temporary folder of compile_lock
 
 
 def requirements_path(stack: str) -> Path:
@@ -90,6 +93,7 @@ def compile_lock(
     upgrade: bool = False,
     env: Mapping[str, str] | None = None,
     timeout: float = DEFAULT_COMPILE_TIMEOUT,
+    log: str | os.PathLike | None = None,
 ) -> Path:
     """Resolve ``requirements`` with ``uv pip compile --generate-hashes`` into the lock ``out``.
 
@@ -99,7 +103,8 @@ def compile_lock(
     ``sources``: where packages come from (uv ignores pip's configuration, so pass them
     explicitly); the default is PyPI.
     ``constraints``: constraint files (``-c``). ``regenerate``: the command that rebuilds
-    this lock (``dsenv lock --stack cpu``), recorded in the header.
+    this lock (``dsenv lock --stack cpu``), recorded in the header. ``log``: a build log the
+    uv command is appended to (``$ cd DIR && uv pip compile ...``).
 
     Returns ``out``. Raises :class:`ProvisionError` (one line) when an index cannot be
     reached, nothing satisfies the requirements, or uv fails.
@@ -107,7 +112,7 @@ def compile_lock(
     out = Path(out).resolve()
     sources = sources or Sources()
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="dsenv-lock-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=LOCK_SCRATCH) as scratch:
         if isinstance(requirements, (str, os.PathLike)):
             infile = Path(requirements).resolve()
             if not infile.is_file():
@@ -117,20 +122,14 @@ def compile_lock(
             infile = Path(scratch) / f"{out.stem}.in"
             infile.write_text("".join(f"{line}\n" for line in requirements))
         # uv reads an existing output file as preferences: an unchanged input keeps its pins.
-        draft = Path(scratch) / out.name
+        draft = compiled_file(Path(scratch))
         if out.exists() and not upgrade:
             shutil.copyfile(out, draft)
-        args = ["pip", "compile", infile.name, "-o", str(draft), "--generate-hashes",
-                "--no-header", "--no-config", "--quiet", "--color", "never",
-                "--python-version", python_version, *sources.args()]
-        if python_platform:
-            args += ["--python-platform", python_platform]
-        if upgrade:
-            args.append("--upgrade")
-        for constraint in constraints:
-            args += ["-c", os.path.relpath(Path(constraint).resolve(), infile.parent)]
-        result = run_uv(args, timeout=timeout, cwd=infile.parent,
-                        env=uv_env(env, strip_sources=True))
+        command = compile_command(infile, Path(scratch), python_version, sources,
+                                  python_platform=python_platform, upgrade=upgrade,
+                                  constraints=constraints)
+        result = run_logged(command, timeout=timeout, env=uv_env(env, strip_sources=True),
+                            log=log, names=temporary_names(scratch, LOCK_SCRATCH))
         what = f"dsenv lock {out.name}"
         if not result.ok:
             raise ProvisionError(_compile_error(result, what, sources, regenerate))
@@ -142,8 +141,32 @@ def compile_lock(
     return out
 
 
+def compiled_file(scratch: Path) -> Path:
+    """Where ``uv pip compile`` writes the lock's body, in the compile's temporary folder."""
+    return scratch / "lock.txt"
+
+
+def compile_command(infile: Path, scratch: Path, python_version: str, sources: Sources, *,
+                    python_platform: str | None = None, upgrade: bool = False,
+                    constraints: Iterable[str | os.PathLike] = ()) -> Command:
+    """The ``uv pip compile`` that :func:`compile_lock` runs in the requirements' folder
+    (and the plan shows, with ``scratch`` as ``shown.temporary(LOCK_SCRATCH)``)."""
+    infile = Path(infile).resolve()
+    args = ["pip", "compile", infile.name, "-o", str(compiled_file(scratch)),
+            "--generate-hashes", "--no-header", "--no-config", "--quiet", "--color", "never",
+            "--python-version", python_version, *sources.args()]
+    if python_platform:
+        args += ["--python-platform", python_platform]
+    if upgrade:
+        args.append("--upgrade")
+    for constraint in constraints:
+        args += ["-c", os.path.relpath(Path(constraint).resolve(), infile.parent)]
+    return uv_command(args, cwd=infile.parent)
+
+
 def lock_on_site(stack: str, requirements: Path, out: Path, *, sources: Sources,
                  python_version: str, kept_as: str | None = None,
+                 log: str | os.PathLike | None = None,
                  timeout: float = DEFAULT_COMPILE_TIMEOUT) -> Path:
     """``dsenv provision`` for a stack with no committed lock: its requirements resolved here
     into ``out`` with hashes, for this machine's platform and the environment's Python. The
@@ -154,7 +177,7 @@ def lock_on_site(stack: str, requirements: Path, out: Path, *, sources: Sources,
     if sources.index_url:
         command.append(f"--index-url {sources.index_url}")
     return compile_lock(requirements, out, python_version=python_version, sources=sources,
-                        regenerate=" ".join(command), timeout=timeout)
+                        regenerate=" ".join(command), timeout=timeout, log=log)
 
 
 def _compile_error(result, what: str, sources: Sources, regenerate: str | None) -> str:

@@ -8,11 +8,16 @@ file is written.
                                                   against its index, the first step)
     --prefix               -> absolute prefix    (prefix.py; symlinks resolved, free space)
     Stack + --find-links.. -> Sources            (uvcmd.py)
-    then the steps, each with its command and variables (what --dry-run prints: always
-    the whole plan, arch variables and ops included; what would stop the real run is said
-    in the step it concerns)
+    --ops + dsenv's DeepSpeed -> the ops assumed (ops/choose.py; the run asks the new
+                                                  environment's DeepSpeed and says in one
+                                                  line if it chooses otherwise)
+    then the steps (steps.py), each with the commands its builder will run (what --dry-run
+    prints: always the whole plan, arch variables and ops included; what would stop the
+    real run is said in the step it concerns). The plan is frozen: the run reads it and
+    never changes it.
 
-Carrying a plan out is build.py's job.
+Carrying a plan out is build.py's job: it runs each step's commands through the same
+builder functions and logs each one as the plan shows it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsenv import proc
@@ -30,11 +35,12 @@ from dsenv.envs.targets import Target
 from dsenv.provision import ProvisionError
 from dsenv.provision.conda.recipe import lock_path as conda_lock_path
 from dsenv.provision.locks import requirements_path
-from dsenv.provision.ops.build import available_cpus
 from dsenv.provision.ops.cache import CacheDir, resolve_dir
-from dsenv.provision.ops.choose import check_op_names, preview_ops
+from dsenv.provision.ops.choose import parse_mode, preview_ops
 from dsenv.provision.ops.cuda import ToolkitChoice
 from dsenv.provision.prefix import check_absent, default_prefix, free_space_check, resolve_prefix
+from dsenv.provision.shown import Names
+from dsenv.provision.steps import OpsPlan, Step, plan_steps
 from dsenv.provision.targets import choose_stack_and_toolkit, resolve_arch
 from dsenv.provision.uvcmd import Sources, index_unreachable, stack_sources
 
@@ -42,7 +48,7 @@ SITE_LOCK_NAME = "dsenv-lock.txt"  # a lock made on the site, kept inside the en
 INDEX_PROBE_TIMEOUT = 10.0  # seconds a package index has to answer before locking on site
 
 
-@dataclass
+@dataclass(frozen=True)
 class SiteLock:
     """No lock is committed for the stack (and none given): its requirements are locked here,
     against the stack's sources, before the install; the lock is kept in the environment
@@ -58,59 +64,47 @@ class SiteLock:
         return (" and ".join(dict.fromkeys(self.sources.indexes()))
                 or ", ".join(self.sources.find_links))
 
-    def command(self, out: Path) -> list[str]:
-        return ["uv", "pip", "compile", str(self.requirements), "--generate-hashes",
-                "--python-version", self.python_version, *self.sources.args(), "-o", str(out)]
-
     def to_json(self) -> dict:
         return {"stack": self.stack, "requirements": self.requirements.name,
                 "sources": self.sources.describe(), "python": self.python_version}
 
 
-@dataclass
-class Step:
-    title: str
-    detail: str = ""
-    command: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-
-    def render(self) -> list[str]:
-        lines = [f"- {self.title}" + (f": {self.detail}" if self.detail else "")]
-        if self.command:
-            prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-            lines.append("    $ " + (prefix + " " if prefix else "")
-                         + " ".join(shlex.quote(part) for part in self.command))
-        elif self.env:
-            lines += [f"    {k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
-        return lines
-
-
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """Everything ``dsenv provision`` will do, decided before a file is written; immutable.
+    ``steps`` (steps.py) hold the commands the run carries out, as --dry-run prints them."""
+
     kind: str
     site: Site
     target: Target
     stack: Stack
-    lock: Path
+    lock: Path  # the lock installed; with a site lock, where the environment keeps it
     prefix: Path
     python: str
-    ops_mode: str
+    ops: OpsPlan
     sources: Sources
     force: bool
     bytecode: bool = True
     dry_run: bool = False  # print the plan, write nothing
     wait: float | None = None  # seconds to wait for another run building the prefix
-    ops_cache: CacheDir | None = None  # where built DeepSpeed wheels are kept (ops_cache.py)
-    toolkit: ToolkitChoice | None = None  # the nvcc of the CUDA ops (cuda_toolkit.py)
-    ops_stop: str = ""  # dry run: why the real run would stop at the ops step
-    notes: list[str] = field(default_factory=list)
-    steps: list[Step] = field(default_factory=list)
-    site_lock: SiteLock | None = None  # set when the lock is made on the site (then ``lock``
-    # is where the environment keeps it)
+    ops_cache: CacheDir | None = None  # where built DeepSpeed wheels are kept (ops/cache.py)
+    toolkit: ToolkitChoice | None = None  # the nvcc of the CUDA ops (ops/cuda.py)
+    notes: tuple[str, ...] = ()
+    site_lock: SiteLock | None = None  # set when the lock is made on the site
+    steps: tuple[Step, ...] = ()
+
+    @property
+    def ops_mode(self) -> str:
+        return self.ops.mode
 
     @property
     def staging(self) -> Path:
         return self.prefix.with_name(f".{self.prefix.name}.tmp-{os.getpid()}")
+
+    @property
+    def names(self) -> Names:
+        """How the plan's commands show the staging folder: as the final prefix."""
+        return ((str(self.staging), str(self.prefix)),)
 
     def header(self) -> list[str]:
         return [f"dsenv provision: {self.kind} environment at {self.prefix}",
@@ -127,9 +121,9 @@ class Plan:
 
     def render(self) -> str:
         lines = self.header() + ["", "steps (in a staging folder, renamed into place at the "
-                                     "end):"]
+                                     "end; each command as the run logs it):"]
         for step in self.steps:
-            lines += step.render()
+            lines += step.render(self.names)
         return "\n".join(lines)
 
 
@@ -160,21 +154,27 @@ def make_plan(args) -> Plan:
     if lock is None:  # nothing committed: lock on the site (a step, checked before it runs)
         site_lock = _site_lock(stack, sources, python, args.dry_run)
         lock = prefix / SITE_LOCK_NAME
-    if not args.dry_run:  # an unknown op is a usage error before anything is installed
-        check_op_names(target, args.ops)  # (a dry run's preview asks the same builders)
-    plan = Plan(kind, site, target, stack, lock.resolve(), prefix, python,
-                args.ops, sources, args.force, not args.no_bytecode, args.dry_run,
-                getattr(args, "wait", None), site_lock=site_lock)
-    plan.toolkit = toolkit
-    plan.ops_stop = ops_stop
-    plan.notes += toolkit_notes
-    if plan.dry_run:
-        plan.notes += preview_ops(target, stack, plan.ops_mode)
-    else:
-        plan.notes.append(free_space_check(prefix, stack))
-    plan.ops_cache = resolve_dir(getattr(args, "ops_cache", None), site.ops_cache, site.name)
-    _add_steps(plan)
-    return plan
+    # the ops the plan assumes, asked of dsenv's own DeepSpeed (an unknown op is a usage
+    # error before anything is installed); the run asks the new environment's again
+    ops, ops_notes = _assume_ops(target, stack, args.ops, ops_stop, args.dry_run)
+    notes = [*toolkit_notes, *(ops_notes if args.dry_run
+                               else [free_space_check(prefix, stack)])]
+    plan = Plan(kind, site, target, stack, lock.resolve(), prefix, python, ops, sources,
+                args.force, not args.no_bytecode, args.dry_run, getattr(args, "wait", None),
+                resolve_dir(getattr(args, "ops_cache", None), site.ops_cache, site.name),
+                toolkit, tuple(notes), site_lock)
+    return replace(plan, steps=plan_steps(plan))
+
+
+def _assume_ops(target: Target, stack: Stack, mode: str, stop: str,
+                dry_run: bool) -> tuple[OpsPlan, list[str]]:
+    """The ops the plan assumes and the dry run's notes on them; a real run with --ops none
+    asks nothing."""
+    if not dry_run and parse_mode(mode)[0] == "none":
+        return OpsPlan(mode, stop=stop), []
+    choice, notes = preview_ops(target, stack, mode)
+    unknown = notes[0].removeprefix("ops: ") if choice is None and notes else ""
+    return OpsPlan(mode, choice, unknown, stop), notes
 
 
 def _arch_line(target: Target) -> str:
@@ -207,12 +207,12 @@ def _site_lock(stack: Stack, sources: Sources, python: str, dry_run: bool) -> Si
     """What locking on site needs, checked now: the stack's requirements file and an index
     that answers. The real run stops here with one line; a dry run shows it in the step."""
     requirements = requirements_path(stack.name)
-    lock = SiteLock(stack.name, requirements, sources, _python_version(python))
+    problem = None
     fix = f"run `dsenv lock --stack {stack.name} --out FILE` where it is reachable and pass "
     if not requirements.is_file():
-        lock.problem = (f"no lock is committed for stack {stack.name} and there are no "
-                        f"requirements to lock on site: {requirements} does not exist; pass "
-                        "--lock FILE")
+        problem = (f"no lock is committed for stack {stack.name} and there are no "
+                   f"requirements to lock on site: {requirements} does not exist; pass "
+                   "--lock FILE")
     else:
         for index in dict.fromkeys(sources.indexes()):
             cause = index_unreachable(index, INDEX_PROBE_TIMEOUT)
@@ -222,13 +222,13 @@ def _site_lock(stack: Stack, sources: Sources, python: str, dry_run: bool) -> Si
                 other = ("--find-links DIR with its torch wheel"
                          if index.rstrip("/") == stack.index_url.rstrip("/")
                          and index != sources.index_url else "--index-url MIRROR")
-                lock.problem = (f"no lock is committed for stack {stack.name} and its package "
-                                f"index {index} cannot be reached from here ({cause}) to lock "
-                                f"on site: {fix}--lock FILE, or give {other}")
+                problem = (f"no lock is committed for stack {stack.name} and its package "
+                           f"index {index} cannot be reached from here ({cause}) to lock "
+                           f"on site: {fix}--lock FILE, or give {other}")
                 break
-    if lock.problem and not dry_run:
-        raise ProvisionError(lock.problem)
-    return lock
+    if problem and not dry_run:
+        raise ProvisionError(problem)
+    return SiteLock(stack.name, requirements, sources, _python_version(python), problem)
 
 
 def _python_version(python: str) -> str:
@@ -240,67 +240,3 @@ def _python_version(python: str) -> str:
         return result.stdout.strip()
     given = Path(python).name.removeprefix("python")
     return given if given.replace(".", "").isdigit() else "{}.{}".format(*sys.version_info[:2])
-
-
-def _add_steps(plan: Plan) -> None:
-    env_python = str(plan.staging / "bin" / "python")
-    source_args = plan.sources.args()
-    if plan.site_lock:
-        lock = plan.site_lock
-        plan.steps.append(Step(
-            f"lock on site against {lock.describe()}",
-            f"no lock is committed for stack {lock.stack}: {lock.requirements.name} resolved "
-            f"with hashes for Python {lock.python_version}, kept as {plan.lock} and named in "
-            "the manifest (rebuild the same env with --lock FILE)"
-            + (f"; STOPS THE REAL RUN HERE: {lock.problem}" if lock.problem else ""),
-            lock.command(plan.lock)))
-    elif not plan.lock.is_file():  # a dry run of a conda env whose stack has no conda lock
-        plan.steps.append(Step(
-            f"no conda lock for stack {plan.stack.name}: STOPS THE REAL RUN HERE",
-            "generate it where the stack's channels are reachable, or pass --lock FILE",
-            ["dsenv", "lock", "--kind", "conda", "--stack", plan.stack.name]))
-    if plan.kind == "venv":
-        plan.steps.append(Step("create the venv", "relocatable, so it survives the rename",
-                               ["uv", "venv", str(plan.staging), "--relocatable", "--python",
-                                plan.python]))
-        bytecode = ["--compile-bytecode"] if plan.bytecode else []
-        plan.steps.append(Step("install the lock, hashes required", "",
-                               ["uv", "pip", "sync", "--require-hashes", *bytecode,
-                                "--python", env_python, *source_args, str(plan.lock)]))
-    elif plan.kind == "container":
-        plan.steps.append(Step("create a venv on the image's Python",
-                               "--system-site-packages: the image's torch/DeepSpeed stay",
-                               ["uv", "venv", str(plan.staging), "--relocatable",
-                                "--system-site-packages", "--python", plan.python]))
-        plan.steps.append(Step("install what the image lacks", "the lock's lines whose "
-                               "version the image does not have, hashes required, --no-deps",
-                               ["uv", "pip", "install", "--require-hashes", "--no-deps",
-                                "--python", env_python, *source_args, "-r", "<missing lines>"]))
-    else:
-        plan.steps.append(Step("install the conda lock", "every package's sha256/md5 checked "
-                               "against the lock, linked by py-rattler for the final prefix, "
-                               "then the pip part with uv --require-hashes",
-                               ["dsenv-internal", "install_conda", str(plan.lock),
-                                str(plan.staging), f"--final-prefix={plan.prefix}"]))
-    ops_env = {"DS_BUILD_OPS": "0", **plan.target.arch_env(), "MAX_JOBS": str(available_cpus())}
-    if plan.ops_stop:
-        plan.steps.append(Step(f"DeepSpeed ops --ops {plan.ops_mode}: STOPS THE REAL RUN HERE",
-                               plan.ops_stop))
-    plan.steps.append(Step(
-        f"DeepSpeed ops --ops {plan.ops_mode}",
-        "chosen by the env's own DeepSpeed op builders for this target; each chosen op gets "
-        "DS_BUILD_<OP>=1; skipped when none is chosen; ops cache "
-        + (plan.ops_cache.describe() if plan.ops_cache else "off")
-        + ": the wheel of an identical earlier build is installed instead, hash-checked",
-        ["uv", "pip", "install", "--no-build-isolation", "--reinstall", "--no-deps",
-         "--no-cache", "--python", env_python, *source_args, "deepspeed==<locked, hashes>"],
-        ops_env))
-    plan.steps.append(Step("verify", "DeepSpeed's installed_ops equals the requested ops"
-                           + ("; every locked package imports; no shared library is missing"
-                              if plan.kind == "container" else "")))
-    plan.steps.append(Step("write activate and dsenv-env.json",
-                           f"site {plan.site.name}: modules "
-                           f"{', '.join(plan.site.modules) or 'none'}; TORCH_EXTENSIONS_DIR in "
-                           "the env; HF offline variables inside Slurm jobs"))
-    plan.steps.append(Step(f"rename {plan.staging.name} to {plan.prefix}",
-                           "replacing the old environment" if plan.force else ""))

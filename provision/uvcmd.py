@@ -1,9 +1,10 @@
 """Running uv: finding the binary, package-source options, and uv's errors as one line.
 
-Every uv call of dsenv goes through :func:`run_uv` (dsenv.proc underneath, with a timeout);
-uv's multi-line errors (``error:`` / ``cause:`` chains, resolver trees) are condensed by
-:func:`uv_error` into one line that names what failed, with a fix for the failures that have
-one (an unreachable index, a hash that does not match the lock).
+Every uv call of dsenv goes through :func:`run_uv` (dsenv.proc underneath, with a timeout),
+a build step's through :func:`run_logged`, which first logs the command as the plan shows it
+(shown.py); uv's multi-line errors (``error:`` / ``cause:`` chains, resolver trees) are
+condensed by :func:`uv_error` into one line that names what failed, with a fix for the
+failures that have one (an unreachable index, a hash that does not match the lock).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from dsenv import proc
 from dsenv.envs.stacks import Stack
 from dsenv.provision import ProvisionError
+from dsenv.provision.shown import Command, Names, log_command
 
 try:
     from uv import find_uv_bin  # the PyPI package ships the binary
@@ -150,6 +152,24 @@ def run_uv(args: Sequence[str], *, timeout: float, env: Mapping[str, str] | None
     """``uv ARGS`` through dsenv.proc (timeout, whole group killed); never raises itself."""
     return proc.run([uv_binary(), *args], timeout=timeout, env=env if env is not None else uv_env(),
                     cwd=os.fspath(cwd) if cwd is not None else None, output=output)
+
+
+def uv_command(args: Sequence[str | os.PathLike], env: Mapping[str, str] | None = None,
+               cwd: str | os.PathLike | None = None) -> Command:
+    """``uv ARGS`` as a :class:`Command` (``env``: the variables set for it, shown)."""
+    return Command.of(["uv", *args], env, cwd)
+
+
+def run_logged(command: Command, *, timeout: float, env: Mapping[str, str] | None = None,
+               output: str | os.PathLike | None = None, log: str | os.PathLike | None = None,
+               names: Names = ()) -> proc.CommandResult:
+    """Run the uv ``command`` (its variables set over ``env``, in its folder), first
+    appending it to the build log (``log``, else ``output``) as the plan shows it; ``names``:
+    how the caller's temporary folders are shown (shown.temporary_names)."""
+    log_command(log if log is not None else output, command, names)
+    base = dict(env if env is not None else uv_env())
+    return run_uv(command.args, timeout=timeout, env={**base, **command.variables()},
+                  cwd=command.cwd, output=output)
 
 
 def index_unreachable(url: str, timeout: float = 10.0) -> str | None:

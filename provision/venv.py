@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from dsenv.provision import ProvisionError
+from dsenv.provision.shown import Command, Names, redact
 from dsenv.provision.uvcmd import (
     Sources,
     hash_mismatch,
-    run_uv,
+    run_logged,
     unreachable_index,
+    uv_command,
     uv_env,
     uv_error,
     uv_message_lines,
@@ -60,17 +62,32 @@ def make_venv(
     if prefix.exists() and any(prefix.iterdir()):
         raise ProvisionError(f"create venv: {prefix} is not empty: give an empty staging "
                              "folder (dsenv.staging.staged_dir) or remove it")
-    args = ["venv", str(prefix), "--relocatable", "--python", os.fspath(python),
-            "--no-project", "--no-config", "--color", "never"]
-    if system_site_packages:
-        args.append("--system-site-packages")
     start = _size(log)
-    result = run_uv(args, timeout=timeout, env=uv_env(env), output=log)
+    result = run_logged(venv_command(prefix, python, system_site_packages), timeout=timeout,
+                        env=uv_env(env), output=log)
     if not result.ok:
         raise ProvisionError(uv_error(_with_log(result, log, start),
                                       f"create venv {prefix} (Python {python})")
                              + _see(log))
     return venv_python(prefix)
+
+
+def venv_command(prefix: str | os.PathLike, python: str | os.PathLike,
+                 system_site_packages: bool = False) -> Command:
+    """The ``uv venv`` that :func:`make_venv` runs (and the plan shows)."""
+    return uv_command(["venv", os.fspath(prefix), "--relocatable", "--python",
+                       os.fspath(python), "--no-project", "--no-config", "--color", "never",
+                       *(["--system-site-packages"] if system_site_packages else [])])
+
+
+def sync_command(python: str | os.PathLike, lock: str | os.PathLike, sources: Sources,
+                 compile_bytecode: bool = True, offline: bool = False) -> Command:
+    """The ``uv pip sync --require-hashes`` that :func:`sync_lock` runs (and the plan
+    shows); ``offline``: its retry from uv's cache alone."""
+    return uv_command(["pip", "sync", "--require-hashes", "--python", os.fspath(python),
+                       "--color", "never", *sources.args(),
+                       *(["--compile-bytecode"] if compile_bytecode else []),
+                       *(["--offline"] if offline else []), os.fspath(lock)])
 
 
 def create_venv(
@@ -122,30 +139,34 @@ def sync_lock(
 ) -> None:
     """``uv pip sync --require-hashes`` of ``lock`` into the environment of ``python``."""
     sources = sources or Sources()
-    base = ["pip", "sync", "--require-hashes", "--python", os.fspath(python), "--color",
-            "never", *sources.args()]
-    if compile_bytecode:
-        base.append("--compile-bytecode")
-    run_sync(base, [os.fspath(lock)], what=f"install {Path(lock).name}", sources=sources,
-             offline=offline, env=env, log=log, timeout=timeout)
+    run_sync(lambda cache_only: sync_command(python, lock, sources, compile_bytecode,
+                                             cache_only),
+             what=f"install {Path(lock).name}", sources=sources, offline=offline, env=env,
+             log=log, timeout=timeout)
 
 
-def run_sync(base: list[str], tail: list[str], *, what: str, sources: Sources,
+def run_sync(command: Callable[[bool], Command], *, what: str, sources: Sources,
              offline: bool | None, env: Mapping[str, str] | None,
-             log: str | os.PathLike | None, timeout: float) -> None:
-    """Run a uv install command (``base + tail``), retried offline when the network is gone
-    and ``offline`` is None; failures become one-line ProvisionErrors."""
+             log: str | os.PathLike | None, timeout: float, names: Names = ()) -> None:
+    """Run a uv install command (``command(offline)``), retried offline when the network is
+    gone and ``offline`` is None (the log says why the retry differs from the plan);
+    failures become one-line ProvisionErrors."""
     attempts = [True] if offline else [False, True] if offline is None else [False]
     for attempt, cache_only in enumerate(attempts):
-        args = [*base, *(["--offline"] if cache_only else []), *tail]
         start = _size(log)
-        result = run_uv(args, timeout=timeout, env=uv_env(env), output=log)
+        result = run_logged(command(cache_only), timeout=timeout, env=uv_env(env),
+                            output=log, names=names)
         if result.ok:
             return
         result = _with_log(result, log, start)
         network = unreachable_index(result.stderr)
-        if network and attempt + 1 < len(attempts):
-            continue  # the indexes are unreachable: try again from uv's cache only
+        if network and attempt + 1 < len(attempts):  # try again from uv's cache only
+            if log is not None:
+                with open(log, "a", encoding="utf-8") as handle:
+                    handle.write(redact(f"=== dsenv: {network[0]} cannot be reached "
+                                        f"({network[1]}): once more from uv's cache alone "
+                                        "(--offline)\n"))
+            continue
         raise ProvisionError(install_error(result, what, sources, cache_only, log))
 
 

@@ -24,6 +24,7 @@ from dsenv.envs.stacks import Stack
 from dsenv.provision import plan as plan_module
 from dsenv.provision import targets as provision_targets
 from dsenv.provision.locks import lock_sha256, read_lock
+from dsenv.provision.shown import logged_commands, not_carried_out, planned_commands
 from tests.harness.cli import dsenv_in_process
 from tests.harness.tinywheels import wheel_hash
 
@@ -192,8 +193,9 @@ def test_the_dry_run_shows_the_site_lock_as_a_step_even_when_it_would_stop(
     assert steps.index("- lock on site against http://127.0.0.1:9/simple") \
         < steps.index("- create the venv")
     assert "STOPS THE REAL RUN HERE: no lock is committed for stack tiny" in steps
-    assert f"uv pip compile {tmp_path}/requirements/tiny.in --generate-hashes" in steps
-    assert f"uv pip sync --require-hashes --python {tmp_path}/envs/.env.tmp-" in steps
+    assert f"$ cd {tmp_path}/requirements && uv pip compile tiny.in -o " in steps
+    # the staging folder is shown as the prefix it becomes, as the real run logs it
+    assert f"uv pip sync --require-hashes --python {prefix}/bin/python " in steps
     assert f"{prefix}/dsenv-lock.txt" in out
     assert not prefix.parent.exists()
 
@@ -208,3 +210,24 @@ def test_when_only_torchs_index_is_silent_the_fix_is_a_wheel_folder(
     assert f"its package index {CLOSED} cannot be reached from here" in err
     assert err.strip().endswith("or give --find-links DIR with its torch wheel")
     assert not prefix.parent.exists()
+
+
+def test_the_site_locking_run_logs_the_commands_its_dry_run_printed(
+        tmp_path, tiny_wheels, tiny_stack, capsys):
+    """The plan shown is the plan that runs (issue 21), with a lock made on site: the lock
+    step's `uv pip compile`, then the venv and the sync of the lock the environment keeps
+    (the run syncs its draft beside the prefix, logged where the plan names it)."""
+    with SimpleIndex(tiny_wheels) as index:
+        tiny_stack(index.url)
+        prefix = tmp_path / "envs" / "env"
+        code, out, err = provision(capsys, "--index-url", index.url, "--prefix", prefix,
+                                   "--dry-run")
+        assert code == 0, err
+        planned = planned_commands(out)
+        code, out, err = provision(capsys, "--index-url", index.url, "--prefix", prefix)
+        assert code == 0, out + err
+    assert [command.split(" && ")[-1].split()[:3] for command in planned] == [
+        ["uv", "pip", "compile"], ["uv", "venv", str(prefix)], ["uv", "pip", "sync"]]
+    assert planned[2].endswith(f" {prefix}/dsenv-lock.txt")
+    logged = logged_commands((prefix / "dsenv-build.log").read_text())
+    assert not_carried_out(planned, logged) == [] and logged == planned, (planned, logged)

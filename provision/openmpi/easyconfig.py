@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsenv.provision.openmpi.options import Lmod, Pmix, Source, Toolchain, table
+from dsenv.provision.shown import LOG_MARK, Command
 
 WORK_DIR = "dsenv"  # inside --installpath: the generated easyconfigs and eb's output
 MODULES_SUBDIR = ("modules", "all")  # EasyBuild's default module install path and suffix
@@ -139,6 +140,10 @@ class OpenMpiBuild:
             command.append("--rebuild")
         return command
 
+    def eb_run(self) -> Command:
+        """eb as the dry run prints it and the run logs it before running it."""
+        return Command.of(self.eb_command(), self.eb_env())
+
     def module_lines(self) -> list[str]:
         return [f"module use {shlex.quote(str(self.modulepath))}",
                 f"module load {self.module_name}"]
@@ -163,13 +168,11 @@ class OpenMpiBuild:
         return lines
 
     def render(self) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.eb_env().items()))
-        command = " ".join(shlex.quote(part) for part in self.eb_command())
         return "\n".join([
             *self.header(), "",
             EASYCONFIG_BEGIN.format(path=self.easyconfig_path),
             self.easyconfig().rstrip("\n"),
             EASYCONFIG_END, "",
             f"eb command (output to {self.log_path}, timeout {self.timeout_min:g} min):",
-            "$ " + (env + " " if env else "") + command, "",
+            LOG_MARK + self.eb_run().render(), "",
             "then: " + "; ".join(self.module_lines())])

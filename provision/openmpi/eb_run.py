@@ -15,6 +15,7 @@ from dsenv import proc
 from dsenv.provision import ProvisionError
 from dsenv.provision.openmpi.easyconfig import MODULES_SUBDIR, OpenMpiBuild
 from dsenv.provision.openmpi.options import table
+from dsenv.provision.shown import LOG_MARK
 from dsenv.redact import Redactor
 from dsenv.staging import write_file_atomically
 
@@ -58,12 +59,11 @@ def run_eb(build: OpenMpiBuild, argv: list[str]) -> float:
     # eb's console output wraps at 80 columns when it is not a terminal: wide enough that
     # its error lines stay whole in the log
     env = {**os.environ, "COLUMNS": "250", **build.eb_env()}
-    command = build.eb_command()
+    command = list(build.eb_run().argv)
     build.log_path.write_text(
         f"# dsenv provision openmpi {' '.join(shlex.quote(a) for a in argv[3:])}\n"
         f"# {datetime.now(timezone.utc).isoformat(timespec='seconds')}\n"
-        "$ " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(build.eb_env().items()))
-        + " " + " ".join(shlex.quote(part) for part in command) + "\n", encoding="utf-8")
+        f"{LOG_MARK}{build.eb_run().render()}\n", encoding="utf-8")  # as the dry run shows it
     started = time.monotonic()
     result = proc.run(command, timeout=build.timeout_min * 60, env=env,
                       cwd=str(work), output=build.log_path)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import tempfile
 import threading
@@ -56,6 +55,8 @@ from dsenv.errors import UsageError
 from dsenv.facts.node import Node
 from dsenv.facts.python import deepspeed_info, target_env
 from dsenv.provision import ProvisionError
+from dsenv.provision.ops.command import BUILD_SCRATCH, build_command, requirement_file
+from dsenv.provision.shown import as_log, log_command, temporary_names
 from dsenv.provision.uvcmd import Sources, run_uv, uv_env
 
 DEFAULT_BUILD_TIMEOUT = 3 * 3600.0
@@ -198,7 +199,7 @@ def build_ops(
     installed_ops differs from what was requested.
     """
     python = Path(python)
-    log = Path(log).resolve()
+    log = as_log(log)
     if not python.exists():
         raise ProvisionError(f"DeepSpeed ops: no interpreter at {python}: create the env first")
     bad = [name for name in ops_env if not name.startswith("DS_BUILD_")]
@@ -220,41 +221,34 @@ def build_ops(
     build_env = ops_build_env(env, python, variables)
     sources = sources or Sources()
 
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="dsenv-ops-") as scratch:
+    log.path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=BUILD_SCRATCH) as scratch:
         # uv keeps the wheel it builds in its cache (sdists-v*/.../NAME.whl): with a cache of
         # its own for this build, the only deepspeed wheel there is this build's
-        uv_cache = Path(scratch) / "uv-cache"
-        caching = ["--cache-dir", str(uv_cache)] if keep_wheel else ["--no-cache"]
-        args = ["pip", "install", "--python", str(python), "--no-build-isolation",
-                "--reinstall", "--no-deps", *caching, "--color", "never", "-v",
-                *sources.args()]
-        if compile_bytecode:
-            args.append("--compile-bytecode")
+        command = build_command(python, deepspeed_requirement, sources=sources,
+                                compile_bytecode=compile_bytecode, scratch=Path(scratch),
+                                keep_wheel=bool(keep_wheel), variables=variables)
         if "--hash" in deepspeed_requirement:
-            reqs = Path(scratch) / "deepspeed.txt"
-            reqs.write_text(deepspeed_requirement.strip() + "\n")
-            args += ["--require-hashes", "-r", str(reqs)]
-        else:
-            args.append(deepspeed_requirement.strip())
-        shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(variables.items()))
+            requirement_file(Path(scratch)).write_text(deepspeed_requirement.strip() + "\n")
         with open(log, "a", encoding="utf-8") as handle:
             handle.write(f"\n=== dsenv: DeepSpeed ops build, "
-                         f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}\n"
-                         f"=== {shown} uv {' '.join(shlex.quote(a) for a in args)}\n")
-        start_size = log.stat().st_size
+                         f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}\n")
+        log_command(log, command, temporary_names(scratch, BUILD_SCRATCH))
+        start_size = log.path.stat().st_size
         started = time.monotonic()
-        result = _run_with_spinner(args, build_env, log, timeout, console,
+        result = _run_with_spinner(command.args, build_env, log, timeout, console,
                                    _ops_label(ops_env))
         seconds = time.monotonic() - started
-        wheel = _keep_built_wheel(uv_cache, keep_wheel) if keep_wheel and result.ok else None
+        wheel = (_keep_built_wheel(Path(scratch) / "uv-cache", keep_wheel)
+                 if keep_wheel and result.ok else None)
     what = f"DeepSpeed ops build ({_ops_label(ops_env)})"
     if not result.ok:
         how = (f"timed out after {seconds:.0f} s" if result.timed_out
                else f"failed after {seconds:.0f} s")
-        raise ProvisionError(f"{what} {how}: {error_summary(log, start_size)}; full log: {log}")
-    built = verified_ops(python, ops_env, what=what, log=log, start=start_size, env=env,
-                         seconds=seconds, variables=variables, command=("uv", *args))
+        raise ProvisionError(f"{what} {how}: {error_summary(log, start_size)}; full log: "
+                             f"{log.path}")
+    built = verified_ops(python, ops_env, what=what, log=log.path, start=start_size, env=env,
+                         seconds=seconds, variables=variables, command=command.argv)
     return replace(built, wheel=wheel)
 
 

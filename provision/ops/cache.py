@@ -53,7 +53,9 @@ from dsenv.provision.ops.build import (
     switched_on,
     verified_ops,
 )
-from dsenv.provision.uvcmd import Sources, run_uv
+from dsenv.provision.ops.command import CACHE_SCRATCH, wheel_command
+from dsenv.provision.shown import Names, as_log, temporary_names
+from dsenv.provision.uvcmd import Sources, run_logged
 from dsenv.staging import staged_dir
 
 ENV_VARIABLE = "DSENV_OPS_CACHE"
@@ -292,7 +294,7 @@ def provide_ops(python: str | os.PathLike, ops_env: Mapping[str, str],
     out, this run builds without the cache. ``say``: called with one line for what the cache
     did (waiting, a corrupt entry). The returned BuiltOps carries ``cache`` (dir, key,
     result) and ``cpu`` (:func:`cpu_record`)."""
-    python, log = Path(python), Path(log).resolve()
+    python, log = Path(python), as_log(log)
     say = say or (lambda line: None)
     sources = sources or Sources()
     run_env = dict(os.environ if env is None else env)
@@ -324,7 +326,7 @@ def provide_ops(python: str | os.PathLike, ops_env: Mapping[str, str],
             "without it")
         return done(build_ops(python, ops_env, arch_env, **build), f"unusable: {exc}")
     try:
-        with tempfile.TemporaryDirectory(prefix="dsenv-ops-cache-") as scratch:
+        with tempfile.TemporaryDirectory(prefix=CACHE_SCRATCH) as scratch:
             try:
                 found, why = read_entry(entry, key, copy_to=Path(scratch)), "miss"
             except CorruptEntry as exc:
@@ -333,7 +335,8 @@ def provide_ops(python: str | os.PathLike, ops_env: Mapping[str, str],
             if found is not None:
                 kept, wheel = found
                 built = install_wheel(python, wheel, ops_env, log=log, env=env,
-                                      compile_bytecode=compile_bytecode, timeout=timeout)
+                                      compile_bytecode=compile_bytecode, timeout=timeout,
+                                      names=temporary_names(scratch, CACHE_SCRATCH))
                 return done(replace(built, wheel=entry / wheel.name), "hit",
                             kept.get("cpu_flags"), built_on=kept.get("host"),
                             built_at=kept.get("created"))
@@ -350,23 +353,21 @@ def provide_ops(python: str | os.PathLike, ops_env: Mapping[str, str],
 
 def install_wheel(python: Path, wheel: Path, ops_env: Mapping[str, str], *, log: Path,
                   env: Mapping[str, str] | None = None, compile_bytecode: bool = True,
-                  timeout: float = DEFAULT_BUILD_TIMEOUT) -> BuiltOps:
+                  timeout: float = DEFAULT_BUILD_TIMEOUT, names: Names = ()) -> BuiltOps:
     """Reinstall deepspeed from a wheel of the cache and verify its installed_ops against
-    ``ops_env`` exactly as after a build."""
-    args = ["pip", "install", "--python", str(python), "--reinstall", "--no-deps",
-            "--no-index", "--color", "never", str(wheel)]
-    if compile_bytecode:
-        args.append("--compile-bytecode")
+    ``ops_env`` exactly as after a build (``names``: how the wheel's folder is logged)."""
+    command = wheel_command(python, wheel, compile_bytecode=compile_bytecode)
     with open(log, "a", encoding="utf-8") as handle:
-        handle.write(f"\n=== dsenv: DeepSpeed ops from the ops cache: uv {' '.join(args)}\n")
-    start = log.stat().st_size
+        handle.write("\n=== dsenv: DeepSpeed ops from the ops cache\n")
+    start = os.path.getsize(log)
     started = time.monotonic()
-    result = run_uv(args, timeout=timeout, env=ops_build_env(env, python, {}), output=log)
+    result = run_logged(command, timeout=timeout, env=ops_build_env(env, python, {}),
+                        output=log, names=names)
     seconds = time.monotonic() - started
     what = f"DeepSpeed ops from the ops cache ({wheel.name})"
     if not result.ok:
         raise ProvisionError(f"{what}: uv could not install it: {result.describe()}; full "
                              f"log: {log}")
-    return verified_ops(python, ops_env, what=what, log=log, start=start, env=env,
-                        seconds=seconds, variables={}, command=("uv", *args),
+    return verified_ops(python, ops_env, what=what, log=Path(log), start=start, env=env,
+                        seconds=seconds, variables={}, command=command.argv,
                         verb="installed from the ops cache")

@@ -215,17 +215,18 @@ def check_op_names(target: Target, mode: str, python: str = sys.executable) -> N
     check_known(report, names, mode, target)
 
 
-def preview_ops(target: Target, stack: Stack, mode: str) -> list[str]:
+def preview_ops(target: Target, stack: Stack, mode: str) -> tuple[OpsChoice | None, list[str]]:
     """What --ops would choose, asked of this interpreter's DeepSpeed (the real run asks the
-    new environment's DeepSpeed, whose version the lock fixes), as plan notes."""
+    new environment's DeepSpeed, whose version the lock fixes): the choice the plan assumes
+    (None when this interpreter cannot say) and plan notes about it."""
     try:
         choice = choose_ops(target, stack, mode, judge_torch=False)
     except UnknownOpError:
         raise  # a usage error, as in the real run
     except ProvisionError as exc:
-        return [f"ops: {exc}"]
+        return None, [f"ops: {exc}"]
     lines = [f"ops (DeepSpeed {choice.deepspeed} here): build "
              f"{', '.join(choice.build) or 'none'}"]
     lines += [f"ops: omit {line}" for line in choice.omitted_lines()]
     lines += [f"ops: {warning}" for warning in choice.warnings]
-    return lines
+    return choice, lines

@@ -38,7 +38,8 @@ from dsenv.envs.targets import Target, sm_name
 from dsenv.facts.toolchain import fatbin
 from dsenv.facts.toolchain import toolkit as tk
 from dsenv.provision import ProvisionError
-from dsenv.provision.uvcmd import Sources, run_uv, uv_env
+from dsenv.provision.shown import Command
+from dsenv.provision.uvcmd import Sources, run_logged, uv_command
 from dsenv.versions import major_minor, version_tuple
 
 INSTALL_TIMEOUT = 1800.0
@@ -153,9 +154,7 @@ def install_toolkit_wheels(python: str | os.PathLike, wheels: ToolkitWheels, *,
     """Install the toolkit wheels into the env of ``python``; return the toolkit root
     (CUDA_HOME). ProvisionError when uv fails (offline without the wheels cached: one line
     saying so)."""
-    args = ["pip", "install", "--python", os.fspath(python), "--color", "never",
-            *sources.args(), *wheels.requirements]
-    result = run_uv(args, timeout=timeout, env=uv_env(), output=log)
+    result = run_logged(toolkit_command(python, wheels, sources), timeout=timeout, output=log)
     if not result.ok:
         offline = " (offline: the wheels are not in uv's cache or --find-links)" \
             if sources.no_index else ""
@@ -168,6 +167,13 @@ def install_toolkit_wheels(python: str | os.PathLike, wheels: ToolkitWheels, *,
         raise ProvisionError(f"CUDA {wheels.cuda} toolkit from NVIDIA's wheels: no bin/nvcc in "
                              f"{home} after installing {', '.join(wheels.requirements)}")
     return home
+
+
+def toolkit_command(python: str | os.PathLike, wheels: ToolkitWheels,
+                    sources: Sources) -> Command:
+    """The ``uv pip install`` of the toolkit wheels (the plan shows it, the build runs it)."""
+    return uv_command(["pip", "install", "--python", os.fspath(python), "--color", "never",
+                       *sources.args(), *wheels.requirements])
 
 
 def link_toolkit_root(home: Path) -> None:

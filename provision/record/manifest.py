@@ -122,7 +122,8 @@ def write_manifest(env_dir: Path, *, kind: str, site: str, stack, target, lock_f
                    ops_mode: str, ops_requested, ops_installed, versions: dict,
                    command: list[str], ops_omitted: dict | None = None, env=None,
                    host: str | None = None, created: str | None = None,
-                   ops_extra: dict | None = None) -> EnvManifest:
+                   ops_extra: dict | None = None, recorded_as: Path | None = None,
+                   lock_extra: dict | None = None) -> EnvManifest:
     """Write ``<env_dir>/dsenv-env.json`` atomically and return what was written.
 
     ``stack``: a :class:`~dsenv.envs.stacks.Stack` (or its name); ``target``: a
@@ -132,6 +133,8 @@ def write_manifest(env_dir: Path, *, kind: str, site: str, stack, target, lock_f
     ``command``: the argv, redacted here with ``env`` (default os.environ); ``ops_extra``:
     more records under ``ops`` (``cpu_flags``: the CPU flags the ops were compiled for, read
     by the doctor's deepspeed.cpu-flags; ``cache``: what the ops cache did).
+    ``recorded_as``: the folder recorded as ``env_dir`` when ``env_dir`` is a staging folder
+    renamed to it later; ``lock_extra``: more under ``lock`` (its final ``path`` ...).
     """
     lock_file = Path(lock_file).absolute()
     try:
@@ -141,11 +144,12 @@ def write_manifest(env_dir: Path, *, kind: str, site: str, stack, target, lock_f
     if isinstance(ops_installed, dict):
         ops_installed = [name for name, built in ops_installed.items() if built]
     manifest = EnvManifest(
-        env_dir=str(Path(env_dir).absolute()), kind=kind, site=site,
+        env_dir=str(Path(recorded_as or env_dir).absolute()), kind=kind, site=site,
         stack=getattr(stack, "name", stack),
         torch=getattr(stack, "torch_requirement", ""),
         target=target.to_json() if hasattr(target, "to_json") else dict(target),
-        lock={"file": lock_file.name, "path": str(lock_file), "sha256": sha256_text(lock_text)},
+        lock={"file": lock_file.name, "path": str(lock_file), "sha256": sha256_text(lock_text),
+              **(lock_extra or {})},
         packages=parse_lock(lock_text),
         ops={"mode": ops_mode, "requested": sorted(ops_requested),
              "installed": sorted(ops_installed), "omitted": dict(ops_omitted or {}),

@@ -128,7 +128,7 @@ def test_requested_op_is_built_verified_and_timed(env_python, tmp_path, fake_dee
     assert _build_env(env_python) == {"MAX_JOBS": "3", "TORCH_CUDA_ARCH_LIST": "8.0;9.0",
                                       "DS_BUILD_BROKEN_OP": None, "DS_ACCELERATOR": None}
     log = (tmp_path / "logs" / "build.log").read_text()
-    assert "=== DS_BUILD_CPU_ADAM=1 MAX_JOBS=3 TORCH_CUDA_ARCH_LIST='8.0;9.0' uv pip install" in log
+    assert "$ DS_BUILD_CPU_ADAM=1 MAX_JOBS=3 TORCH_CUDA_ARCH_LIST='8.0;9.0' uv pip install" in log
     assert "--no-build-isolation --reinstall --no-deps --no-cache" in log
     assert "=== dsenv: built cpu_adam in" in log
     assert verify_installed_ops(env_python, ["cpu_adam"]) == ([], [])

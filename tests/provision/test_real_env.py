@@ -21,10 +21,12 @@ import pytest
 from dsenv.provision import ProvisionError
 from dsenv.provision.locks import lock_path
 from dsenv.provision.ops.build import build_ops, verify_installed_ops
+from dsenv.provision.shown import logged_commands, not_carried_out, planned_commands
 from dsenv.provision.uvcmd import Sources
 from dsenv.provision.venv import make_venv, venv_python
 from dsenv.provision.verify.imports import import_check_lock
 from dsenv.provision.verify.shared_libs import missing_shared_libraries
+from tests.harness.cli import dsenv
 
 pytestmark = pytest.mark.slow
 
@@ -57,25 +59,56 @@ del opt
 
 
 @pytest.fixture(scope="module")
-def cpu_env(tmp_path_factory):
+def cpu_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("real")
+
+
+def cpu_command(root: Path) -> list:
+    """`dsenv provision --arch cpu --ops cpu_adam` into ROOT/envs/dsenv-cpu, with an ops
+    cache of this module's own: empty, so the build compiles (test_a_second_... reuses it)."""
+    links = ["--find-links", str(LOCAL_TORCH)] if LOCAL_TORCH.is_dir() else []
+    return ["provision", "--arch", "cpu", "--ops", "cpu_adam", "--no-bytecode", "--prefix",
+            root / "envs" / "dsenv-cpu", "--ops-cache", root / "ops-cache", *links]
+
+
+@pytest.fixture(scope="module")
+def cpu_plan(cpu_root) -> str:
+    """The --dry-run of cpu_env's command, printed before the real run."""
+    done = dsenv(*cpu_command(cpu_root), "--dry-run", env={"COLUMNS": "400"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def cpu_env(cpu_root, cpu_plan):
     """`dsenv provision --arch cpu --ops cpu_adam`: envs/locks/cpu.txt in a venv built in
     staging with cpu_adam precompiled, then renamed: (final prefix, manifest, seconds)."""
-    root = tmp_path_factory.mktemp("real")
-    final = root / "envs" / "dsenv-cpu"
-    links = ["--find-links", str(LOCAL_TORCH)] if LOCAL_TORCH.is_dir() else []
+    final = cpu_root / "envs" / "dsenv-cpu"
     start = time.monotonic()
-    # a cache of this module's own: empty, so this build compiles (test_a_second_... reuses it)
-    cache = root / "ops-cache"
-    done = subprocess.run([sys.executable, "-m", "dsenv", "provision", "--arch", "cpu", "--ops",
-                           "cpu_adam", "--no-bytecode", "--prefix", str(final), "--ops-cache",
-                           str(cache), *links],
-                          capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "COLUMNS": "200"})
+    done = dsenv(*cpu_command(cpu_root), env={"COLUMNS": "200"}, timeout=1800)
     seconds = time.monotonic() - start
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     print(f"\n{done.stdout}\ndsenv provision --arch cpu --ops cpu_adam: {seconds:.0f} s")
     manifest = json.loads((final / "dsenv-env.json").read_text())
     return final, manifest, done.stdout
+
+
+def test_the_real_run_logs_the_commands_the_dry_run_printed_in_order(cpu_plan, cpu_env):
+    """Issue 21: the dry run's commands (venv, sync, the cpu_adam build with its DS_BUILD_*
+    switches) appear verbatim and in order in the real run's log; the ops it assumed from
+    dsenv's own DeepSpeed are the environment's (no difference line). Doctored, it fails."""
+    final, _manifest, out = cpu_env
+    planned = planned_commands(cpu_plan)
+    assert len(planned) == 3, cpu_plan
+    assert planned[0].startswith(f"uv venv {final} --relocatable ")
+    assert planned[1].startswith(f"uv pip sync --require-hashes --python {final}/bin/python ")
+    assert planned[2].startswith("DS_ACCELERATOR=cpu ") and "DS_BUILD_CPU_ADAM=1" in planned[2]
+    assert f" uv pip install --python {final}/bin/python --no-build-isolation" in planned[2]
+    logged = logged_commands((final / "dsenv-build.log").read_text())
+    assert not_carried_out(planned, logged) == [], (planned, logged)
+    assert "ops differ from the plan" not in out
+    doctored = [c.replace("DS_BUILD_CPU_ADAM=1", "DS_BUILD_CPU_ADAM=0") for c in logged]
+    assert not_carried_out(planned, doctored) == [planned[2]]
 
 
 def _run(argv, env=None, timeout=300):
