@@ -238,7 +238,8 @@ def main() -> int:
     import transformers
     from transformers import BertForQuestionAnswering
 
-    from dsenv.workloads import bert_squad, dsconfig, engine, runner, runtime
+    from dsenv.workloads import bert_squad, runner
+    from dsenv.workloads.training import dsconfig, engine, runtime
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()

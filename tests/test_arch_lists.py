@@ -24,8 +24,8 @@ from dsenv.facts.python.torch_info import TorchBuild
 from dsenv.facts.toolchain import arch_parsers, arch_readers
 from dsenv.facts.toolchain import toolkit as tk
 from dsenv.verdicts.findings import Status
-from dsenv.workloads import opbuild
 from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.training import opbuild
 from tests.harness.recorded import fixture_text
 
 H200 = "deepspeed/h200_fused_adam_arch_list_9.0a.txt"

@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 from dsenv.facts.python import dsconfig as ds_file
-from dsenv.workloads import dsconfig
 from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.training import dsconfig
 from tests.harness import cli
 from tests.harness.cli import one_line
 

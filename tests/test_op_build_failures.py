@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from dsenv.workloads import opbuild
+from dsenv.workloads.training import opbuild
 from tests.harness.cli import dsenv
 
 SMOKE = ("smoke", "bert-squad", "--preset", "zero3-offload", "--examples", "1")

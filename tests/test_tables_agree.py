@@ -31,8 +31,9 @@ from dsenv.doctor import catalogue
 from dsenv.doctor.fix import actions, fixers
 from dsenv.envs import launchers, training_stack
 from dsenv.envs.sites import load_site
-from dsenv.workloads import cli, contract, dsconfig, registry
+from dsenv.workloads import cli, contract, registry
 from dsenv.workloads.fetch import assets
+from dsenv.workloads.training import dsconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("dsenv", "envs", "doctor", "provision", "workloads")
@@ -364,7 +365,7 @@ def test_every_jit_time_has_one_home():
     assert jit_drift(shipped_tables(), shipped_sources(), named) == []
     assert training_stack.jit_seconds("deepspeed_shm_comm") == 90
     assert training_stack.first_run_ops("cuda") == [("fused_adam", None)]  # not measured
-    engine = importlib.import_module("dsenv.workloads.engine")
+    engine = importlib.import_module("dsenv.workloads.training.engine")
     assert not hasattr(engine, "OP_BUILD_SECONDS")
 
 
@@ -375,12 +376,12 @@ def test_jit_drift_is_reported():
                                "source": "x"})
     stack["first_run_ops"][0]["seconds"] = 60
     sources = {**shipped_sources(),
-               "workloads/engine.py": 'OP_BUILD_SECONDS = {"deepspeed_shm_comm": 60}\n'}
+               "workloads/training/engine.py": 'OP_BUILD_SECONDS = {"deepspeed_shm_comm": 60}\n'}
     drift = jit_drift(tables, sources, shipped_named_ops() | {"fused_lamb"})
     assert drift == [
         "envs/training_stack.toml.deepspeed.first_run_ops[0] gives deepspeed_shm_comm 60 s: "
         f"only {HOME} may",
         f"{HOME} gives fused_adam 2 times",
-        "workloads/engine.py: deepspeed_shm_comm has a time of its own "
+        "workloads/training/engine.py: deepspeed_shm_comm has a time of its own "
         "('\"deepspeed_shm_comm\": 6')",
         f"fused_lamb is named by a run or the doctor and has no time in {HOME}"]

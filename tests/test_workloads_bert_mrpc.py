@@ -58,7 +58,7 @@ def test_accuracy_and_f1_of_the_equivalent_class():
 def saved_model_digest(out) -> str:
     from transformers import BertForSequenceClassification
 
-    from dsenv.workloads import engine
+    from dsenv.workloads.training import engine
 
     return engine.weights_digest(BertForSequenceClassification.from_pretrained(out / "model"))
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from dsenv.envs import peaks
-from dsenv.workloads import dsconfig, efficiency, report
+from dsenv.workloads import efficiency, report
+from dsenv.workloads.training import dsconfig
 from tests.harness.workload_runs import explain, run_dsenv
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "h200-2026-11-26-bert-squad-fullrun.json"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dsenv.workloads import dsconfig
-from dsenv.workloads.phases import PhaseClock
+from dsenv.workloads.training import dsconfig
+from dsenv.workloads.training.phases import PhaseClock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,8 +112,8 @@ def test_phase_clock_splits_timed_steps_only():
 
 CLIP_RUN = textwrap.dedent("""
     import json, os, sys, torch, deepspeed
-    from dsenv.workloads import engine
-    from dsenv.workloads import runtime
+    from dsenv.workloads.training import engine
+    from dsenv.workloads.training import runtime
     outside = float(sys.argv[1]); inside = float(sys.argv[2])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))

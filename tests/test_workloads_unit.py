@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from dsenv.jsonfiles import write_json_atomically
-from dsenv.workloads import dsconfig, report, squad
+from dsenv.workloads import report, squad
 from dsenv.workloads.launch.env import WorkloadError, apply, discover, first_host
+from dsenv.workloads.training import dsconfig
 
 
 # ----------------------------------------------------------------------------- ranks
@@ -201,7 +202,7 @@ def test_scheduler_added_with_the_effective_lr():
 
 def test_required_ops_against_the_jit_cache(tmp_path, monkeypatch):
     """A missing op is announced before the first run builds it, with the cache dir."""
-    from dsenv.workloads import engine
+    from dsenv.workloads.training import engine
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     config = build(preset="zero3-offload").config
@@ -405,7 +406,7 @@ def test_smoke_help_lists_presets_and_hides_test_flags():
 def test_jit_builds_use_this_environments_ninja(tmp_path, monkeypatch):
     """Debian's mpirun -x PATH puts /usr/bin (ninja 1.11) first; pip's ninja 1.13 built the
     cache; the two disagree on the build log, so each switch rebuilt every op."""
-    from dsenv.workloads import runtime
+    from dsenv.workloads.training import runtime
 
     venv_bin, system_bin = tmp_path / "venv" / "bin", tmp_path / "usr" / "bin"
     for folder in (venv_bin, system_bin):
@@ -470,8 +471,8 @@ def test_no_gradient_sync_needs_stage_0_and_drops_clipping():
 def test_independent_micro_batches_cover_all_data_in_each_ranks_order():
     import torch
 
-    from dsenv.workloads import engine, runtime
     from dsenv.workloads.launch.env import RankInfo
+    from dsenv.workloads.training import engine, runtime
 
     data = {"x": torch.arange(64)}
 
@@ -561,7 +562,7 @@ def test_a_missing_package_is_one_line_naming_it():
 
 @pytest.mark.parametrize("n, world", [(10, 1), (10, 2), (3, 2), (3, 4), (7, 3)])
 def test_evaluation_shares_cover_every_input_once_in_order_with_equal_batch_counts(n, world):
-    from dsenv.workloads.engine import _share
+    from dsenv.workloads.training.engine import _share
 
     shares = [_share(n, rank, world) for rank in range(world)]
     assert len({len(share) for share in shares}) == 1  # ZeRO-3: the same number of forwards
@@ -591,7 +592,7 @@ def test_a_rank_ends_without_interpreter_finalization(tmp_path):
     where gloo's threads can abort a finished rank) does not run."""
     marker = tmp_path / "finalized"
     script = ("import atexit, sys\n"
-              "from dsenv.workloads import runtime\n"
+              "from dsenv.workloads.training import runtime\n"
               f"atexit.register(lambda: open({str(marker)!r}, 'w').close())\n"
               "print('report written', end='')\n"
               "sys.stderr.write('last words')\n"

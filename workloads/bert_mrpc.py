@@ -26,8 +26,9 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dsenv.workloads import dsconfig, engine, registry, runner, runtime, synthetic, tiny
+from dsenv.workloads import registry, runner, synthetic, tiny
 from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.training import dsconfig, engine, runtime
 
 NAME = "bert-mrpc"
 COLUMNS = ("sentence1", "sentence2", "label", "idx")

@@ -21,9 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsenv.jsonfiles import JsonFileError, read_json, write_json_atomically
-from dsenv.workloads import engine, registry, report, runner, runtime, squad, tiny
+from dsenv.workloads import registry, report, runner, squad, tiny
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.fetch import assets
+from dsenv.workloads.training import engine, runtime
 
 NAME = "bert-squad"
 THRESHOLDS = ("min_loss_drop", "min_exact_match", "min_f1")  # Settings fields

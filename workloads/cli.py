@@ -18,10 +18,11 @@ import sys
 
 from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
 from dsenv.errors import run_command
-from dsenv.workloads import registry, runtime
-from dsenv.workloads.dsconfig import LR_SCALINGS
+from dsenv.workloads import registry
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.smoke_all import run_all
+from dsenv.workloads.training import runtime
+from dsenv.workloads.training.dsconfig import LR_SCALINGS
 
 # The workloads' names, modules and help lines: workloads/workloads.toml (registry.py).
 SMOKE_WORKLOADS = {name: registry.entry(name).smoke for name in registry.smoke_names()}

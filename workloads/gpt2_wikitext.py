@@ -29,9 +29,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dsenv.workloads import engine, registry, runner, synthetic, tiny
+from dsenv.workloads import registry, runner, synthetic, tiny
 from dsenv.workloads.errors import WorkloadError
-from dsenv.workloads.opbuild import reported
+from dsenv.workloads.training import engine
+from dsenv.workloads.training.opbuild import reported
 
 NAME = "gpt2-wikitext"
 COLUMNS = ("text",)

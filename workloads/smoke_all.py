@@ -21,9 +21,9 @@ from pathlib import Path
 
 from dsenv import proc, targetlock
 from dsenv.jsonfiles import JsonFileError, read_json, write_json_atomically
-from dsenv.workloads import dsconfig
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.launch.env import DEFAULT_PORT, discover
+from dsenv.workloads.training import dsconfig
 
 SMOKE_TIMEOUT_S = 1800  # a first run may JIT-build DeepSpeed ops (minutes on 2 cores)
 # options that belong to one workload, refused for all of them at once

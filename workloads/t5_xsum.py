@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsenv.data import load_table
-from dsenv.workloads import engine, registry, runner, synthetic, tiny
+from dsenv.workloads import registry, runner, synthetic, tiny
+from dsenv.workloads.training import engine
 
 NAME = "t5-xsum"
 COLUMNS = ("document", "summary", "id")

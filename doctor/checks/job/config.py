@@ -12,8 +12,8 @@ from dsenv.envs import archs
 from dsenv.facts.host import machine as host
 from dsenv.facts.python import deepspeed_info, dsconfig
 from dsenv.verdicts.findings import Finding, fail, ok, skip
-from dsenv.workloads import dsconfig as workload_configs
 from dsenv.workloads.cli import DEFAULT_PRESET, full_run_settings
+from dsenv.workloads.training import dsconfig as workload_configs
 
 
 def _config_or_skip(ctx: Context) -> dsconfig.LoadedConfig | Finding:

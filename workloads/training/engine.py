@@ -33,11 +33,11 @@ from pathlib import Path
 
 from dsenv.envs.training_stack import jit_seconds
 from dsenv.staging import staged_dir
-from dsenv.workloads.dsconfig import required_ops
 from dsenv.workloads.errors import WorkloadError
-from dsenv.workloads.opbuild import prepare_arch_list, reported
-from dsenv.workloads.phases import PhaseClock
-from dsenv.workloads.runtime import Runtime, barrier, gather
+from dsenv.workloads.training.dsconfig import required_ops
+from dsenv.workloads.training.opbuild import prepare_arch_list, reported
+from dsenv.workloads.training.phases import PhaseClock
+from dsenv.workloads.training.runtime import Runtime, barrier, gather
 
 UNMEASURED_BUILD_S = 90  # an op envs/training_stack.toml has no first-build time for
 
@@ -110,7 +110,7 @@ def initialize(model, config: dict, verbose: bool = False, sync_gradients: bool 
     gradient all-reduce, so every rank trains its own model on its own batches. Only
     without ZeRO: ZeRO stages partition gradients and optimizer states over the ranks. The
     config must not clip gradients either
-    (:func:`dsenv.workloads.dsconfig.without_gradient_sync`): DeepSpeed averages the
+    (:func:`dsenv.workloads.training.dsconfig.without_gradient_sync`): DeepSpeed averages the
     clipping norm over the ranks.
     """
     import deepspeed  # deepspeed: only once a run starts
@@ -191,9 +191,9 @@ def _sync(rt: Runtime) -> None:
 def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps: int,
           label: str = "training", clip_norm: float = 0.0) -> TrainStats:
     """``steps`` optimizer steps through the engine; loss per step; samples/s after warm-up;
-    where the timed steps' time went (:mod:`dsenv.workloads.phases`). ``clip_norm``: clip
+    where the timed steps' time went (:mod:`dsenv.workloads.training.phases`). ``clip_norm``: clip
     gradients here, between backward and step (the config left DeepSpeed's clipping off:
-    :func:`dsenv.workloads.dsconfig.outside_clipping`)."""
+    :func:`dsenv.workloads.training.dsconfig.outside_clipping`)."""
     import torch  # torch: only once a run starts
     from rich.progress import (  # rich: only once a run starts
         BarColumn,
