@@ -12,7 +12,7 @@ staging folder renamed into place at the end (build.py).
     steps.py          the Plan's steps, each with the commands its builder will run
     build.py          Plan -> environment: install, ops, checks, activate, manifest, rename
     shown.py          a command as --dry-run prints it and the run logs it (`$ uv ...`)
-    targets.py        --arch SPEC -> Target (`auto` through the node-facts GPU probes);
+    targets.py        --arch SPEC -> Target (`auto` through dsenv/facts' GPU inventory);
                       Target + this node's nvcc -> Stack (envs/stacks.toml), refusals with a
                       way out
     prefix.py         where the environment goes: --prefix resolved, the site's default, the
@@ -24,34 +24,41 @@ staging folder renamed into place at the end (build.py).
     venv.py           --kind venv: uv venv + uv pip sync --require-hashes from a lock
     container.py      --kind container: venv --system-site-packages inside a vendor image,
                       installing only what the image lacks
-    import_check.py   every module of every locked package imports in the environment
-    shared_libs.py    shared libraries the loader cannot find, each with its fix
-    conda.py          --kind conda: the recipes (envs/conda/) and the conda-lock.yml read
-    conda_locking.py  `dsenv lock --kind conda`: conda-lock with micromamba/mamba/conda
-    conda_install.py  installing a conda-lock.yml: every archive's sha256/md5 checked, linked
-                      by py-rattler for the final prefix
-    conda_rattler.py  the linking subprocess (python -m dsenv.provision.conda.rattler)
-    conda_pip.py      the lock's pip packages through uv --require-hashes
-    ops_builders.py   what the installed DeepSpeed's op builders say, asked in a subprocess
-    ops_reasons.py    why an op cannot be built: for the target, or on this node
-    ops.py            --ops auto|none|all|LIST -> OpsChoice (ops to build, omitted ops with
-                      their reasons)
-    build_ops.py      DS_BUILD_<OP>=1 reinstall of deepspeed in the env (--no-build-isolation),
-                      then installed_ops must equal the requested set
-    activation.py     the env's activate script (site modules, HF offline, NCCL/RCCL
-                      variables, TORCH_EXTENSIONS_DIR inside the env)
-    manifest.py       the env's manifest (lock hash, arch, ops, versions, command, host, date),
-                      read back by `dsenv doctor` to report drift
+    verify/           a built environment checked:
+      imports.py        every module of every locked package imports in the environment
+      shared_libs.py    shared libraries the loader cannot find, each with its fix
+    conda/            --kind conda:
+      recipe.py         the recipes (envs/conda/) and the conda-lock.yml read
+      locking.py        `dsenv lock --kind conda`: conda-lock with micromamba/mamba/conda
+      install.py        installing a conda-lock.yml: every archive's sha256/md5 checked,
+                        linked by py-rattler for the final prefix
+      rattler.py        the linking subprocess (python -m dsenv.provision.conda.rattler)
+      pip.py            the lock's pip packages through uv --require-hashes
+    ops/              DeepSpeed's ops:
+      builders.py       what the installed DeepSpeed's op builders say, asked in a subprocess
+      reasons.py        why an op cannot be built: for the target, or on this node
+      choose.py         --ops auto|none|all|LIST -> OpsChoice (ops to build, omitted ops with
+                        their reasons)
+      command.py        the ops build's commands, for the plan and the run alike
+      build.py          DS_BUILD_<OP>=1 reinstall of deepspeed in the env (--no-build-isolation),
+                        then installed_ops must equal the requested set
+      cache.py          built ops wheels kept and reused across environments (--ops-cache)
+      cuda.py           the CUDA toolkit an ops build uses (CUDA_HOME, or nvcc from wheels)
+    record/           what a built environment records:
+      activation.py     the env's activate script (site modules, HF offline, NCCL/RCCL
+                        variables, TORCH_EXTENSIONS_DIR inside the env)
+      manifest.py       the env's manifest (lock hash, arch, ops, versions, command, host,
+                        date), read back by `dsenv doctor` to report drift
 
-`dsenv provision openmpi` (an Open MPI that Slurm can launch, built by EasyBuild):
+`dsenv provision openmpi` (an Open MPI that Slurm can launch, built by EasyBuild), openmpi/:
 
-    openmpi.py         arguments -> OpenMpiBuild (checked before any write), then eb, the
-                       node-facts verdict on the result, the record in an environment
-    openmpi_options.py the choices (toolchain, PMIx, source tarball, modules tool) against
+    provide.py         arguments -> OpenMpiBuild (checked before any write), then eb, the
+                       Open MPI verdict (dsenv/verdicts/openmpi.py) on the result, the record
+    options.py         the choices (toolchain, PMIx, source tarball, modules tool) against
                        envs/openmpi.toml
     easyconfig.py      OpenMpiBuild: EasyBuild's names, the easyconfig, the eb command
     eb_run.py          eb run offline with --sourcepath, output into a log, no leftovers
-    openmpi_record.py  the module lines in an environment's activate script and manifest
+    record.py          the module lines in an environment's activate script and manifest
 
 Errors are :class:`ProvisionError`: one line saying what is wrong and how to fix it.
 """
