@@ -4,7 +4,6 @@ The trees are written from `ibstat`, `ibstatus`, `ibv_devinfo -v`, `show_gids`, 
 `ibdev2netdev` outputs posted in public issues (tests/fixtures/comm, each with its source).
 """
 
-import ipaddress
 import os
 import re
 
@@ -15,7 +14,14 @@ from dsenv.facts.python import torch_info
 from dsenv.facts.python.torch_info import TorchBuild
 from dsenv.verdicts.findings import Status
 from tests.harness.recorded import fixture_text
-from tests.harness.sysfs import IB, ibstat_to_sysfs, put
+from tests.harness.sysfs import (
+    IB,
+    gids_to_sysfs,
+    ibdev2netdev_to_sysfs,
+    ibstat_to_sysfs,
+    ibv_devinfo_gids,
+    put,
+)
 
 
 def ibstatus_to_sysfs(text, root):
@@ -30,22 +36,6 @@ def ibstatus_to_sysfs(text, root):
                     "link_layer": "link_layer"}.get(key)
             if name:
                 put(root, f"{port}/{name}", value)
-
-
-def gids_to_sysfs(rows, root, device, port=1):
-    """rows: (index, gid, type, netdev); gids/<i> in the kernel's full form."""
-    base = f"{IB}/{device}/ports/{port}"
-    for index, gid, kind, netdev in rows:
-        put(root, f"{base}/gids/{index}", ipaddress.IPv6Address(gid).exploded)
-        put(root, f"{base}/gid_attrs/types/{index}", kind)
-        if netdev:
-            put(root, f"{base}/gid_attrs/ndevs/{index}", netdev)
-
-
-def ibv_devinfo_gids(text):
-    kinds = {"RoCE v1": "IB/RoCE v1", "RoCE v2": "RoCE v2"}
-    return [(int(i), gid, kinds[kind], "")
-            for i, gid, kind in re.findall(r"GID\[\s*(\d+)\]:\s+(\S+), (RoCE v\d)", text)]
 
 
 def show_gids_rows(text):
@@ -227,10 +217,9 @@ def test_slingshot_with_the_plugin_on_ld_library_path_passes(make_ctx, run_one, 
     assert result.status is Status.OK and "-net.so" in result.summary
 
 
-def test_nccl_net_plugin_names_the_file():
-    class Ctx:
-        env = {"NCCL_NET_PLUGIN": "ofi"}
-    assert fabric.net_plugin_names(Ctx, rocm=False)[0] == "libnccl-net-ofi.so"
+def test_nccl_net_plugin_names_the_file(make_ctx):
+    ctx = make_ctx(env={"NCCL_NET_PLUGIN": "ofi"})
+    assert fabric.net_plugin_names(ctx, rocm=False)[0] == "libnccl-net-ofi.so"
 
 
 # -- comm.socket-ifname / comm.ib-hca / comm.ib-disable ---------------------------------------------------------
@@ -239,15 +228,7 @@ def test_nccl_net_plugin_names_the_file():
 @pytest.fixture
 def h100_root(tmp_path):
     """An H100 node: HCAs and their netdevs from a recorded `ibdev2netdev`."""
-    root = tmp_path / "root"
-    for hca, port, netdev, state in re.findall(r"^(\S+)\s+port\s+(\d+)\s+==>\s+(\S+)\s+\((\w+)\)",
-                                               fixture_text("comm/ibdev2netdev-h100.txt"), re.M):
-        (root / "sys/class/net" / netdev).mkdir(parents=True)
-        put(root, f"{IB}/{hca}/ports/{port}/state", "4: ACTIVE" if state == "Up" else "1: DOWN")
-        put(root, f"{IB}/{hca}/ports/{port}/link_layer",
-                "Ethernet" if netdev.startswith("en") else "InfiniBand")
-    (root / "sys/class/net/lo").mkdir(parents=True)
-    return root
+    return ibdev2netdev_to_sysfs(fixture_text("comm/ibdev2netdev-h100.txt"), tmp_path / "root")
 
 
 def env_with(**values):

@@ -1,6 +1,7 @@
 """/sys trees written as the kernel shows what a recorded tool printed (tests/fixtures/comm):
-the InfiniBand ports the comm tests read."""
+the InfiniBand ports, their GID tables and the network interfaces the comm tests read."""
 
+import ipaddress
 import re
 
 IB = "sys/class/infiniband"
@@ -33,3 +34,33 @@ def ibstat_to_sysfs(text, root):
                 put(root, f"{port}/rate", f"{value} Gb/sec")
             elif key == "Link layer":
                 put(root, f"{port}/link_layer", value)
+
+
+def ibdev2netdev_to_sysfs(text, root):
+    """/sys/class/net/<netdev> and each HCA port's state and link layer, from `ibdev2netdev`
+    ("mlx5_0 port 1 ==> ibp26s0 (Up)"); plus lo."""
+    for hca, port, netdev, state in re.findall(r"^(\S+)\s+port\s+(\d+)\s+==>\s+(\S+)\s+\((\w+)\)",
+                                               text, re.M):
+        (root / "sys/class/net" / netdev).mkdir(parents=True)
+        put(root, f"{IB}/{hca}/ports/{port}/state", "4: ACTIVE" if state == "Up" else "1: DOWN")
+        put(root, f"{IB}/{hca}/ports/{port}/link_layer",
+            "Ethernet" if netdev.startswith("en") else "InfiniBand")
+    (root / "sys/class/net/lo").mkdir(parents=True)
+    return root
+
+
+def gids_to_sysfs(rows, root, device, port=1):
+    """rows: (index, gid, type, netdev); gids/<i> in the kernel's full form."""
+    base = f"{IB}/{device}/ports/{port}"
+    for index, gid, kind, netdev in rows:
+        put(root, f"{base}/gids/{index}", ipaddress.IPv6Address(gid).exploded)
+        put(root, f"{base}/gid_attrs/types/{index}", kind)
+        if netdev:
+            put(root, f"{base}/gid_attrs/ndevs/{index}", netdev)
+
+
+def ibv_devinfo_gids(text):
+    """(index, gid, type, '') rows from `ibv_devinfo -v`'s GID lines."""
+    kinds = {"RoCE v1": "IB/RoCE v1", "RoCE v2": "RoCE v2"}
+    return [(int(i), gid, kinds[kind], "")
+            for i, gid, kind in re.findall(r"GID\[\s*(\d+)\]:\s+(\S+), (RoCE v\d)", text)]

@@ -8,6 +8,7 @@ from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fix_actions
 from dsenv.doctor.registry import check
 from dsenv.facts.comm import fabric
+from dsenv.facts.comm.ncclconf import Setting, looked_in, nccl_setting
 from dsenv.facts.python import torch_info
 from dsenv.redact import show_variable
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
@@ -66,8 +67,9 @@ def roce_gid(ctx: Context):
     best = fabric.pick_roce_gid(table)
     evidence = [f"{port.name} GID[{g.index}] {g.gid} {g.kind or '?'}"
                 + (f" ({g.ipv4})" if g.ipv4 else "") for g in table]
-    chosen = ctx.env.get("NCCL_IB_GID_INDEX", "").strip()
-    if not chosen:
+    setting = nccl_setting(ctx, "NCCL_IB_GID_INDEX")
+    if setting is None:
+        evidence.append(looked_in(ctx))
         if best is None:
             return warn(f"RoCE port {port.name} without NCCL_IB_GID_INDEX and no RoCE v2 GID "
                         "with an IPv4 address", "configure an IPv4 address on the RoCE "
@@ -79,13 +81,18 @@ def roce_gid(ctx: Context):
                     f"GID[{best.index}] is RoCE v2 with IPv4 {best.ipv4}", *evidence,
                     action=fix_actions.activate_exports(
                         ctx, fix_actions.NCCL, {"NCCL_IB_GID_INDEX": str(best.index)}))
+    chosen = setting.value
+    if setting.from_file:
+        evidence.insert(0, setting.where())
     entry = next((g for g in table if str(g.index) == chosen), None)
     if table and (entry is None or "v2" not in entry.kind.lower()):
         what = "does not exist" if entry is None else f"is {entry.kind or 'unreadable'}"
-        fix = f"export NCCL_IB_GID_INDEX={best.index}" if best else "unset NCCL_IB_GID_INDEX"
-        return warn(f"NCCL_IB_GID_INDEX={chosen} on {port.name} {what}", fix, *evidence)
-    return ok(f"NCCL_IB_GID_INDEX={chosen}" + (f" ({entry.kind}, {entry.ipv4 or entry.gid})"
-                                               if entry else ""), *evidence)
+        fix = (f"export NCCL_IB_GID_INDEX={best.index}" if best else setting.undo()) + (
+            f" (it overrides the line in {setting.source})" if best and setting.from_file
+            else "")
+        return warn(f"{setting.shown()} on {port.name} {what}", fix, *evidence)
+    return ok(setting.shown() + (f" ({entry.kind}, {entry.ipv4 or entry.gid})"
+                                 if entry else ""), *evidence)
 
 
 @check("comm.slingshot", "Slingshot OFI plugin")
@@ -109,65 +116,76 @@ def slingshot(ctx: Context):
         "`export FI_PROVIDER=cxi`", *evidence)
 
 
-def _interface_list_check(ctx: Context, variable: str, value: str, names: list[str], what: str):
-    spec = fabric.parse_nccl_list(value)
-    shown = show_variable(variable, value)
+def _interface_list_check(ctx: Context, setting: Setting, names: list[str], what: str):
+    variable = setting.name
+    spec = fabric.parse_nccl_list(setting.value)
+    shown = setting.shown()
     available = f"{what} here: " + (", ".join(names) or "none")
     missing = spec.unmatched(names)
     selected = spec.selected(names)
+    where = (setting.where(),) if setting.from_file else ()
     if not selected:
+        undo = f"delete its line from {setting.source}" if setting.from_file else "unset it"
         return _finding(ctx)(f"{shown} selects no {what} on this node", f"set {variable} to "
-                             f"one of: {', '.join(names) or '(none)'} (or unset it)", available)
+                             f"one of: {', '.join(names) or '(none)'} (or {undo})", available,
+                             *where)
     if missing and not spec.exclude:
+        place = f"{variable} in {setting.source}" if setting.from_file else variable
         return warn(f"{shown}: {', '.join(missing)} match(es) no {what}", f"drop "
-                    f"{', '.join(missing)} from {variable}", available,
-                    "selected: " + ", ".join(selected))
-    return ok(f"{shown} selects {', '.join(selected)}", available)
+                    f"{', '.join(missing)} from {place}", available,
+                    "selected: " + ", ".join(selected), *where)
+    return ok(f"{shown} selects {', '.join(selected)}", available, *where)
 
 
 @check("comm.socket-ifname", "NCCL_SOCKET_IFNAME")
 def socket_ifname(ctx: Context):
-    value = ctx.env.get("NCCL_SOCKET_IFNAME", "").strip()
-    if not value:
-        return skip("NCCL_SOCKET_IFNAME is not set (NCCL prefers ib*, then any but lo/docker)")
+    setting = nccl_setting(ctx, "NCCL_SOCKET_IFNAME")
+    if setting is None:
+        return skip("NCCL_SOCKET_IFNAME is not set (NCCL prefers ib*, then any but lo/docker)",
+                    looked_in(ctx))
     names = fabric.net_interfaces(ctx)
-    finding = _interface_list_check(ctx, "NCCL_SOCKET_IFNAME", value, names,
-                                    "network interface")
-    if not fabric.parse_nccl_list(value).selected(names):  # back to NCCL's own choice
-        action = fix_actions.nccl_reset(ctx, [("NCCL_SOCKET_IFNAME", "environment")])
+    finding = _interface_list_check(ctx, setting, names, "network interface")
+    if not fabric.parse_nccl_list(setting.value).selected(names):  # back to NCCL's own choice
+        action = fix_actions.nccl_reset(ctx, [(setting.name, setting.source)])
         return replace(finding, action=action)
     return finding
 
 
 @check("comm.ib-hca", "NCCL_IB_HCA")
 def ib_hca(ctx: Context):
-    value = ctx.env.get("NCCL_IB_HCA", "").strip()
-    if not value:
-        return skip("NCCL_IB_HCA is not set (NCCL uses every active HCA)")
+    setting = nccl_setting(ctx, "NCCL_IB_HCA")
+    if setting is None:
+        return skip("NCCL_IB_HCA is not set (NCCL uses every active HCA)", looked_in(ctx))
     ports = fabric.ib_ports(ctx)
     devices = sorted({p.device for p in ports})
-    finding = _interface_list_check(ctx, "NCCL_IB_HCA", value, devices, "HCA")
+    finding = _interface_list_check(ctx, setting, devices, "HCA")
     if finding.status.value != "ok":
         return finding
-    spec = fabric.parse_nccl_list(value)
+    spec = fabric.parse_nccl_list(setting.value)
     bad_ports = [f"{name}:{port}" for name, port in spec.items if port is not None
                  and not any(spec.matches(name, p.device) and p.port == port for p in ports)]
     if bad_ports and not spec.exclude:
-        return _finding(ctx)(f"NCCL_IB_HCA names port(s) that do not exist: {', '.join(bad_ports)}",
-                             "use ports listed by `ibstat` (usually :1)",
-                             *[p.describe() for p in ports])
+        return _finding(ctx)(f"{setting.shown()} names port(s) that do not exist: "
+                             f"{', '.join(bad_ports)}", "use ports listed by `ibstat` "
+                             "(usually :1)", *[p.describe() for p in ports],
+                             *((setting.where(),) if setting.from_file else ()))
     return finding
 
 
 @check("comm.ib-disable", "NCCL_IB_DISABLE")
 def ib_disable(ctx: Context):
-    value = ctx.env.get("NCCL_IB_DISABLE", "").strip()
-    if value in ("", "0"):
-        return skip("NCCL_IB_DISABLE is not set")
+    setting = nccl_setting(ctx, "NCCL_IB_DISABLE")
+    if setting is None:
+        return skip("NCCL_IB_DISABLE is not set", looked_in(ctx))
+    if setting.value == "0":
+        return skip(f"{setting.shown()}: InfiniBand stays on (NCCL's default)", setting.where())
+    where = (setting.where(),) if setting.from_file else ()
     active = [p for p in fabric.ib_ports(ctx) if p.active]
     if not active:
-        return ok(f"NCCL_IB_DISABLE={value} and no ACTIVE InfiniBand/RoCE port here")
-    return warn(f"NCCL_IB_DISABLE={value} while {len(active)} InfiniBand/RoCE port(s) are "
+        return ok(f"{setting.shown()} and no ACTIVE InfiniBand/RoCE port here", *where)
+    fix = (f"export NCCL_IB_DISABLE=0 (it overrides the line in {setting.source}), or "
+           f"delete that line" if setting.from_file else "unset NCCL_IB_DISABLE")
+    return warn(f"{setting.shown()} while {len(active)} InfiniBand/RoCE port(s) are "
                 "ACTIVE: NCCL will use TCP sockets, several times slower",
-                "unset NCCL_IB_DISABLE", *[p.describe() for p in active],
-                action=fix_actions.nccl_reset(ctx, [("NCCL_IB_DISABLE", "environment")]))
+                fix, *[p.describe() for p in active], *where,
+                action=fix_actions.nccl_reset(ctx, [(setting.name, setting.source)]))

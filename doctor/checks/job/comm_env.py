@@ -18,7 +18,6 @@ from dsenv.doctor.registry import check
 from dsenv.facts.comm import fabric
 from dsenv.facts.comm.ncclconf import Setting, nccl_settings
 from dsenv.facts.gpu import modes as gpumodes
-from dsenv.redact import show_variable
 from dsenv.verdicts.findings import Finding, Status, ok, warn
 
 
@@ -56,9 +55,7 @@ class Found:
     variable: DebugVariable
 
     def describe(self) -> str:
-        where = "" if self.setting.source == "environment" else f" (from {self.setting.source})"
-        return f"{show_variable(self.setting.name, self.setting.value)}{where}: " \
-               f"{self.variable.effect}"
+        return f"{self.setting.shown()}: {self.variable.effect}"
 
 
 def debugging_settings(settings: dict[str, Setting]) -> list[Found]:

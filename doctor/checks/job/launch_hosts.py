@@ -14,12 +14,14 @@ from dsenv.doctor.checks.job.launch import multi_node
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.facts.comm import fabric, netaddr
+from dsenv.facts.comm.ncclconf import ENVIRONMENT, Setting, looked_in, nccl_setting
 from dsenv.facts.launch import dsrunner, remote_hosts
 from dsenv.facts.python import target_env
 from dsenv.redact import show_variable
 from dsenv.verdicts.findings import fail, ok, skip, warn
 
 INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+SELECTING_VARIABLES = (*INTERFACE_VARIABLES, "NCCL_IB_HCA")
 SHOWN_HOSTS = 6  # hosts named in a finding; the rest are counted
 
 
@@ -114,14 +116,23 @@ def hosts_paths(ctx: Context):
               f"{len(found.answered)} hosts", *evidence)
 
 
+def _setting(ctx: Context, name: str) -> Setting | None:
+    """The value the job's library will use: NCCL's from its environment or configuration
+    files (judged with the files as this host reads them), gloo's from the environment."""
+    if name.startswith("NCCL_"):
+        return nccl_setting(ctx, name)
+    value = ctx.env.get(name, "").strip()
+    return Setting(name, value, ENVIRONMENT) if value else None
+
+
 def _selected_interfaces(ctx: Context, host: remote_hosts.HostFacts) -> list[str] | None:
     """The interfaces the ranks' sockets may use on HOST (None: no variable restricts them)."""
-    value = ctx.env.get("GLOO_SOCKET_IFNAME", "").strip()
-    if value:  # gloo: exact names, comma-separated
-        return [n for n in value.split(",") if n in host.interfaces]
-    value = ctx.env.get("NCCL_SOCKET_IFNAME", "").strip()
-    if value:
-        return fabric.parse_nccl_list(value).selected(list(host.interfaces))
+    gloo = _setting(ctx, "GLOO_SOCKET_IFNAME")
+    if gloo:  # gloo: exact names, comma-separated
+        return [n for n in gloo.value.split(",") if n in host.interfaces]
+    nccl = _setting(ctx, "NCCL_SOCKET_IFNAME")
+    if nccl:
+        return fabric.parse_nccl_list(nccl.value).selected(list(host.interfaces))
     return None
 
 
@@ -165,13 +176,12 @@ def hosts_master(ctx: Context):
                             "use the first node's address rather than a name with per-host "
                             "/etc/hosts entries", *evidence)
     if other_route:
-        variable = ("GLOO_SOCKET_IFNAME" if ctx.env.get("GLOO_SOCKET_IFNAME") else
-                    "NCCL_SOCKET_IFNAME")
+        chosen = _setting(ctx, "GLOO_SOCKET_IFNAME") or _setting(ctx, "NCCL_SOCKET_IFNAME")
         return warn(f"{_named(other_route)} reach {shown} through an interface that "
-                    f"{variable} does not select: the rendezvous and the ranks' sockets take "
-                    "different networks (a firewall between them hangs the job)",
-                    f"use the first node's address on the {variable} interface as MASTER_ADDR",
-                    *evidence)
+                    f"{chosen.shown()} does not select: the rendezvous and the ranks' sockets "
+                    "take different networks (a firewall between them hangs the job)",
+                    f"use the first node's address on the {chosen.name} interface as "
+                    "MASTER_ADDR", *evidence)
     return ok(f"{shown} resolves to {', '.join(next(iter(distinct)))} on all "
               f"{len(answers)} hosts", *evidence)
 
@@ -179,9 +189,10 @@ def hosts_master(ctx: Context):
 def _interface_problems(ctx: Context, host: remote_hosts.HostFacts) -> list[str]:
     problems = []
     for name in INTERFACE_VARIABLES:
-        value = ctx.env.get(name, "").strip()
-        if not value:
+        setting = _setting(ctx, name)
+        if setting is None:
             continue
+        value, shown = setting.value, setting.shown()
         if name == "GLOO_SOCKET_IFNAME":
             absent = [n for n in value.split(",") if n not in host.interfaces]
             down = [n for n in value.split(",") if host.interfaces.get(n, {}).get("state")
@@ -193,22 +204,23 @@ def _interface_problems(ctx: Context, host: remote_hosts.HostFacts) -> list[str]
             down = [n for n in chosen if host.interfaces[n].get("state") == "down"]
             if chosen and len(down) < len(chosen):
                 down = []
-        problems += [f"{name}={value}: no interface {n}" for n in absent]
-        problems += [f"{name}={value}: {n} is down" for n in down]
-    value = ctx.env.get("NCCL_IB_HCA", "").strip()
-    if value:
-        spec = fabric.parse_nccl_list(value)
+        problems += [f"{shown}: no interface {n}" for n in absent]
+        problems += [f"{shown}: {n} is down" for n in down]
+    hca = _setting(ctx, "NCCL_IB_HCA")
+    if hca:
+        spec = fabric.parse_nccl_list(hca.value)
         if not spec.exclude and not spec.selected(host.hcas):
-            problems.append(f"NCCL_IB_HCA={value}: no such HCA (has "
+            problems.append(f"{hca.shown()}: no such HCA (has "
                             f"{', '.join(host.hcas) or 'none'})")
     return problems
 
 
 @check("launch.hosts-ifname", "Interface and HCA variables valid on every host")
 def hosts_ifname(ctx: Context):
-    set_here = [n for n in (*INTERFACE_VARIABLES, "NCCL_IB_HCA") if ctx.env.get(n, "").strip()]
+    set_here = [s for s in map(lambda n: _setting(ctx, n), SELECTING_VARIABLES) if s]
     if not set_here:
-        return skip("NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_HCA not set")
+        return skip("NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_HCA not set",
+                    looked_in(ctx))
     found, why = _applies(ctx)
     if found is None:
         return skip(why)
@@ -222,5 +234,6 @@ def hosts_ifname(ctx: Context):
                             "for ...'; NCCL: 'no socket interface found')", "name interfaces "
                             "every node has (`ip -br link` on each), or a prefix such as "
                             "NCCL_SOCKET_IFNAME=hsn that matches hsn0 and hsn1", *evidence)
-    interfaces = ", ".join(f"{n}={ctx.env[n]}" for n in set_here)
+    evidence += [s.where() for s in set_here if s.from_file]
+    interfaces = ", ".join(s.shown() for s in set_here)
     return ok(f"{interfaces} valid on all {len(found.answered)} hosts", *evidence)

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsenv.facts.comm.ncclconf import nccl_setting
 from dsenv.facts.node import Node, probe
 from dsenv.facts.python import pyenv, target_env, torch_info
 
@@ -234,8 +235,10 @@ def comm_library(node: Node) -> CommLibrary | None:
 
 
 def net_plugin_names(node: Node, rocm: bool | None) -> list[str]:
-    """The file names NCCL/RCCL dlopen for its network plugin (NCCL_NET_PLUGIN decides)."""
-    chosen = node.env.get("NCCL_NET_PLUGIN", "").strip()
+    """The file names NCCL/RCCL dlopen for its network plugin (NCCL_NET_PLUGIN decides, from
+    the environment or NCCL's configuration files)."""
+    setting = nccl_setting(node, "NCCL_NET_PLUGIN")
+    chosen = setting.value if setting else ""
     stems = ["librccl-net", "libnccl-net"] if rocm is None else (
         ["librccl-net"] if rocm else ["libnccl-net"])
     if chosen and chosen.lower() != "none":
