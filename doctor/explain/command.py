@@ -1,0 +1,191 @@
+"""`dsenv explain TEXT|FILE|-`: the cause of an error message or of a whole job log.
+
+A log is read line by line (logread.py): the root error is the first failure that is not
+the cascade that follows it; each failure line, from the root on, is scored against the
+catalogue and the family parsers with all its evidence (rank.py), and the first line whose
+best cause clears the confidence bar is explained. Below the bar it says "no known cause"
+and shows what it extracted. A catalogue id or check id prints that entry."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+from dsenv.doctor import catalogue
+from dsenv.doctor.explain import loader, logread, rank
+from dsenv.errors import UsageError
+from dsenv.facts.node import Node
+
+MAX_LINES_TRIED = 40  # distinct failure lines scored, from the root on
+
+
+def add_explain_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "explain", help="explain an error message or a job log (or a check id)",
+        description="Read an error message or a whole job log (ranks interleaved, NCCL and "
+                    "DeepSpeed INFO lines, Slurm's and the launchers' own lines), find the "
+                    "root error, and match it against dsenv's catalogue of failures users "
+                    "report (DeepSpeed, PyTorch, NCCL, Hugging Face, Open MPI, Slurm, "
+                    "Apptainer, ROCm) and its parsers of loader and linker errors; print the "
+                    "line read, each cause, fix, the doctor check that catches it before the "
+                    "next job, and the public sources. Exit 0: a cause was named; 1: none "
+                    "cleared the confidence bar; 2: usage.")
+    p.add_argument("text", nargs="?", metavar="TEXT|FILE|-",
+                   help="the error message (quote it), a log file, a catalogue id or a check "
+                        "id; '-' reads it from standard input")
+    p.add_argument("--json", action="store_true", help="the matches as JSON")
+    p.add_argument("--here", action="store_true",
+                   help="also look on this node and environment for what the error names "
+                        "(a missing library: LD_LIBRARY_PATH, ldconfig, the env's wheels)")
+
+
+def read_input(arg: str | None) -> str:
+    if arg == "-":
+        return sys.stdin.read()
+    if arg and "\n" not in arg and len(arg) < 4096 and os.path.isfile(arg):
+        with open(arg, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    return arg or ""
+
+
+def explain_text(text: str):
+    """(reading, the line explained or None, its confident matches, the best weak ones)."""
+    reading = logread.find_root(text)
+    weak: list[rank.Match] = []
+    for line in reading.candidates[:MAX_LINES_TRIED]:
+        around = "" if reading.single else reading.context(line)
+        matches = rank.rank(line.text, around)
+        sure = rank.confident(matches)
+        if sure:
+            return reading, line, sure, []
+        if line is reading.root:
+            weak = matches[:3]
+    return reading, None, [], weak
+
+
+def run_explain(args) -> int:
+    text = read_input(args.text)
+    if not text.strip():
+        raise UsageError("give the error message to explain, e.g. `dsenv explain \"Ninja is "
+                         "required to load C++ extensions\"`, a log file, or `-` to read it "
+                         "from stdin")
+    wanted = text.strip()
+    exact = [m for m in catalogue.modes() if wanted in (m.id, m.check)]
+    if exact:
+        return _print([rank.Match(rank.BAR, mode=m) for m in exact], None, None, args)
+    reading, line, sure, weak = explain_text(text)
+    if not sure:
+        return _print_unknown(reading, weak, args)
+    return _print(sure, reading, line, args)
+
+
+def _here(match: rank.Match) -> list[str]:
+    if match.finding is None:
+        return ([f"run `dsenv doctor` (check {match.mode.check}) on this node"]
+                if match.mode.check else [])
+    return loader.look_here(match.finding, Node())
+
+
+def _line_json(line):
+    return None if line is None else {"line": line.number, "text": line.text}
+
+
+def _print(matches, reading, line, args) -> int:
+    root = reading.root if reading and not reading.single else None
+    read = line if reading and not reading.single else None
+    if args.json:
+        print(json.dumps({
+            "schema": "dsenv.explain/1", "root": _line_json(root), "read": _line_json(read),
+            "matches": [_match_json(m, args.here) for m in matches]}, indent=2))
+        return 0
+    for index, match in enumerate(matches):
+        if index:
+            print()
+        print(render(match, read, root, _here(match) if args.here else None))
+    return 0
+
+
+def _match_json(m: rank.Match, here: bool) -> dict:
+    out = {"id": m.id, "title": title(m), "cause": cause(m), "fix": fix(m), "score": m.score,
+           "matched": m.matched, "evidence": m.why, "sources": list(sources(m))}
+    if m.mode:
+        out.update(check=m.mode.check, detect=m.mode.detect, fixable=m.mode.fixable)
+    else:
+        f = m.finding
+        out.update(check="", library=f.library, version=f.version, symbol=f.symbol,
+                   required_by=f.required_by, kind=f.kind,
+                   provider=f.row["provider"] if f.row else "")
+    if here:
+        out["here"] = _here(m)
+    return out
+
+
+def _print_unknown(reading, weak, args) -> int:
+    failures = [x for x in reading.candidates if x.kind == "failure"][:6]
+    if args.json:
+        print(json.dumps({"schema": "dsenv.explain/1", "root": _line_json(
+            None if reading.single else reading.root), "read": None, "matches": [],
+            "extracted": [_line_json(x) for x in failures if not reading.single],
+            "weak": [{"id": m.id, "score": m.score, "evidence": m.why} for m in weak]},
+            indent=2))
+        return 1
+    print("no known cause: no catalogue entry matches this text with enough evidence")
+    if not reading.single and reading.root is not None:
+        print(f"  root error  line {reading.root.number}: {reading.root.text.strip()[:300]}")
+        for x in failures:
+            if x is not reading.root:
+                print(f"  also        line {x.number}: {x.text.strip()[:300]}")
+    for m in weak:
+        print(f"  weak        {m.id} (score {m.score:g} < {rank.BAR:g}): {'; '.join(m.why)}")
+    print("`dsenv doctor` checks the node and the environment, and `dsenv doctor --list` "
+          "shows what the catalogue covers")
+    return 1
+
+
+def title(m: rank.Match) -> str:
+    return m.mode.title if m.mode else m.finding.title
+
+
+def cause(m: rank.Match) -> str:
+    return m.mode.cause if m.mode else m.finding.cause
+
+
+def fix(m: rank.Match) -> str:
+    return m.mode.fix if m.mode else m.finding.fix
+
+
+def sources(m: rank.Match) -> tuple[str, ...]:
+    return m.mode.sources if m.mode else m.finding.sources
+
+
+def render(match: rank.Match, read=None, root=None, here: list[str] | None = None) -> str:
+    def para(label: str, text: str) -> str:
+        return textwrap.fill(text, width=96, initial_indent=f"  {label:<8}",
+                             subsequent_indent=" " * 10)
+
+    lines = [f"{match.id}: {title(match)}"]
+    if read is not None:
+        lines.append(para("read", f"line {read.number}: {read.text.strip()[:300]}"))
+        if root is not None and root is not read:
+            lines.append(para("root", f"line {root.number} (no known cause): "
+                                      f"{root.text.strip()[:300]}"))
+    if match.finding:
+        lines.append(para("parsed", match.finding.describe()))
+    lines += [para("cause", cause(match)), para("fix", fix(match))]
+    mode = match.mode
+    if mode:
+        check = (f"`dsenv doctor` runs {mode.check} before the job" if mode.check
+                 else f"cannot be detected before the job: "
+                      f"{mode.detect.removeprefix('cannot: ')}")
+        lines.append(para("check", check))
+        if mode.fixable:
+            lines.append(para("--fix", "`dsenv doctor --fix` can apply this fix"))
+    else:
+        lines.append(para("check", "`dsenv explain --here` looks for the library on this "
+                                   "node and in the environment"))
+    for i, item in enumerate(here or ()):
+        lines.append(para("here" if i == 0 else "", item))
+    lines += [para("source" if i == 0 else "", src) for i, src in enumerate(sources(match))]
+    return "\n".join(lines)

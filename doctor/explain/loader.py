@@ -1,0 +1,231 @@
+"""The dynamic loader and linker family, read by structure.
+
+Four shapes, whatever program printed them and whatever library they name:
+
+- ``libcudart.so.12: cannot open shared object file`` (ld.so, dlopen, ctypes, ImportError,
+  ``error while loading shared libraries``, ``Could not load dynamic library 'X'``,
+  nvidia-container-cli's ``load library failed: X``);
+- ``undefined symbol: cublasLtGetStatusString, version libcublasLt.so.11`` (and the library
+  that asked for it, when the line names it);
+- ``version `GLIBCXX_3.4.30' not found (required by X)``;
+- ``ld: cannot find -lcurand`` (a link step: it wants the unversioned libcurand.so).
+
+The library is mapped to what provides it (libraries.toml: CUDA runtime, cuBLAS, cuDNN,
+NCCL, the driver's libcuda and NVML, rdma-core, libaio, MPI, ROCm, libstdc++...). With
+``--here``, look_here() says whether this node and environment have it:
+LD_LIBRARY_PATH, the ldconfig cache (dsenv/facts/python/sharedlibs.py), the environment's
+site-packages (the nvidia/* wheels and torch/lib), LIBRARY_PATH and CUDA_HOME for links.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from dsenv.data import load_table
+from dsenv.facts.python import sharedlibs, target_env
+
+_LIB = r"(lib[\w+.-]*?\.so(?:\.[\w.]+)?)"
+MISSING = re.compile(
+    r"(?:(?P<path>/\S*/)|\b)" + _LIB + r"(?:'|\"|:|,)?\s*(?:: )?cannot open shared object file"
+    r"|Could not load dynamic library '" + _LIB + "'"
+    r"|load library failed: " + _LIB
+    + r"|failed to load " + _LIB, re.IGNORECASE)
+UNDEFINED = re.compile(
+    r"(?:(?P<by>\S+\.so[\w.]*):\s*)?undefined symbol:\s*(?P<sym>[\w@.$]+)"
+    r"(?:,\s*version\s+(?P<ver>[\w.+-]+))?")
+VERSION = re.compile(
+    r"(?:(?P<lib>\S*" + _LIB + r"):\s*)?version [`'‘]?(?P<ver>(?:GLIBCXX|GLIBC|CXXABI|CUDA|"
+    r"libcublas|NCCL|IBVERBS|MPI)[\w.]*)['’] not found(?: \(required by (?P<by>[^)]+)\))?")
+LINK = re.compile(r"cannot find -l(?P<name>[\w+.-]+?)(?=[:\s]|$)")
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # missing, undefined-symbol, symbol-version, link
+    library: str  # the file name wanted (libcudart.so.12, libcurand.so, libstdc++.so.6)
+    text: str  # the matched text
+    row: dict | None  # libraries.toml row, None when the library is not in the table
+    symbol: str = ""
+    version: str = ""  # soname version (12), or the symbol version (GLIBCXX_3.4.30)
+    required_by: str = ""
+    where: str = ""  # the folder the message names, if any
+
+    @property
+    def id(self) -> str:
+        return f"loader.{self.kind}"
+
+    @property
+    def title(self) -> str:
+        name = self.row["name"] if self.row else "a library not in dsenv's table"
+        return {"missing": f"{self.library} cannot be loaded: {name}",
+                "undefined-symbol": f"{self.symbol} is missing from the loaded {name}",
+                "symbol-version": f"{self.version} is missing from the loaded {self.library}",
+                "link": f"the linker cannot find {self.library}: {name}"}[self.kind]
+
+    def describe(self) -> str:
+        parts = [f"library {self.library}"]
+        if self.version:
+            parts.append(f"version {self.version}")
+        if self.symbol:
+            parts.append(f"symbol {self.symbol}")
+        if self.required_by:
+            parts.append(f"required by {self.required_by}")
+        return ", ".join(parts)
+
+    @property
+    def cause(self) -> str:
+        provider = f" It is provided by {self.row['provider']}." if self.row else ""
+        if self.kind == "missing":
+            return (f"The dynamic loader found no {self.library} in LD_LIBRARY_PATH, the "
+                    f"ldconfig cache, the default folders or the RUNPATH of the library that "
+                    f"needs it.{provider}" + (
+                        f" A build for another CUDA release asks for another soname major "
+                        f"(here {self.version})." if self.row and self.row["wheel"]
+                        and self.version else ""))
+        if self.kind == "link":
+            return (f"A build step (a JIT or pip-built extension) links with -l"
+                    f"{self.library[3:].split('.so')[0]}: ld looks for the unversioned "
+                    f"{self.library} in -L folders and LIBRARY_PATH, not in LD_LIBRARY_PATH, "
+                    f"and runtime packages and pip wheels ship only the versioned file."
+                    f"{provider}")
+        if self.kind == "symbol-version":
+            return (f"{self.required_by or 'A binary'} was built against a newer "
+                    f"{self.library} than the one loaded first"
+                    f"{' (' + self.where + ')' if self.where else ''}: it lacks "
+                    f"{self.version}.{provider}")
+        return (f"{self.required_by or 'A binary'} was built against another release of "
+                f"{self.row['name'] if self.row else 'the library'} than the one loaded: "
+                f"{self.symbol} is not in it. Usually a second copy on LD_LIBRARY_PATH "
+                f"shadows the one the package ships, or the package was built for another "
+                f"release.{provider}")
+
+    @property
+    def fix(self) -> str:
+        if self.row is None:
+            return (f"Find which package ships {self.library} for this system and make its "
+                    f"folder visible to the job (LD_LIBRARY_PATH for loading, LIBRARY_PATH "
+                    f"for linking).")
+        cu = self.version.split(".")[0] if self.version[:1].isdigit() else "12"
+        pkg = re.sub(r"^lib|\.so.*$", "", self.library).lower()
+        return self.row["fix"].replace("{cu}", cu).replace("{pkg}", pkg)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.row["source"],) if self.row else ()
+
+
+@cache
+def table() -> tuple[dict, ...]:
+    rows = load_table("dsenv.doctor.explain", "libraries.toml")["lib"]
+    return tuple(dict(r, _match=re.compile(r["match"]), _symbols=re.compile(r["symbols"]))
+                 for r in rows)
+
+
+def library_row(name: str) -> dict | None:
+    return next((r for r in table() if r["_match"].search(name)), None)
+
+
+def symbol_row(symbol: str) -> dict | None:
+    return next((r for r in table() if r["_symbols"].search(symbol)), None)
+
+
+def soname_version(name: str) -> str:
+    """'12' for libcudart.so.12, '12.1.105' for libcudart.so.12.1.105, '' for libaio.so."""
+    return name.split(".so.", 1)[1] if ".so." in name else ""
+
+
+def parse(text: str) -> list[Finding]:
+    """The loader and linker errors in ``text``, each library once."""
+    found: dict[tuple[str, str], Finding] = {}
+    for m in MISSING.finditer(text):
+        lib = next(g for g in m.groups()[1:] if g)
+        found.setdefault(("missing", lib), Finding(
+            "missing", lib, m.group(0), library_row(lib), version=soname_version(lib),
+            where=m.group("path") or ""))
+    for m in VERSION.finditer(text):
+        lib = Path(m.group("lib")).name if m.group("lib") else "libstdc++.so.6" \
+            if m.group("ver").startswith(("GLIBCXX", "CXXABI")) else "libc.so.6"
+        found.setdefault(("symbol-version", lib), Finding(
+            "symbol-version", lib, m.group(0), library_row(lib), version=m.group("ver"),
+            required_by=(m.group("by") or "").strip(), where=m.group("lib") or ""))
+    for m in UNDEFINED.finditer(text):
+        sym, ver = m.group("sym"), m.group("ver") or ""
+        row = library_row(ver) if ver.startswith("lib") else None
+        row = row or symbol_row(sym)
+        lib = ver if ver.startswith("lib") else f"the library exporting {sym}"
+        found.setdefault(("undefined-symbol", sym), Finding(
+            "undefined-symbol", lib, m.group(0), row, symbol=sym, version=ver,
+            required_by=m.group("by") or ""))
+    for m in LINK.finditer(text):
+        lib = f"lib{m.group('name')}.so"
+        found.setdefault(("link", lib), Finding("link", lib, m.group(0), library_row(lib)))
+    return list(found.values())
+
+
+# -- --here: does this node and environment have it? -------------------------------------
+
+def _site_folders(node) -> list[Path]:
+    """The environment's import path (the job's interpreter, its files when it cannot run)."""
+    try:
+        return [Path(p) for p in target_env.search_path(node) if p.endswith("-packages")]
+    except Exception:  # an unreadable environment: the other places still answer
+        return []
+
+
+def _glob(folder: Path, stem: str) -> list[Path]:
+    try:
+        return sorted(p for p in folder.glob(stem + "*") if p.is_file() or p.is_symlink())
+    except OSError:
+        return []
+
+
+def look_here(finding: Finding, node) -> list[str]:
+    """Lines saying where (and whether) this node and environment have the library."""
+    stem = finding.library.split(".so", 1)[0] + ".so"
+    lines = []
+    env = node.env
+    places = [("LD_LIBRARY_PATH", d) for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    if finding.kind == "link":
+        places = [("LIBRARY_PATH", d) for d in env.get("LIBRARY_PATH", "").split(":") if d]
+        cuda = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+        if cuda:
+            places += [("CUDA_HOME", f"{cuda}/lib64"), ("CUDA_HOME", f"{cuda}/lib")]
+    for label, folder in places:
+        for path in _glob(Path(folder), stem):
+            lines.append(f"{label}: {path}")
+    cache_hits = {n: p for n, p in sharedlibs.ldconfig_cache(node).items() if n.startswith(stem)}
+    for name, paths in sorted(cache_hits.items()):
+        lines.append(f"ldconfig cache: {name} => {paths[0]}")
+    for site in _site_folders(node):
+        for lib_dir in [*sorted(site.glob("nvidia/*/lib")), site / "torch" / "lib"]:
+            for path in _glob(lib_dir, stem):
+                lines.append(f"environment ({site}): {path}")
+    if finding.kind == "link" and not any(Path(x.split(": ", 1)[1].split(" => ")[-1]).name
+                                          == stem for x in lines):
+        lines.append(f"no unversioned {stem} in LIBRARY_PATH, CUDA_HOME or the ldconfig "
+                     f"cache: the link step cannot succeed here")
+    elif finding.kind == "missing" and not any(finding.library in x for x in lines):
+        lines.append(f"{finding.library} is not found here either (LD_LIBRARY_PATH, ldconfig "
+                     f"cache, the environment's site-packages)")
+    if finding.kind == "symbol-version":
+        for x in list(lines):
+            path = x.split(": ", 1)[1].split(" => ")[-1]
+            has = has_version(path, finding.version)
+            if has is not None:
+                lines.append(f"{path} {'has' if has else 'lacks'} {finding.version}")
+    return lines or [f"{finding.library}: nothing found here"]
+
+
+def has_version(path: str, version: str) -> bool | None:
+    """Whether the library file carries the symbol version string (GLIBCXX_3.4.30)."""
+    try:
+        with open(os.path.realpath(path), "rb") as f, \
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(version.encode() + b"\0") >= 0
+    except (OSError, ValueError):
+        return None

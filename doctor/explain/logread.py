@@ -1,0 +1,151 @@
+"""A job log read as lines: each line cleaned of the prefixes launchers add (torchrun's
+``[rank3]:``, srun's ``--label``, mpirun's ``--tag-output``, pdsh's host, timestamps),
+classified (a failure, a warning, the cascade that follows a failure, or noise), and the
+root error found: the first failure that is not part of the cascade.
+
+The cascade: once one rank fails, the others and the launchers print their own errors
+(torchrun's ChildFailedError summary, ``Sending process N closing signal SIGTERM``,
+mpirun's ``exited on signal``, srun's ``error: node: task 3: Exited with exit code 1``,
+NCCL's ``remote process exited``). Those lines come after the real error and name none.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_PREFIXES = (
+    re.compile(r"^\x1b\[[0-9;]*m"),
+    re.compile(r"^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?:?\s*"),
+    re.compile(r"^\[(?:rank|default)\d+\]: ?"),  # torchrun --tee / log prefixes
+    re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>: ?"),  # mpirun --tag-output
+    re.compile(r"^\d{1,5}: "),  # srun --label
+    # pdsh/deepspeed launcher: "worker-1: ..." (a host with a digit; not a library name)
+    re.compile(r"^(?![\w.+-]*\.so\b)[A-Za-z][\w-]*\d[\w.-]*: (?=\S)"),
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+# A line that reports a failure (after the prefixes are gone).
+_FAILURE = re.compile(
+    r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)"  # Python
+    r"|NCCL WARN|\bnccl(?:System|Remote|Internal|InvalidUsage|InvalidArgument|Unhandled\w*)"
+    r"(?:Error)?\b|\bRCCL WARN"
+    r"|\berror\b|\bfatal\b|\bfailed\b|\bfailure\b|\bcannot\b|\bcan't\b|\bunable to\b"
+    r"|\bnot found\b|undefined (?:symbol|reference)|No such file or directory"
+    r"|Segmentation fault|Bus error|Illegal instruction|core dumped|\bAborted\b|\bKilled\b"
+    r"|Permission denied|No space left|Disk quota|out of memory|\bsignal \d+",
+    re.IGNORECASE)
+# Lines that only say that something else failed.
+_CASCADE = re.compile(
+    r"ChildFailedError|Root Cause \(first observed failure\)|exited on signal"
+    r"|task(?:s)? [\d,-]+: (?:Exited|Killed|Terminated)|\bSignal 15\b|SIGTERM|SIGKILL"
+    r"|closing signal|failed \(exitcode: -?\d+\)|exitcode\s*: -?\d+|remote process exited"
+    r"|ncclRemoteError|Connection closed by remote peer|Connection reset by peer"
+    r"|noticed that process rank|Primary job +terminated normally"
+    r"|one or more processes exited with non-zero status|exits? with return code"
+    r"|CalledProcessError|Killing subprocess|\bCANCELLED AT\b|Terminating process"
+    r"|process \d+ exited with|elastic\.multiprocessing\.api:failed|aborting job"
+    r"|NCCL communicator was aborted|Process group watchdog thread terminated"
+    r"|^\S+ FAILED\s*$|ssh exited with exit code (?!255\b)\d+",
+    re.IGNORECASE)
+_NOISE = re.compile(r"\bNCCL INFO\b|\bRCCL INFO\b|\[INFO\]|\bINFO[:\] ]|\bDEBUG\b")
+_WARNING = re.compile(r"\[WARNING\]|\bWARNING\b|\w+Warning:|\bwarn(?:ing)?:", re.IGNORECASE)
+_TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
+_FRAME_FILE = re.compile(r'^\s+File "')
+_CARET = re.compile(r"^\s*[\^~]+\s*$")  # Python 3.11's markers under a frame's source
+
+
+@dataclass(frozen=True)
+class Line:
+    number: int  # 1-based, as an editor shows it
+    raw: str
+    text: str  # without the prefixes
+    kind: str  # failure, cascade, warning, noise, other
+
+
+def clean(raw: str) -> str:
+    text = raw.rstrip("\r\n")
+    changed = True
+    while changed:
+        changed = False
+        for prefix in _PREFIXES:
+            stripped = prefix.sub("", text, count=1)
+            if stripped != text:
+                text, changed = stripped, True
+    return _ANSI.sub("", text)
+
+
+def classify(text: str) -> str:
+    if not text.strip():
+        return "other"
+    if _NOISE.search(text):
+        return "noise"
+    if _CASCADE.search(text):
+        return "cascade"
+    if _FAILURE.search(text):
+        return "warning" if _WARNING.search(text) and "NCCL WARN" not in text else "failure"
+    return "warning" if _WARNING.search(text) else "other"
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip())
+
+
+def read(text: str) -> list[Line]:
+    """Every line, classified. Inside a Python traceback (a "Traceback" header and the lines
+    indented deeper than it: frames and source) nothing is a failure; the first line back at
+    the header's indentation is the exception, and is classified like any other line."""
+    lines: list[Line] = []
+    header: int | None = None  # the indentation of the open traceback's header
+    for number, raw in enumerate(text.splitlines(), 1):
+        cleaned = clean(raw)
+        if _TRACEBACK.match(cleaned):
+            header = _indent(cleaned)
+            lines.append(Line(number, raw, cleaned, "other"))
+            continue
+        if _FRAME_FILE.match(cleaned) and header is None:
+            header = 0  # another rank's line interrupted the traceback
+        if header is not None and cleaned.strip():
+            if _indent(cleaned) > header or _CARET.match(cleaned):
+                lines.append(Line(number, raw, cleaned, "other"))
+                continue
+            header = None
+        lines.append(Line(number, raw, cleaned, classify(cleaned)))
+    return lines
+
+
+@dataclass(frozen=True)
+class Reading:
+    lines: list[Line]
+    candidates: list[Line]  # distinct failures in order, then cascade lines, then warnings
+    root: Line | None  # the first failure not in the cascade (or the first cascade line)
+    single: bool  # the input names no failure line: read as one message
+
+    def context(self, line: Line, width: int = 8) -> str:
+        lo, hi = max(0, line.number - 1 - width), min(len(self.lines), line.number + width)
+        return "\n".join(x.text for x in self.lines[lo:hi] if x.number != line.number)
+
+
+def _distinct(lines: list[Line]) -> list[Line]:
+    """Each message once (eight ranks print the same error), first occurrence kept."""
+    seen: set[str] = set()
+    out = []
+    for line in lines:
+        key = re.sub(r"\d+", "N", line.text.strip())
+        if key not in seen:
+            seen.add(key)
+            out.append(line)
+    return out
+
+
+def find_root(text: str) -> Reading:
+    lines = read(text)
+    failures = _distinct([x for x in lines if x.kind == "failure"])
+    cascade = _distinct([x for x in lines if x.kind == "cascade"])
+    warnings = _distinct([x for x in lines if x.kind == "warning"])
+    if not failures and not cascade:
+        whole = Line(1, text, "\n".join(x.text for x in lines), "failure")
+        return Reading(lines, [whole] if text.strip() else [], whole if text.strip() else None,
+                       True)
+    root = (failures or cascade)[0]
+    return Reading(lines, failures + cascade + warnings, root, False)

@@ -1,0 +1,129 @@
+"""Which cause a failure line names, by all its evidence.
+
+Each catalogue mode and each family parser's finding gets a score for one failure line:
+
+- the message: a catalogue pattern found in the line weighs 3, a generic one (evidence.toml:
+  "No space left on device", "Bus error", "NCCL_IB_GID_INDEX" ...) 1; a family parser that
+  reads the line's structure (loader.py) weighs 3.5;
+- the component that printed the line (NCCL, torch.distributed, Slurm, the dynamic loader...):
+  +1 when the mode belongs to that component's areas; -2 when it does not and the component
+  is one whose lines say who failed (NCCL, the loader, Slurm, MPI, the Hub client; a mention
+  of DeepSpeed or torch.distributed says little about where the fault is);
+- the surrounding lines: +0.5 a pattern, at most +1, and only when the message itself has
+  evidence (a pattern seen only in the context never names a cause);
+- evidence.toml's per-mode evidence for and against (NCCL's /dev/shm is not a home quota).
+
+A cause is named when its score reaches BAR (3): at least one specific pattern in the
+message, or a generic one that the component and the context agree with.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+
+from dsenv.data import load_table
+from dsenv.doctor import catalogue
+from dsenv.doctor.explain import loader
+
+BAR = 3.0
+SPECIFIC, GENERIC, STRUCTURE = 3.0, 1.0, 3.5
+FLAGS = re.IGNORECASE | re.MULTILINE
+
+# Who printed a line, and the catalogue areas that component's failures belong to.
+COMPONENTS = (
+    ("nccl", re.compile(r"NCCL (?:WARN|INFO)|RCCL|\bnccl[A-Z]\w*|NCCL error|/dev/shm/nccl"),
+     {"comm", "system", "container", "gpu", "launch"}),
+    ("loader", re.compile(r"cannot open shared object|error while loading shared libraries"
+                          r"|undefined symbol|cannot find -l|version [`'][\w.]+' not found"
+                          r"|collect2|\bld: ", re.I),
+     {"toolkit", "torch", "comm", "deepspeed", "gpu", "container", "mpi", "system"}),
+    ("slurm", re.compile(r"^(?:srun|slurmstepd|sbatch|salloc): ", re.M),
+     {"job", "mpi", "launch", "system", "container"}),
+    ("mpi", re.compile(r"mpirun|prterun|\bPRTE\b|\bORTE\b|\bOMPI\b|PMIx|\bMPI_\w+"),
+     {"mpi", "launch"}),
+    ("torch.distributed", re.compile(r"torch\.distributed|c10d|DistNetworkError|ProcessGroup"
+                                     r"|TCPStore|rendezvous|MASTER_ADDR|MASTER_PORT"),
+     {"launch", "comm"}),
+    ("huggingface", re.compile(r"huggingface|hf_hub|HF_HUB|datasets/|transformers/"),
+     {"cache", "job"}),
+    ("deepspeed", re.compile(r"deepspeed|op_builder|ds_accelerator|DS_BUILD", re.I),
+     {"deepspeed", "toolkit", "job", "launch", "torch", "gpu", "cache"}),
+)
+
+
+STRICT = {"nccl", "loader", "slurm", "mpi", "huggingface"}
+
+
+def component(text: str) -> tuple[str, set[str]] | None:
+    for name, pattern, areas in COMPONENTS:
+        if pattern.search(text):
+            return name, areas
+    return None
+
+
+@cache
+def _evidence() -> tuple[frozenset[str], dict[str, dict]]:
+    table = load_table("dsenv.doctor.explain", "evidence.toml")
+    return frozenset(table["generic"]), {row["id"]: row for row in table.get("mode", [])}
+
+
+@dataclass
+class Match:
+    """A cause named for one line: a catalogue mode or a family parser's finding."""
+
+    score: float
+    mode: catalogue.Mode | None = None
+    finding: loader.Finding | None = None
+    matched: list[str] = field(default_factory=list)  # message patterns
+    context: list[str] = field(default_factory=list)  # patterns seen only around it
+    why: list[str] = field(default_factory=list)  # the evidence, in words
+
+    @property
+    def id(self) -> str:
+        return self.mode.id if self.mode else self.finding.id
+
+
+def score_modes(message: str, around: str) -> list[Match]:
+    generic, extra = _evidence()
+    who = component(message)
+    found = []
+    for mode in catalogue.modes():
+        hits = [p for p in mode.match if re.search(p, message, FLAGS)]
+        row = extra.get(mode.id, {})
+        also = [p for p in row.get("also", ()) if re.search(p, message, FLAGS)]
+        if not hits and not also:
+            continue
+        score = sum(GENERIC if p in generic else SPECIFIC for p in hits) + SPECIFIC * len(also)
+        why = [f"message: {p!r}" + (" (generic)" if p in generic else "") for p in hits + also]
+        against = [p for p in row.get("against", ()) if re.search(p, message, FLAGS)]
+        if against:
+            score -= SPECIFIC * len(against)
+            why.append(f"against: {against[0]!r}")
+        if who:
+            if mode.area in who[1]:
+                score += 1
+                why.append(f"printed by {who[0]}")
+            elif who[0] in STRICT:
+                score -= 2
+                why.append(f"printed by {who[0]}, not {mode.area}")
+        ctx = [p for p in mode.match if p not in hits and re.search(p, around, FLAGS)]
+        if ctx:
+            score += min(1.0, 0.5 * len(ctx))
+            why.append(f"context: {ctx[0]!r}")
+        found.append(Match(score, mode=mode, matched=hits + also, context=ctx, why=why))
+    return found
+
+
+def rank(message: str, around: str = "") -> list[Match]:
+    """Every cause with evidence in ``message``, best first (confident ones score >= BAR)."""
+    matches = score_modes(message, around)
+    for finding in loader.parse(message):
+        matches.append(Match(STRUCTURE + (0.5 if finding.row else 0), finding=finding,
+                             matched=[finding.text], why=[f"parsed: {finding.describe()}"]))
+    return sorted(matches, key=lambda m: -m.score)
+
+
+def confident(matches: list[Match]) -> list[Match]:
+    return [m for m in matches if m.score >= BAR]

@@ -1,0 +1,115 @@
+"""The dynamic loader and linker family (doctor/explain/loader.py, libraries.toml): what the
+message says, which package provides the library, and whether this node has it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor.explain import loader
+from dsenv.facts.node import Node
+from tests.harness.cli import dsenv
+
+FIXTURES = Path(__file__).parent / "fixtures" / "explain"
+
+
+def text_of(name: str) -> str:
+    return (FIXTURES / name).read_text().partition("\n")[2]
+
+
+@pytest.mark.parametrize("name, kind, library, version, provider", [
+    ("libcudart12_xinference.log", "missing", "libcudart.so.12", "12", "CUDA runtime"),
+    ("libcudart11_tf_dreamtalk.log", "missing", "libcudart.so.11.0", "11.0", "CUDA runtime"),
+    ("libcudnn9_pytorch_165812.log", "missing", "libcudnn.so.9", "9", "cuDNN"),
+    ("libmpi40_sfepy_941.log", "missing", "libmpi.so.40", "40", "MPI"),
+    ("libamdhip64_llamafile_547.log", "missing", "libamdhip64.so.6", "6", "ROCm"),
+    ("nvml_container_cli_231.log", "missing", "libnvidia-ml.so.1", "1", "NVML"),
+    ("curand_link_deepspeed_7174.log", "link", "libcurand.so", "", "CUDA toolkit"),
+    ("glibcxx_cpu_adam_4257.log", "symbol-version", "libstdc++.so.6", "GLIBCXX_3.4.29",
+     "libstdc++"),
+])
+def test_real_messages_are_read_by_structure(name, kind, library, version, provider):
+    found = loader.parse(text_of(name))
+    assert [(f.kind, f.library, f.version) for f in found] == [(kind, library, version)]
+    assert provider in found[0].row["name"]
+    assert found[0].cause and found[0].fix and found[0].sources
+
+
+def test_undefined_symbols_name_the_library_by_version_or_by_symbol():
+    shadow, = loader.parse("ImportError: /x/torch/lib/libtorch_cuda.so: undefined symbol: "
+                           "cublasLtGetStatusString, version libcublasLt.so.11")
+    assert (shadow.library, shadow.symbol, shadow.required_by) == \
+        ("libcublasLt.so.11", "cublasLtGetStatusString", "/x/torch/lib/libtorch_cuda.so")
+    assert shadow.row["name"] == "cuBLAS"
+    nccl, = loader.parse("undefined symbol: ncclCommInitRankConfig")
+    assert nccl.row["name"] == "NCCL" and "nvidia-nccl-cu12" in nccl.fix
+
+
+@pytest.mark.parametrize("soname, name", [
+    ("libcuda.so.1", "libcuda"), ("libnvidia-ml.so.1", "NVML"), ("libcublasLt.so.12", "cuBLAS"),
+    ("libnccl.so.2", "NCCL"), ("libcudnn_ops.so.9", "cuDNN"), ("libibverbs.so.1", "libibverbs"),
+    ("libmlx5-rdmav34.so", "rdma-core"), ("libaio.so.1", "libaio"), ("libmpi.so.12", "MPI"),
+    ("libamdhip64.so.6", "ROCm"), ("librccl.so.1", "ROCm"), ("libc10.so", "PyTorch"),
+])
+def test_the_table_maps_each_library_family(soname, name):
+    assert name in loader.library_row(soname)["name"]
+
+
+def test_every_row_compiles_and_has_a_source():
+    for row in loader.table():
+        re.compile(row["match"]), re.compile(row["symbols"])
+        assert row["source"].startswith("https://") and row["fix"] and row["provider"]
+
+
+def test_an_unknown_library_is_still_read_and_named():
+    found, = loader.parse("error while loading shared libraries: libfoo.so.3: cannot open "
+                          "shared object file: No such file or directory")
+    assert found.library == "libfoo.so.3" and found.row is None and "libfoo.so.3" in found.fix
+
+
+def test_here_finds_the_library_in_the_environment_and_on_ld_library_path(tmp_path):
+    site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
+    wheel = site / "nvidia" / "cudnn" / "lib"
+    wheel.mkdir(parents=True)
+    (wheel / "libcudnn.so.9").write_bytes(b"\x7fELF")
+    other = tmp_path / "lib64"
+    other.mkdir()
+    (other / "libcudnn.so.8").write_bytes(b"\x7fELF")
+    node = Node(env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(other)},
+                python_prefix=tmp_path / "env")
+    finding, = loader.parse("ImportError: libcudnn.so.9: cannot open shared object file")
+    lines = loader.look_here(finding, node)
+    assert f"LD_LIBRARY_PATH: {other / 'libcudnn.so.8'}" in lines
+    assert any(line.endswith(str(wheel / "libcudnn.so.9")) for line in lines), lines
+    missing, = loader.parse("ImportError: libnothere.so.7: cannot open shared object file")
+    assert loader.look_here(missing, node)[-1].startswith("libnothere.so.7 is not found here")
+
+
+def test_here_says_a_link_cannot_succeed_without_the_unversioned_file(tmp_path):
+    cuda = tmp_path / "cuda"
+    (cuda / "lib64").mkdir(parents=True)
+    (cuda / "lib64" / "libcurand.so.10").write_bytes(b"\x7fELF")
+    node = Node(env={"PATH": "/usr/bin:/bin", "CUDA_HOME": str(cuda)},
+                python_prefix=tmp_path / "none")
+    finding, = loader.parse("/usr/bin/ld: cannot find -lcurand: No such file or directory")
+    lines = loader.look_here(finding, node)
+    assert f"CUDA_HOME: {cuda / 'lib64' / 'libcurand.so.10'}" in lines
+    assert lines[-1].startswith("no unversioned libcurand.so")
+    (cuda / "lib64" / "libcurand.so").symlink_to("libcurand.so.10")
+    assert not loader.look_here(finding, node)[-1].startswith("no unversioned")
+
+
+def test_a_symbol_version_is_looked_for_inside_the_library(tmp_path):
+    lib = tmp_path / "libstdc++.so.6"
+    lib.write_bytes(b"\x7fELF....GLIBCXX_3.4.28\0GLIBCXX_3.4.29\0")
+    assert loader.has_version(str(lib), "GLIBCXX_3.4.29") is True
+    assert loader.has_version(str(lib), "GLIBCXX_3.4.30") is False
+    assert loader.has_version(str(tmp_path / "absent.so"), "GLIBCXX_3.4.30") is None
+
+
+def test_explain_here_from_the_command_line():
+    done = dsenv("explain", "--here", "/usr/bin/ld: cannot find -lcurand: No such file")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("loader.link:") and "\n  here    " in done.stdout
