@@ -113,3 +113,47 @@ def test_explain_here_from_the_command_line():
     done = dsenv("explain", "--here", "/usr/bin/ld: cannot find -lcurand: No such file")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("loader.link:") and "\n  here    " in done.stdout
+
+
+def test_here_inside_apptainer_looks_at_the_bound_driver_libraries(tmp_path):
+    finding, = loader.parse("load library failed: libnvidia-ml.so.1: cannot open shared "
+                            "object file: no such file or directory")
+    (tmp_path / ".singularity.d").mkdir()
+    node = Node(env={"PATH": "/usr/bin:/bin", "APPTAINER_CONTAINER": "/x/image.sif"},
+                root=tmp_path, python_prefix=tmp_path / "none")
+    assert any("bound only with --nv" in line for line in loader.look_here(finding, node))
+    libs = tmp_path / ".singularity.d" / "libs"
+    libs.mkdir()
+    (libs / "libnvidia-ml.so.1").write_bytes(b"\x7fELF")
+    assert "container bind (/.singularity.d/libs): " + str(libs / "libnvidia-ml.so.1") in \
+        loader.look_here(finding, node)
+
+
+@pytest.mark.parametrize("text, mode", [
+    ('[BUG]: undefined symbol: "ncclCommWindowRegister"', "comm.multiple-nccl"),
+    ("ImportError: /x/torch/lib/libtorch_cuda.so: undefined symbol: cublasLtGetStatusString, "
+     "version libcublasLt.so.11", "torch.ld-library-path-shadows-cuda"),
+    ("ImportError: /y/mpi4py/MPI.cpython-310-x86_64-linux-gnu.so: undefined symbol: "
+     "ompi_mpi_errors_return", "mpi.mpi4py-other-mpi"),
+    ("/usr/bin/ld: cannot find -laio", "deepspeed.async-io-no-libaio"),
+])
+def test_a_finding_leads_to_the_catalogue_mode_and_its_check(text, mode):
+    from dsenv.doctor.explain import rank
+    best = rank.confident(rank.rank(text))
+    assert best[0].id == mode and best[0].mode.check
+    assert any(m.id.startswith("loader.") for m in best)
+
+
+def test_every_linked_mode_exists():
+    from dsenv.doctor import catalogue
+    ids = {m.id for m in catalogue.modes()}
+    for row in loader.table():
+        for kind, mode in row.get("modes", {}).items():
+            assert kind in ("missing", "undefined-symbol", "symbol-version", "link")
+            assert mode in ids, mode
+
+
+def test_tensorflows_wording_is_the_same_shape():
+    found, = loader.parse("I tensorflow/stream_executor/dso_loader.cc:105] Couldn't open CUDA "
+                          "library libcudnn.so. LD_LIBRARY_PATH: ")
+    assert (found.kind, found.library, found.row["name"]) == ("missing", "libcudnn.so", "cuDNN")

@@ -56,7 +56,7 @@ def explain_text(text: str):
     weak: list[rank.Match] = []
     for line in reading.candidates[:MAX_LINES_TRIED]:
         around = "" if reading.single else reading.context(line)
-        matches = rank.rank(line.text, around)
+        matches = rank.rank(reading.message(line), around)
         sure = rank.confident(matches)
         if sure:
             return reading, line, sure, []

@@ -4,6 +4,7 @@ Four shapes, whatever program printed them and whatever library they name:
 
 - ``libcudart.so.12: cannot open shared object file`` (ld.so, dlopen, ctypes, ImportError,
   ``error while loading shared libraries``, ``Could not load dynamic library 'X'``,
+  ``Couldn't open CUDA library X``,
   nvidia-container-cli's ``load library failed: X``);
 - ``undefined symbol: cublasLtGetStatusString, version libcublasLt.so.11`` (and the library
   that asked for it, when the line names it);
@@ -34,9 +35,11 @@ MISSING = re.compile(
     r"(?:(?P<path>/\S*/)|\b)" + _LIB + r"(?:'|\"|:|,)?\s*(?:: )?cannot open shared object file"
     r"|Could not load dynamic library '" + _LIB + "'"
     r"|load library failed: " + _LIB
-    + r"|failed to load " + _LIB, re.IGNORECASE)
+    + r"|failed to load " + _LIB
+    + r"|(?:Couldn't|Could not|Unable to) (?:open|load|find) (?:the )?(?:CUDA |dynamic |shared )?"
+      r"library:? '?" + _LIB, re.IGNORECASE)
 UNDEFINED = re.compile(
-    r"(?:(?P<by>\S+\.so[\w.]*):\s*)?undefined symbol:\s*(?P<sym>[\w@.$]+)"
+    r"(?:(?P<by>\S+\.so[\w.]*):\s*)?undefined symbol:\s*[\"'`]?(?P<sym>[\w@.$]+)[\"'`]?"
     r"(?:,\s*version\s+(?P<ver>[\w.+-]+))?")
 VERSION = re.compile(
     r"(?:(?P<lib>\S*" + _LIB + r"):\s*)?version [`'‘]?(?P<ver>(?:GLIBCXX|GLIBC|CXXABI|CUDA|"
@@ -205,6 +208,7 @@ def look_here(finding: Finding, node) -> list[str]:
         for lib_dir in [*sorted(site.glob("nvidia/*/lib")), site / "torch" / "lib"]:
             for path in _glob(lib_dir, stem):
                 lines.append(f"environment ({site}): {path}")
+    lines += _container_lines(finding, node, stem)
     if finding.kind == "link" and not any(Path(x.split(": ", 1)[1].split(" => ")[-1]).name
                                           == stem for x in lines):
         lines.append(f"no unversioned {stem} in LIBRARY_PATH, CUDA_HOME or the ldconfig "
@@ -219,6 +223,23 @@ def look_here(finding: Finding, node) -> list[str]:
             if has is not None:
                 lines.append(f"{path} {'has' if has else 'lacks'} {finding.version}")
     return lines or [f"{finding.library}: nothing found here"]
+
+
+def _container_lines(finding: Finding, node, stem: str) -> list[str]:
+    """Inside Apptainer/Singularity, --nv (--rocm) binds the host's driver libraries into
+    /.singularity.d/libs; inside Docker they come only with --gpus (the NVIDIA toolkit)."""
+    libs = node.path("/.singularity.d/libs")
+    if node.env.get("APPTAINER_CONTAINER") or node.env.get("SINGULARITY_CONTAINER") \
+            or node.path("/.singularity.d").is_dir():
+        bound = _glob(libs, stem) if libs.is_dir() else []
+        if bound:
+            return [f"container bind (/.singularity.d/libs): {p}" for p in bound]
+        return [f"inside an Apptainer/Singularity container, /.singularity.d/libs has no "
+                f"{stem}*: the host's driver libraries are bound only with --nv (--rocm)"]
+    if node.path("/.dockerenv").exists() and finding.row and not finding.row["wheel"]:
+        return [f"inside a Docker container: {finding.library} comes from the host only when "
+                f"it runs with --gpus (nvidia-container-toolkit) or the image installs it"]
+    return []
 
 
 def has_version(path: str, version: str) -> bool | None:

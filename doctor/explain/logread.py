@@ -17,7 +17,7 @@ from dataclasses import dataclass
 _PREFIXES = (
     re.compile(r"^\x1b\[[0-9;]*m"),
     re.compile(r"^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?:?\s*"),
-    re.compile(r"^\[(?:rank|default)\d+\]: ?"),  # torchrun --tee / log prefixes
+    re.compile(r"^\[[A-Za-z]*\d+(?:\|\d+)?\]: ?"),  # torchrun's [rank3]:, [default0]:
     re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>: ?"),  # mpirun --tag-output
     re.compile(r"^\d{1,5}: "),  # srun --label
     # pdsh/deepspeed launcher: "worker-1: ..." (a host with a digit; not a library name)
@@ -30,7 +30,7 @@ _FAILURE = re.compile(
     r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)"  # Python
     r"|NCCL WARN|\bnccl(?:System|Remote|Internal|InvalidUsage|InvalidArgument|Unhandled\w*)"
     r"(?:Error)?\b|\bRCCL WARN"
-    r"|\berror\b|\bfatal\b|\bfailed\b|\bfailure\b|\bcannot\b|\bcan't\b|\bunable to\b"
+    r"|\berror\b|\bfatal\b|\bfailed\b|\bfailure\b|\bcannot\b|\bcan't\b|\bcouldn't\b|\bcould not\b|\bunable to\b"
     r"|\bnot found\b|undefined (?:symbol|reference)|No such file or directory"
     r"|Segmentation fault|Bus error|Illegal instruction|core dumped|\bAborted\b|\bKilled\b"
     r"|Permission denied|No space left|Disk quota|out of memory|\bsignal \d+",
@@ -52,6 +52,12 @@ _NOISE = re.compile(r"\bNCCL INFO\b|\bRCCL INFO\b|\[INFO\]|\bINFO[:\] ]|\bDEBUG\
 _WARNING = re.compile(r"\[WARNING\]|\bWARNING\b|\w+Warning:|\bwarn(?:ing)?:", re.IGNORECASE)
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 _FRAME_FILE = re.compile(r'^\s+File "')
+_EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b:")
+_WHERE = re.compile(r'", line \d+, in ')
+# A line that starts a record of its own: NCCL's host:pid:tid [dev], a log level, a timestamp.
+_NEW_RECORD = re.compile(r"^\S+:\d+:\d+ \[\d+\]|^\s*\[?(?:INFO|WARNING|ERROR|DEBUG)\b"
+                         r"|^[IWEF]\d{4} |^\[?\d{4}-\d\d-\d\d")
+CONTINUATION = 3  # lines after a failure read as part of its message
 _CARET = re.compile(r"^\s*[\^~]+\s*$")  # Python 3.11's markers under a frame's source
 
 
@@ -120,6 +126,29 @@ class Reading:
     candidates: list[Line]  # distinct failures in order, then cascade lines, then warnings
     root: Line | None  # the first failure not in the cascade (or the first cascade line)
     single: bool  # the input names no failure line: read as one message
+
+    def message(self, line: Line) -> str:
+        """The failure as its program reported it: the line, the traceback frame right above
+        an exception (where it was raised), and the lines that continue it (a wrapped
+        message, NCCL's "Last error:" and the text after it), joined and unwrapped."""
+        if self.single:
+            return line.text
+        index = line.number - 1
+        before: list[str] = []
+        if _EXCEPTION.match(line.text):
+            for prev in reversed(self.lines[max(0, index - 2):index]):
+                if prev.kind != "other" or not (prev.text[:1].isspace() or _WHERE.search(
+                        prev.text)):
+                    break
+                before.insert(0, prev.text.strip())
+        after: list[str] = []
+        for nxt in self.lines[index + 1:index + 1 + CONTINUATION]:
+            if not nxt.text.strip() or nxt.kind in ("noise", "cascade") \
+                    or _TRACEBACK.match(nxt.text) or _EXCEPTION.match(nxt.text) \
+                    or _NEW_RECORD.match(nxt.text):
+                break
+            after.append(nxt.text.strip())
+        return " ".join([*before, line.text.strip(), *after])
 
     def context(self, line: Line, width: int = 8) -> str:
         lo, hi = max(0, line.number - 1 - width), min(len(self.lines), line.number + width)

@@ -119,10 +119,26 @@ def score_modes(message: str, around: str) -> list[Match]:
 def rank(message: str, around: str = "") -> list[Match]:
     """Every cause with evidence in ``message``, best first (confident ones score >= BAR)."""
     matches = score_modes(message, around)
+    by_id = {m.id: m for m in matches}
     for finding in loader.parse(message):
         matches.append(Match(STRUCTURE + (0.5 if finding.row else 0), finding=finding,
                              matched=[finding.text], why=[f"parsed: {finding.describe()}"]))
+        linked = (finding.row or {}).get("modes", {}).get(finding.kind)
+        mode = _mode(linked) if linked else None
+        if mode is None:
+            continue
+        why = f"parsed: {finding.describe()} (libraries.toml: {finding.kind} -> {mode.id})"
+        if mode.id in by_id:
+            by_id[mode.id].score = max(by_id[mode.id].score, STRUCTURE + 1)
+            by_id[mode.id].why.append(why)
+        else:
+            by_id[mode.id] = Match(STRUCTURE + 1, mode=mode, matched=[finding.text], why=[why])
+            matches.append(by_id[mode.id])
     return sorted(matches, key=lambda m: -m.score)
+
+
+def _mode(mode_id: str) -> catalogue.Mode | None:
+    return next((m for m in catalogue.modes() if m.id == mode_id), None)
 
 
 def confident(matches: list[Match]) -> list[Match]:
