@@ -214,3 +214,17 @@ def test_torchruns_summary_and_an_interrupted_traceback_are_not_the_root():
     kinds = {x.number: x.kind for x in reading.lines}
     assert kinds[4] == "other"  # a source line in the traceback, after another rank's line
     assert [kinds[n] for n in (7, 8, 9, 11, 13)] == ["cascade"] * 5
+
+
+@pytest.mark.parametrize("raw, text", [
+    ("[rank1]: 0: [2024-06-14 14:24:07,747] worker-1: libcudart.so.12: cannot open",
+     "libcudart.so.12: cannot open"),
+    ("[1,3]<stderr>: RuntimeError: x", "RuntimeError: x"),
+    ("[trainer0|0]:ncclInternalError: Internal check failed.",
+     "ncclInternalError: Internal check failed."),
+    ("\x1b[31mERROR\x1b[0m: bad", "ERROR: bad"),
+    ("libnvidia-ml.so.1: cannot open shared object file", "libnvidia-ml.so.1: cannot open "
+                                                          "shared object file"),
+])
+def test_launcher_prefixes_are_cleaned_and_library_names_kept(raw, text):
+    assert logread.clean(raw) == text

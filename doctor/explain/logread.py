@@ -15,14 +15,15 @@ import re
 from dataclasses import dataclass
 
 _PREFIXES = (
-    re.compile(r"^\x1b\[[0-9;]*m"),
-    re.compile(r"^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?:?\s*"),
-    re.compile(r"^\[[A-Za-z]*\d+(?:\|\d+)?\]: ?"),  # torchrun's [rank3]:, [default0]:
-    re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>: ?"),  # mpirun --tag-output
-    re.compile(r"^\d{1,5}: "),  # srun --label
+    r"\x1b\[[0-9;]*m",
+    r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?:?\s*",
+    r"\[[A-Za-z]*\d+(?:\|\d+)?\]: ?",  # torchrun's [rank3]:, [default0]:
+    r"\[\d+,\d+\]<(?:stdout|stderr)>: ?",  # mpirun --tag-output
+    r"\d{1,5}: ",  # srun --label
     # pdsh/deepspeed launcher: "worker-1: ..." (a host with a digit; not a library name)
-    re.compile(r"^(?![\w.+-]*\.so\b)[A-Za-z][\w-]*\d[\w.-]*: (?=\S)"),
+    r"(?![\w.+-]*\.so\b)[A-Za-z][\w-]*\d[\w.-]*: (?=\S)",
 )
+_PREFIX = re.compile("^(?:" + "|".join(f"(?:{p})" for p in _PREFIXES) + ")+")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 # A line that reports a failure (after the prefixes are gone).
@@ -70,15 +71,8 @@ class Line:
 
 
 def clean(raw: str) -> str:
-    text = raw.rstrip("\r\n")
-    changed = True
-    while changed:
-        changed = False
-        for prefix in _PREFIXES:
-            stripped = prefix.sub("", text, count=1)
-            if stripped != text:
-                text, changed = stripped, True
-    return _ANSI.sub("", text)
+    text = _PREFIX.sub("", raw.rstrip("\r\n"), count=1)
+    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
 def classify(text: str) -> str:
