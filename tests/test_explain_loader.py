@@ -27,6 +27,8 @@ def text_of(name: str) -> str:
     ("libamdhip64_llamafile_547.log", "missing", "libamdhip64.so.6", "6", "ROCm"),
     ("nvml_container_cli_231.log", "missing", "libnvidia-ml.so.1", "1", "NVML"),
     ("curand_link_deepspeed_7174.log", "link", "libcurand.so", "", "CUDA toolkit"),
+    ("libaio1_opensora_856.log", "missing", "libaio.so.1", "1", "libaio"),
+    ("libaio1_easyaccess_98.log", "missing", "libaio.so.1", "1", "libaio"),
     ("glibcxx_cpu_adam_4257.log", "symbol-version", "libstdc++.so.6", "GLIBCXX_3.4.29",
      "libstdc++"),
 ])

@@ -44,6 +44,8 @@ CASES = [
     ("nvml_container_cli_231.log", "loader.missing"),
     ("nvml_docker_textgen_3562.log", "loader.missing"),
     ("curand_link_deepspeed_7174.log", "loader.link"),
+    ("libaio1_opensora_856.log", "deepspeed.async-io-no-libaio"),
+    ("libaio1_easyaccess_98.log", "deepspeed.async-io-no-libaio"),
     ("glibcxx_cpu_adam_4257.log", "loader.symbol-version"),
     ("async_io_libaio_1126.log", "deepspeed.async-io-no-libaio"),
     ("nccl_shm_nospace_ci_infra_490.log", "system.shm-too-small"),
