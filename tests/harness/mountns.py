@@ -1,6 +1,8 @@
 """Run a shell script in a private mount namespace (``unshare -m``, as root): what it mounts
 (a read-only bind, a tmpfs, a FUSE file system from tests/harness/fusefs.py) exists only for it
-and the processes it starts, and is gone when they end."""
+and the processes it starts, and is gone when they end. And act as another user: folders made
+by one (:func:`folder_of_another_user`), a function of this process run as one (:func:`as_user`).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +10,17 @@ import contextlib
 import functools
 import json
 import os
+import pickle
+import pwd
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -132,3 +139,65 @@ def third_user_cannot_write(argv: list[str]) -> bool:
     done = subprocess.run(["runuser", "-u", "daemon", "--", *argv], capture_output=True,
                           text=True, timeout=30)
     return done.returncode != 0 and "Permission denied" in done.stderr
+
+
+# -- a function of this process as another user, for real (fork, then setgid/setuid) ----------
+# The interpreter lives under /root (mode 700 here), so another user cannot start it; a forked
+# child needs no file of it: it keeps every module the parent imported. So import (and run
+# once, as root) whatever the function uses before calling as_user: a module the child imports
+# for the first time fails with PermissionError.
+
+T = TypeVar("T")
+
+
+def needs_root_and(*users: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user")
+    for user in users:
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            pytest.skip(f"no user {user!r} on this machine")
+
+
+def as_user(user: str, func: Callable[[], T], umask: int = 0o022) -> T:
+    """``func()`` in a child running as ``user`` (its primary group, no others) with
+    ``umask``; its return value (picklable) comes back, its exception is raised here."""
+    entry = pwd.getpwnam(user)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        status = 0
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(entry.pw_gid)
+            os.setuid(entry.pw_uid)
+            os.umask(umask)
+            try:
+                payload = ("ok", func())
+            except BaseException as exc:  # handed to the parent, raised there
+                payload = ("raised", (type(exc).__name__, str(exc), traceback.format_exc()))
+            with os.fdopen(write_end, "wb") as out:
+                pickle.dump(payload, out)
+        except BaseException:
+            status = 3
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answer:
+        data = answer.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and data, f"the child as {user} died"
+    kind, value = pickle.loads(data)
+    if kind == "raised":
+        raise ChildRaised(*value)
+    return value
+
+
+class ChildRaised(Exception):
+    """What the function raised in the child: the exception's type name, message, traceback."""
+
+    def __init__(self, kind: str, message: str, trace: str):
+        super().__init__(f"{kind}: {message}")
+        self.kind, self.message, self.trace = kind, message, trace

@@ -333,6 +333,10 @@ def ds_env(ctx: Context):
     for f in files:  # the runner reads ~ first, then the launch folder: the later one wins
         listed.update({k: (v.rstrip("\n"), f.path) for k, v in f.values.items()})
     needed = needed_variables(ctx)
+    if not needed:
+        return skip("no variable set here that the ranks on the other hosts would need "
+                    "(HF_*, TORCH_*, an activated environment's PATH, ...): nothing to compare "
+                    "with what the runner carries", *evidence)
     lost = sorted(n for n in needed if not n.startswith(rules.prefixes) and n not in listed)
     stale = sorted(n for n in needed if n in listed and listed[n][0] != needed[n])
     evidence += [f"{n}: here {show_variable(n, needed[n])}, in {listed[n][1]} "

@@ -61,6 +61,18 @@ def _applies(ctx: Context) -> tuple[remote_hosts.Survey | None, str]:
     return found, why
 
 
+def _answered(ctx: Context) -> tuple[remote_hosts.Survey | None, str]:
+    """The survey when at least one host answered; otherwise None and why (a check that
+    judges the hosts' answers has nothing to judge: "all 0 hosts" would be a vacuous pass)."""
+    found, why = _applies(ctx)
+    if found is None:
+        return None, why
+    if not found.answered:
+        return None, (f"none of the {len(found.hosts)} hosts answered over {found.transport}: "
+                      "nothing to judge (launch.hosts-answer names them)")
+    return found, why
+
+
 def _named(hosts: list[str]) -> str:
     shown = ", ".join(hosts[:SHOWN_HOSTS])
     return shown + (f" and {len(hosts) - SHOWN_HOSTS} more" if len(hosts) > SHOWN_HOSTS else "")
@@ -93,7 +105,7 @@ def hosts_answer(ctx: Context):
 
 @check("launch.hosts-paths", "The ranks' interpreter and the launch folder on every host")
 def hosts_paths(ctx: Context):
-    found, why = _applies(ctx)
+    found, why = _answered(ctx)
     if found is None:
         return skip(why)
     python, folder = ranks_python(ctx), os.getcwd()
@@ -139,7 +151,7 @@ def _selected_interfaces(ctx: Context, host: remote_hosts.HostFacts) -> list[str
 @check("launch.hosts-master", "MASTER_ADDR from every host")
 def hosts_master(ctx: Context):
     value = ctx.env.get("MASTER_ADDR", "").strip()
-    found, why = _applies(ctx)
+    found, why = _answered(ctx)
     if found is None:
         return skip(why)
     if not value:
@@ -221,7 +233,7 @@ def hosts_ifname(ctx: Context):
     if not set_here:
         return skip("NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_HCA not set",
                     looked_in(ctx))
-    found, why = _applies(ctx)
+    found, why = _answered(ctx)
     if found is None:
         return skip(why)
     bad = {h.host: _interface_problems(ctx, h) for h in found.answered}

@@ -94,6 +94,8 @@ def _tool_finding(ctx: Context, outcome: probe.ToolOutcome, error_fix: str):
     if outcome.status == "error":
         finding = fail if ctx.is_compute else warn
         return finding(f"{outcome.tool} failed", error_fix, outcome.detail)
+    if outcome.listed == 0:  # it ran and named no GPU: nothing vouched for (gpu.devices judges)
+        return info(f"{outcome.tool} answered in {outcome.seconds:.2f} s but listed no GPU")
     return ok(f"{outcome.tool} answered in {outcome.seconds:.2f} s: {outcome.detail}")
 
 
@@ -112,6 +114,8 @@ def rocm_tools(ctx: Context):
     if not tools:
         return skip("no ROCm: no amd-smi, rocminfo or rocm-smi on PATH")
     bad = [o for o in tools if o.status != "ok"]
+    if not bad and all(o.listed == 0 for o in tools):
+        return info("; ".join(o.tool for o in tools) + " answered but listed no GPU")
     if not bad:
         return ok("; ".join(f"{o.tool}: {o.detail}" for o in tools))
     worst = next((o for o in bad if o.status == "hung"), bad[0])

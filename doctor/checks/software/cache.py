@@ -1,7 +1,10 @@
-"""cache: Hugging Face cache folders, offline mode on compute nodes, a workload's assets."""
+"""cache: Hugging Face cache folders, each repository's folders a download writes, offline mode
+on compute nodes, a workload's assets."""
 
 from __future__ import annotations
 
+import os
+import shlex
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -10,7 +13,7 @@ from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fix_actions
 from dsenv.doctor.registry import check
 from dsenv.envs.launchers import OFFLINE_VARIABLES
-from dsenv.facts.host import hfcache
+from dsenv.facts.host import hfcache, hfrepos
 from dsenv.facts.node import probe
 from dsenv.facts.python import pyenv
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
@@ -85,6 +88,91 @@ def hf_dirs(ctx: Context):
                     f"umask (`dsenv doctor --fix` creates mode {action.mode:04o} now)",
                     *evidence, action=action)
     return ok(f"hub cache {dirs.hub}, datasets cache {dirs.datasets}: writable", *evidence)
+
+
+SHARED_CACHE_SOURCE = ("source: https://github.com/huggingface/huggingface_hub/issues/2580, "
+                       "https://github.com/huggingface/huggingface_hub/pull/3714")
+# What dies, and on which file, when a download cannot write a repository's folder.
+DOWNLOAD_DIES = {"lock folder": "PermissionError on {path}/<etag>.lock (the lock every "
+                                "download takes first)",
+                 "blob folder": "PermissionError on {path}/<etag>.incomplete",
+                 "snapshot folder": "PermissionError creating {path}/<commit>/",
+                 "ref folder": "PermissionError writing {path}/<revision>",
+                 "lock folders": "PermissionError creating {path}/<repo folder>/",
+                 "repository folders": "PermissionError creating {path}/<repo folder>/"}
+
+
+def _repos_judged(ctx: Context, hub: Path) -> tuple[list[str], str]:
+    """(repository folders, where the list comes from): the workload's assets with --for,
+    else every repository in the cache and one not in it yet ("")."""
+    workload = ctx.options.workload
+    if workload:
+        return ([a.cache_folder for a in assets_for(workload)],
+                f"the assets of {workload} (workloads/assets.toml)")
+    found, left_out = hfrepos.cached_repos(hub)
+    more = f" ({left_out} more not tried: those of other users come first)" if left_out else ""
+    return [*found, ""], f"every repository in {hub}{more}, and a new one"
+
+
+def _unwritable(ctx: Context, bad: list[hfrepos.RepoWrites], me: str, evidence: list[str]):
+    """A folder a download writes that this user cannot write fails (warns offline: the job
+    only reads); another user's lock files alone warn (only a download of a file already
+    fetched, such as a new revision that reuses it, takes that lock again)."""
+    broken = [r for r in bad if r.broken]
+    more = f" ({len(bad)} repositories affected)" if len(bad) > 1 else ""
+    if broken:
+        write = broken[0].broken[0]
+        owner = hfrepos.owner_name(write.owner)
+        where = "" if write.where == write.path else f"created in {write.where}, "
+        what = (f"the {write.role} {write.path} ({where}owner {owner}) cannot be written by "
+                f"you ({me}){more}")
+        dies = DOWNLOAD_DIES[write.role].format(path=write.path)
+    else:
+        lock = bad[0].stuck_locks[0]
+        owner = hfrepos.owner_name(hfrepos.uid_of(lock))
+        what = (f"{sum(len(r.stuck_locks) for r in bad)} lock file(s) of another user "
+                f"({owner}) cannot be opened for writing by you ({me}){more}")
+        dies = f"PermissionError on {lock}"
+    paths = sorted({str(w.where) for r in bad for w in r.broken if w.where} |
+                   {str(p.parent) for r in bad for p in r.stuck_locks})
+    fix = (f"use a hub cache of your own (export HF_HUB_CACHE={SUGGESTED['HF_HUB_CACHE']}), "
+           f"or have {owner} open those folders to the users sharing the cache: "
+           f"`chmod -R g+rwX {' '.join(shlex.quote(p) for p in paths[:6])}` with a group you "
+           "all belong to (`chgrp -R GROUP` on the same folders, and `chmod g+s` on them)")
+    evidence = [*evidence, SHARED_CACHE_SOURCE]
+    if not broken:
+        return warn(f"{what}: a download of a file already fetched (a new revision that "
+                    f"reuses it, a damaged blob fetched again) dies with {dies}", fix, *evidence)
+    if hfcache.offline_state(ctx.env).hub:
+        return warn(f"{what}: offline, the job only reads the cache, but a file missing from "
+                    f"it cannot be fetched there ({dies})", fix, *evidence)
+    return fail(f"{what}: a download dies with {dies}", fix, *evidence)
+
+
+@check("cache.hf-repos", "Each repository's lock and blob folders a download writes")
+def hf_repos(ctx: Context):
+    hub = hfcache.resolve_dirs(ctx.env).hub
+    folders, source = _repos_judged(ctx, hub)
+    me = hfrepos.owner_name(os.geteuid())
+    judged = [hfrepos.repo_writes(ctx, hub, f) for f in folders]
+    evidence = [f"repositories judged: {source}; tried as {me}"]
+    for repo in judged:
+        name = repo.folder or "a repository not in the cache yet"
+        if repo.ok:
+            evidence.append(f"{name}: " + ", ".join(w.role for w in repo.writes) + " writable")
+        evidence += [f"{name}: {w.describe()}" for w in repo.broken]
+        evidence += [f"{name}: lock file {p} not writable by you" for p in repo.stuck_locks]
+    bad = [r for r in judged if not r.ok]
+    if bad:
+        return _unwritable(ctx, bad, me, evidence)
+    named = [r for r in judged if r.folder]
+    if not named:
+        return ok(f"no repository in {hub} yet; a first download can create its lock and "
+                  "repository folders there", *evidence)
+    new = " (and those of a new one)" if any(not r.folder for r in judged) else ""
+    return ok(f"a download can write the lock, blob, snapshot and ref folders of "
+              f"{len(named)} repositor{'y' if len(named) == 1 else 'ies'}{new} in {hub}",
+              *evidence)
 
 
 @probe

@@ -91,7 +91,8 @@ def shadowing(ctx: Context):
         found.append(_where(view))
         problems += shadow_problems(view, python)
     if not found:
-        return ok("none of the training packages is installed here; nothing to check")
+        return skip(f"none of the training packages is installed in {env.prefix}: nothing "
+                    "to compare (torch.build and deepspeed.install say what is missing)")
     if problems:
         summaries = [summary for summary, _ in problems]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -205,7 +206,9 @@ def prefix_symlink(ctx: Context):
 def requirements(ctx: Context):
     report = pyenv.requirement_report(ctx)
     if not report.checked:
-        return ok("none of the training packages is installed here; nothing to check")
+        return skip(f"none of the training packages is installed in "
+                    f"{target_env.environment(ctx).prefix}: no requirement to check "
+                    "(torch.build and deepspeed.install say what is missing)")
     if report.problems:
         interp = pyenv.interpreter(ctx)
         return fail(

@@ -180,3 +180,51 @@ def arch_support(ctx: Context):
     if not targets:
         return info(f"{span}; no GPU or TORCH_CUDA_ARCH_LIST to check against")
     return ok(f"{span}: covers {', '.join(sorted(targets, key=version_tuple))}", *evidence)
+
+
+@check("toolkit.arch-list", "TORCH_CUDA_ARCH_LIST covers every visible GPU")
+def arch_list(ctx: Context):
+    """The compute capabilities TORCH_CUDA_ARCH_LIST builds for, against the GPUs this job
+    sees: a build with a list that leaves one out (8.0 on V100s) holds no kernel it can run."""
+    value = ctx.env.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if not value:
+        return skip("TORCH_CUDA_ARCH_LIST is not set: torch's extension builder and "
+                    "DeepSpeed's op builders build for the GPUs they see")
+    gpus = [g for g in gpu_probe.visible_gpus(ctx) if g.vendor == "nvidia"]
+    if not gpus:
+        return skip(f"no NVIDIA GPU visible: nothing to hold TORCH_CUDA_ARCH_LIST={value} "
+                    "against here (run the doctor on a compute node of the job)")
+    code, unknown = tk.arch_list_code(value)
+    evidence = [f"TORCH_CUDA_ARCH_LIST={value} builds " + (" ".join(code) or "nothing")]
+    evidence += [f"not understood (see toolkit.arch-support): {', '.join(unknown)}"] if unknown \
+        else []
+    unknown_arch = [g for g in gpus if not g.arch]
+    judged = [g for g in gpus if g.arch]
+    evidence += [f"GPU {g.index} {g.name}: compute capability unknown" for g in unknown_arch]
+    if not judged:
+        return skip("no visible GPU reported its compute capability", *evidence)
+    missing, through_ptx = {}, set()
+    for gpu in judged:
+        entry = tp.covering_entry(code, gpu.arch)
+        evidence.append(f"GPU {gpu.index} {gpu.name} ({gpu.arch}): "
+                        + (f"runs {entry}" if entry else "no code in the list runs here"))
+        if entry is None:
+            missing.setdefault(gpu.arch, gpu.name)
+        elif entry.startswith("compute_"):
+            through_ptx.add(gpu.arch)
+    if missing:
+        shown = ", ".join(f"{name} ({arch})" for arch, name in sorted(missing.items()))
+        wanted = ";".join(sorted(missing, key=version_tuple))
+        return fail(f"TORCH_CUDA_ARCH_LIST={value} leaves out {shown}: ops built with it "
+                    "(DS_BUILD_OPS installs, DeepSpeed's JIT builds since 0.19, torch extensions) stop "
+                    "there "
+                    "with 'no kernel image is available for execution on the device'",
+                    f"add the GPU's arch: export TORCH_CUDA_ARCH_LIST=\"{wanted};{value}\" (or "
+                    "unset it to build for the GPUs the build sees), then rebuild the ops "
+                    "(clear the JIT extensions folder, or reinstall with DS_BUILD_OPS=1)",
+                    *evidence)
+    archs = ", ".join(sorted({g.arch for g in judged}, key=version_tuple))
+    ptx = (f"; {', '.join(sorted(through_ptx, key=version_tuple))} only through PTX compiled "
+           "at first use" if through_ptx else "")
+    return ok(f"TORCH_CUDA_ARCH_LIST={value} covers the {len(judged)} visible GPU(s) "
+              f"({archs}){ptx}", *evidence)

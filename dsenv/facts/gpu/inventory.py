@@ -153,6 +153,7 @@ class ToolOutcome:
     status: str
     detail: str = ""
     seconds: float = 0.0
+    listed: int | None = None  # GPUs in its answer ('ok' only)
 
     @property
     def found(self) -> bool:
@@ -178,7 +179,7 @@ def _outcome(tool: str, result, gpus: list[Gpu] | None = None) -> ToolOutcome:
         return ToolOutcome(tool, "hung", result.describe(), result.seconds)
     if not result.ok or gpus is None:
         return ToolOutcome(tool, "error", result.describe(), result.seconds)
-    return ToolOutcome(tool, "ok", f"{len(gpus)} GPU(s)", result.seconds)
+    return ToolOutcome(tool, "ok", f"{len(gpus)} GPU(s)", result.seconds, len(gpus))
 
 
 def _run_parser(parser, text: str) -> list[Gpu] | None:

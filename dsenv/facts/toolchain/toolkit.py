@@ -132,9 +132,11 @@ def cxx(node: Node) -> Tool:
         path = node.which(name)
         if path:
             result = node.run([path, "--version"])
-            if result.ok:
+            if result.ok and result.stdout.strip():
                 return Tool(name, path, parse_first_version(result.stdout),
                             result.stdout.strip().splitlines()[0])
+            if result.ok:  # a compiler names itself: this one is a stub or broken
+                return Tool(name, None, how=f"`{path} --version` printed nothing")
             return Tool(name, None, how=result.describe())
     return Tool(names[0], None, how=f"{' / '.join(names)} not on PATH")
 
@@ -248,3 +250,37 @@ def parse_arch_list(value: str) -> tuple[list[str], list[str]]:
         else:
             unknown.append(token)
     return found, unknown
+
+
+# torch/utils/cpp_extension.py _get_cuda_arch_flags (torch 2.13): the names it expands, by
+# plain string replacement, before splitting the list on ';' (spaces first become ';').
+TORCH_NAMED_ARCHES = (("Kepler+Tesla", "3.7"), ("Kepler", "3.5+PTX"), ("Maxwell+Tegra", "5.3"),
+                      ("Maxwell", "5.0;5.2+PTX"), ("Pascal", "6.0;6.1+PTX"),
+                      ("Volta+Tegra", "7.2"), ("Volta", "7.0+PTX"), ("Turing", "7.5+PTX"),
+                      ("Ampere+Tegra", "8.7"), ("Ampere", "8.0;8.6+PTX"), ("Ada", "8.9+PTX"),
+                      ("Hopper", "9.0+PTX"), ("Blackwell+Tegra", "11.0"),
+                      ("Blackwell", "10.0;10.3;12.0;12.1+PTX"))
+ARCH_ENTRY = re.compile(r"(\d+)\.(\d+)([af]?)(\+PTX)?")
+
+
+def arch_list_code(value: str) -> tuple[list[str], list[str]]:
+    """TORCH_CUDA_ARCH_LIST -> (the device code a build with it holds, as torch names it:
+    'sm_80', 'sm_90a', 'compute_90' for a +PTX entry; the entries not understood).
+
+    Read as torch's extension builder reads it (names expanded, ' ' and ';' separate); the
+    commas some users write are taken as separators too. DeepSpeed's op builders read the
+    same numbers (their own parser's refusals are toolkit.arch-support's)."""
+    text = value.strip().replace(" ", ";").replace(",", ";")
+    for name, expansion in TORCH_NAMED_ARCHES:
+        text = text.replace(name, expansion)
+    code, unknown = [], []
+    for entry in filter(None, (e.strip() for e in text.split(";"))):
+        match = ARCH_ENTRY.fullmatch(entry)
+        if not match:
+            unknown.append(entry)
+            continue
+        major, minor, variant, ptx = match.groups()
+        code.append(f"sm_{major}{minor}{variant}")
+        if ptx:
+            code.append(f"compute_{major}{minor}")
+    return list(dict.fromkeys(code)), unknown
