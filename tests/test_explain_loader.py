@@ -159,3 +159,16 @@ def test_tensorflows_wording_is_the_same_shape():
     found, = loader.parse("I tensorflow/stream_executor/dso_loader.cc:105] Couldn't open CUDA "
                           "library libcudnn.so. LD_LIBRARY_PATH: ")
     assert (found.kind, found.library, found.row["name"]) == ("missing", "libcudnn.so", "cuDNN")
+
+
+@pytest.mark.parametrize("text, library", [
+    ("libibverbs: Warning: couldn't load driver 'librxe-rdmav25.so': librxe-rdmav25.so: "
+     "cannot open shared object file: No such file or directory", "librxe-rdmav25.so"),
+    ("Unable to load libnccl-net.so : libnccl-net.so: cannot open shared object file: No such "
+     "file or directory", "libnccl-net.so"),
+])
+def test_optional_libraries_are_named_as_usually_harmless(text, library):
+    from dsenv.doctor.explain import rank
+    found = [m for m in rank.rank(text) if m.finding]
+    assert found[0].finding.library == library and found[0].finding.benign
+    assert "Usually harmless" in found[0].finding.cause and found[0].score == rank.BAR

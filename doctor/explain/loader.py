@@ -63,6 +63,10 @@ class Finding:
         return f"loader.{self.kind}"
 
     @property
+    def benign(self) -> bool:
+        return bool(self.row and self.row.get("benign"))
+
+    @property
     def title(self) -> str:
         name = self.row["name"] if self.row else "a library not in dsenv's table"
         return {"missing": f"{self.library} cannot be loaded: {name}",
@@ -83,6 +87,8 @@ class Finding:
     @property
     def cause(self) -> str:
         provider = f" It is provided by {self.row['provider']}." if self.row else ""
+        if self.row and self.row.get("benign"):
+            provider += f" Usually harmless: {self.row['benign']}"
         if self.kind == "missing":
             return (f"The dynamic loader found no {self.library} in LD_LIBRARY_PATH, the "
                     f"ldconfig cache, the default folders or the RUNPATH of the library that "

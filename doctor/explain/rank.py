@@ -4,7 +4,8 @@ Each catalogue mode and each family parser's finding gets a score for one failur
 
 - the message: a catalogue pattern found in the line weighs 3, a generic one (evidence.toml:
   "No space left on device", "Bus error", "NCCL_IB_GID_INDEX" ...) 1; a family parser that
-  reads the line's structure (loader.py) weighs 3.5;
+  reads the line's structure (loader.py) weighs 3.5 (4 when the library is in its table; just
+  the bar when the table says failing to load it is usually harmless);
 - the component that printed the line (NCCL, torch.distributed, Slurm, the dynamic loader...):
   +1 when the mode belongs to that component's areas; -2 when it does not and the component
   is one whose lines say who failed (NCCL, the loader, Slurm, MPI, the Hub client; a mention
@@ -121,7 +122,8 @@ def rank(message: str, around: str = "") -> list[Match]:
     matches = score_modes(message, around)
     by_id = {m.id: m for m in matches}
     for finding in loader.parse(message):
-        matches.append(Match(STRUCTURE + (0.5 if finding.row else 0), finding=finding,
+        weight = BAR if finding.benign else STRUCTURE + (0.5 if finding.row else 0)
+        matches.append(Match(weight, finding=finding,
                              matched=[finding.text], why=[f"parsed: {finding.describe()}"]))
         linked = (finding.row or {}).get("modes", {}).get(finding.kind)
         mode = _mode(linked) if linked else None
