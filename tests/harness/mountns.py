@@ -160,15 +160,17 @@ def needs_root_and(*users: str) -> None:
             pytest.skip(f"no user {user!r} on this machine")
 
 
-def as_user(user: str, func: Callable[[], T], umask: int = 0o022) -> T:
+def as_user(user: str, func: Callable[[], T], umask: int = 0o022, timeout: int = 120) -> T:
     """``func()`` in a child running as ``user`` (its primary group, no others) with
-    ``umask``; its return value (picklable) comes back, its exception is raised here."""
+    ``umask``; its return value (picklable) comes back, its exception is raised here. A child
+    still running after ``timeout`` seconds is killed (SIGALRM) and the call fails."""
     entry = pwd.getpwnam(user)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         status = 0
         try:
+            signal.alarm(timeout)
             os.close(read_end)
             os.setgroups([])
             os.setgid(entry.pw_gid)
@@ -188,7 +190,9 @@ def as_user(user: str, func: Callable[[], T], umask: int = 0o022) -> T:
     with os.fdopen(read_end, "rb") as answer:
         data = answer.read()
     _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and data, f"the child as {user} died"
+    code = os.waitstatus_to_exitcode(status)
+    late = f", killed after {timeout} s" if code == -signal.SIGALRM else ""
+    assert code == 0 and data, f"the child as {user} died (exit {code}{late})"
     kind, value = pickle.loads(data)
     if kind == "raised":
         raise ChildRaised(*value)

@@ -149,7 +149,7 @@ def _unwritable(ctx: Context, bad: list[hfrepos.RepoWrites], me: str, evidence: 
     return fail(f"{what}: a download dies with {dies}", fix, *evidence)
 
 
-@check("cache.hf-repos", "Each repository's lock and blob folders a download writes")
+@check("cache.hf-repos", "Repository folders a download writes")
 def hf_repos(ctx: Context):
     hub = hfcache.resolve_dirs(ctx.env).hub
     folders, source = _repos_judged(ctx, hub)

@@ -182,7 +182,7 @@ def arch_support(ctx: Context):
     return ok(f"{span}: covers {', '.join(sorted(targets, key=version_tuple))}", *evidence)
 
 
-@check("toolkit.arch-list", "TORCH_CUDA_ARCH_LIST covers every visible GPU")
+@check("toolkit.arch-list", "TORCH_CUDA_ARCH_LIST covers the GPUs")
 def arch_list(ctx: Context):
     """The compute capabilities TORCH_CUDA_ARCH_LIST builds for, against the GPUs this job
     sees: a build with a list that leaves one out (8.0 on V100s) holds no kernel it can run."""
