@@ -126,7 +126,7 @@ def test_master_addr_on_another_network_than_the_ranks(cluster, base_env, tmp_pa
                                exports="export MASTER_ADDR=h1-nmn")
     found = results["launch.hosts-master"]
     assert found["status"] == "warn", found
-    assert "GLOO_SOCKET_IFNAME does not select" in found["summary"]
+    assert "GLOO_SOCKET_IFNAME=hsn0 does not select" in found["summary"]
     assert any("via nmn0" in e for e in found["evidence"])
 
 
