@@ -1,14 +1,20 @@
-"""The failure catalogue (doctor/catalogue.toml): the modes users report, each with its
-symptom, cause, the check that detects it before the job (or why none can), the fix and the
-public sources. Read by `dsenv explain` and `dsenv doctor --list`."""
+"""The failure catalogue (doctor/modes/*.toml, one file per family): the modes users report,
+each with its symptom, cause, the check that detects it before the job (or why none can), the
+fix and the public sources. Read by `dsenv explain` and `dsenv doctor --list`."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from functools import cache
+from importlib import resources
 
 from dsenv.data import load_table
+
+# The areas a mode belongs to (the first part of its id); explain's ranking knows which
+# component's lines belong to which areas (doctor/explain/rank.py COMPONENTS).
+AREAS = ("jit", "toolkit", "torch", "deepspeed", "gpu", "comm", "system", "launch", "mpi",
+         "slurm", "cache", "hf", "job", "container", "rocm", "loader", "env")
 
 
 @dataclass(frozen=True)
@@ -24,18 +30,31 @@ class Mode:
     fix: str
     fixable: str  # the --fix action that can repair it, "" when none is safe
     sources: tuple[str, ...]
+    also: tuple[str, ...] = ()  # more message evidence (doctor/explain/rank.py)
+    against: tuple[str, ...] = ()  # evidence that the symptom came from elsewhere
 
     def matches(self, text: str) -> list[str]:
         """The patterns of this mode that ``text`` matches."""
         return [p for p in self.match if re.search(p, text, re.IGNORECASE | re.MULTILINE)]
 
 
+def files() -> list[str]:
+    """The catalogue's table files, in name order."""
+    return sorted(f.name for f in resources.files("dsenv.doctor.modes").iterdir()
+                  if f.name.endswith(".toml"))
+
+
 @cache
 def modes() -> tuple[Mode, ...]:
-    rows = load_table("dsenv.doctor", "catalogue.toml")["mode"]
+    rows = [r for name in files() for r in load_table("dsenv.doctor.modes", name)["mode"]]
     return tuple(Mode(r["id"], r["area"], r["title"], r["symptom"], tuple(r.get("match", ())),
                       r["cause"], r["detect"], r.get("check", ""), r["fix"],
-                      r.get("fixable", ""), tuple(r["sources"])) for r in rows)
+                      r.get("fixable", ""), tuple(r["sources"]), tuple(r.get("also", ())),
+                      tuple(r.get("against", ()))) for r in rows)
+
+
+def mode(mode_id: str) -> Mode | None:
+    return next((m for m in modes() if m.id == mode_id), None)
 
 
 def by_check() -> dict[str, list[Mode]]:

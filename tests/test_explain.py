@@ -1,4 +1,4 @@
-"""`dsenv explain` and the failure catalogue (doctor/catalogue.toml) it reads."""
+"""`dsenv explain` and the failure catalogue (doctor/modes/) it reads."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ drift reported), so none of them can pass by not looking.
 - launchers: envs/launchers.toml against the --launcher choices of `dsenv doctor` and
   `dsenv launch`, the launch lines, the site profiles;
 - fix kinds: doctor/fix/actions.py's KINDS against the fixers, the report schema's
-  action.kind enum and doctor/catalogue.toml's `fixable`;
+  action.kind enum and doctor/modes/*.toml's `fixable`;
 - JIT times: envs/training_stack.toml's [[deepspeed.jit_build]] is the only table or module
   that gives an op a time, once per op, and every op a run or the doctor names has one.
 """

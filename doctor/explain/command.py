@@ -109,7 +109,7 @@ def _print(matches, reading, line, args) -> int:
 
 def _match_json(m: rank.Match, here: bool) -> dict:
     out = {"id": m.id, "title": title(m), "cause": cause(m), "fix": fix(m), "score": m.score,
-           "matched": m.matched, "evidence": m.why, "sources": list(sources(m))}
+           "matched": m.matched, "evidence": m.why, "parsed": m.parsed, "sources": list(sources(m))}
     if m.mode:
         out.update(check=m.mode.check, detect=m.mode.detect, fixable=m.mode.fixable)
     else:
@@ -173,6 +173,8 @@ def render(match: rank.Match, read=None, root=None, here: list[str] | None = Non
                                       f"{root.text.strip()[:300]}"))
     if match.finding:
         lines.append(para("parsed", match.finding.describe()))
+    for i, parts in enumerate(match.parsed):
+        lines.append(para("parsed" if i == 0 else "", parts))
     lines += [para("cause", cause(match)), para("fix", fix(match))]
     mode = match.mode
     if mode:

@@ -6,6 +6,7 @@ Each catalogue mode and each family parser's finding gets a score for one failur
   "No space left on device", "Bus error", "NCCL_IB_GID_INDEX" ...) 1; a family parser that
   reads the line's structure (loader.py) weighs 3.5 (4 when the library is in its table; just
   the bar when the table says failing to load it is usually harmless);
+  a family parser (families/) that reads the line's parts and names a mode weighs 4.5;
 - the component that printed the line (NCCL, torch.distributed, Slurm, the dynamic loader...):
   +1 when the mode belongs to that component's areas; -2 when it does not and the component
   is one whose lines say who failed (NCCL, the loader, Slurm, MPI, the Hub client; a mention
@@ -26,7 +27,7 @@ from functools import cache
 
 from dsenv.data import load_table
 from dsenv.doctor import catalogue
-from dsenv.doctor.explain import loader
+from dsenv.doctor.explain import families, loader
 
 BAR = 3.0
 SPECIFIC, GENERIC, STRUCTURE = 3.0, 1.0, 3.5
@@ -35,22 +36,23 @@ FLAGS = re.IGNORECASE | re.MULTILINE
 # Who printed a line, and the catalogue areas that component's failures belong to.
 COMPONENTS = (
     ("nccl", re.compile(r"NCCL (?:WARN|INFO)|RCCL|\bnccl[A-Z]\w*|NCCL error|/dev/shm/nccl"),
-     {"comm", "system", "container", "gpu", "launch"}),
+     {"comm", "system", "container", "gpu", "launch", "rocm"}),
     ("loader", re.compile(r"cannot open shared object|error while loading shared libraries"
                           r"|undefined symbol|cannot find -l|version [`'][\w.]+' not found"
                           r"|collect2|\bld: ", re.I),
-     {"toolkit", "torch", "comm", "deepspeed", "gpu", "container", "mpi", "system"}),
+     {"toolkit", "torch", "comm", "deepspeed", "gpu", "container", "mpi", "system", "loader",
+      "rocm", "env"}),
     ("slurm", re.compile(r"^(?:srun|slurmstepd|sbatch|salloc): ", re.M),
-     {"job", "mpi", "launch", "system", "container"}),
+     {"job", "mpi", "launch", "system", "container", "slurm", "gpu"}),
     ("mpi", re.compile(r"mpirun|prterun|\bPRTE\b|\bORTE\b|\bOMPI\b|PMIx|\bMPI_\w+"),
-     {"mpi", "launch"}),
+     {"mpi", "launch", "slurm"}),
     ("torch.distributed", re.compile(r"torch\.distributed|c10d|DistNetworkError|ProcessGroup"
                                      r"|TCPStore|rendezvous|MASTER_ADDR|MASTER_PORT"),
      {"launch", "comm"}),
     ("huggingface", re.compile(r"huggingface|hf_hub|HF_HUB|datasets/|transformers/"),
-     {"cache", "job"}),
+     {"cache", "job", "hf", "env"}),
     ("deepspeed", re.compile(r"deepspeed|op_builder|ds_accelerator|DS_BUILD", re.I),
-     {"deepspeed", "toolkit", "job", "launch", "torch", "gpu", "cache"}),
+     {"deepspeed", "toolkit", "job", "launch", "torch", "gpu", "cache", "env"}),
 )
 
 
@@ -65,9 +67,8 @@ def component(text: str) -> tuple[str, set[str]] | None:
 
 
 @cache
-def _evidence() -> tuple[frozenset[str], dict[str, dict]]:
-    table = load_table("dsenv.doctor.explain", "evidence.toml")
-    return frozenset(table["generic"]), {row["id"]: row for row in table.get("mode", [])}
+def _generic() -> frozenset[str]:
+    return frozenset(load_table("dsenv.doctor.explain", "evidence.toml")["generic"])
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Match:
     matched: list[str] = field(default_factory=list)  # message patterns
     context: list[str] = field(default_factory=list)  # patterns seen only around it
     why: list[str] = field(default_factory=list)  # the evidence, in words
+    parsed: list[str] = field(default_factory=list)  # what a family parser extracted
 
     @property
     def id(self) -> str:
@@ -87,18 +89,17 @@ class Match:
 
 
 def score_modes(message: str, around: str) -> list[Match]:
-    generic, extra = _evidence()
+    generic = _generic()
     who = component(message)
     found = []
     for mode in catalogue.modes():
         hits = [p for p in mode.match if re.search(p, message, FLAGS)]
-        row = extra.get(mode.id, {})
-        also = [p for p in row.get("also", ()) if re.search(p, message, FLAGS)]
+        also = [p for p in mode.also if re.search(p, message, FLAGS)]
         if not hits and not also:
             continue
         score = sum(GENERIC if p in generic else SPECIFIC for p in hits) + SPECIFIC * len(also)
         why = [f"message: {p!r}" + (" (generic)" if p in generic else "") for p in hits + also]
-        against = [p for p in row.get("against", ()) if re.search(p, message, FLAGS)]
+        against = [p for p in mode.against if re.search(p, message, FLAGS)]
         if against:
             score -= SPECIFIC * len(against)
             why.append(f"against: {against[0]!r}")
@@ -126,7 +127,7 @@ def rank(message: str, around: str = "") -> list[Match]:
         matches.append(Match(weight, finding=finding,
                              matched=[finding.text], why=[f"parsed: {finding.describe()}"]))
         linked = (finding.row or {}).get("modes", {}).get(finding.kind)
-        mode = _mode(linked) if linked else None
+        mode = catalogue.mode(linked) if linked else None
         if mode is None:
             continue
         why = f"parsed: {finding.describe()} (libraries.toml: {finding.kind} -> {mode.id})"
@@ -136,11 +137,19 @@ def rank(message: str, around: str = "") -> list[Match]:
         else:
             by_id[mode.id] = Match(STRUCTURE + 1, mode=mode, matched=[finding.text], why=[why])
             matches.append(by_id[mode.id])
+    for found in families.read(message):
+        mode = catalogue.mode(found.mode)
+        if mode is None:
+            continue
+        why = f"parsed ({found.family}): {found.describe()}"
+        if mode.id not in by_id:
+            by_id[mode.id] = Match(0, mode=mode, matched=[found.text])
+            matches.append(by_id[mode.id])
+        match = by_id[mode.id]
+        match.score = max(match.score, STRUCTURE + 1)
+        match.why.append(why)
+        match.parsed.append(found.describe())
     return sorted(matches, key=lambda m: -m.score)
-
-
-def _mode(mode_id: str) -> catalogue.Mode | None:
-    return next((m for m in catalogue.modes() if m.id == mode_id), None)
 
 
 def confident(matches: list[Match]) -> list[Match]:

@@ -29,7 +29,7 @@ from dsenv.provision.record.activation import ACTIVATE_NAME
 from dsenv.verdicts.findings import FixAction
 
 # The fix kinds: their one home. doctor/fix/fixers.py's FIXERS has one fixer per kind, the
-# report schema's action.kind enum and doctor/catalogue.toml's `fixable` name only these
+# report schema's action.kind enum and doctor/modes/*.toml's `fixable` name only these
 # (tests/test_tables_agree.py).
 OFFLINE, EXTENSIONS, NCCL, CACHE = ("activate-offline-vars", "activate-extensions-dir",
                                     "activate-nccl-vars", "activate-cache-vars")

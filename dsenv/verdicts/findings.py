@@ -25,7 +25,7 @@ class FixAction:
     it), or, when it may not, the command to run by hand and why.
 
     ``kind`` names the fixer: one of doctor/fix/actions.py's KINDS, their one home (the
-    fixers, the report schema's action.kind and doctor/catalogue.toml's ``fixable`` are
+    fixers, the report schema's action.kind and doctor/modes/*.toml's ``fixable`` are
     checked against it by tests/test_tables_agree.py).
     """
 

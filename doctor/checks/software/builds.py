@@ -1,5 +1,5 @@
 """JIT builds, their caches and libraries: extension locks and folder, ninja, shadowed CUDA
-libraries, file locks in the caches, Triton and MIOpen caches (doctor/catalogue.toml)."""
+libraries, file locks in the caches, Triton and MIOpen caches (doctor/modes/)."""
 
 from __future__ import annotations
 

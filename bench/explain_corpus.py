@@ -1,0 +1,73 @@
+"""`dsenv explain` on the corpus of real messages (tests/fixtures/explain_corpus/messages.jsonl):
+recall and wrong-cause rate per family.
+
+A message is *named* when the first cause explain gives (the best confident match of the
+first failure line that has one) is the mode the corpus gives for it (``mode``, or
+``proposed_mode`` for a cause the catalogue did not have when the corpus was collected).
+It is *wrong* when explain gives another cause, *quiet* when it gives none. Environment
+messages should be named; NOT-ENVIRONMENT ones should stay quiet (a cause there is wrong).
+
+    python bench/explain_corpus.py [--misses]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import time
+from pathlib import Path
+
+from dsenv.doctor.explain.command import explain_text
+
+CORPUS = Path(__file__).resolve().parents[1] / "tests/fixtures/explain_corpus/messages.jsonl"
+
+
+def first_cause(text: str) -> str:
+    _, _, sure, _ = explain_text(text)
+    return sure[0].id if sure else ""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--misses", action="store_true", help="list the messages not named")
+    ap.add_argument("--family", help="only this family")
+    args = ap.parse_args()
+    rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    if args.family:
+        rows = [r for r in rows if r["family"] == args.family]
+    tally: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    misses = []
+    start = time.perf_counter()
+    for row in rows:
+        want = row["mode"] or row["proposed_mode"]
+        got = first_cause(row["message"])
+        env = row["family"] != "NOT-ENVIRONMENT"
+        verdict = ("named" if got == want else "wrong" if got else "quiet") if env else (
+            "wrong" if got else "quiet")
+        for fam in (row["family"], "all environment" if env else None):
+            if fam:
+                tally[fam][verdict] += 1
+        if (env and verdict != "named") or (not env and got):
+            misses.append((row["id"], row["family"], want, got or "-", row["url"]))
+    took = time.perf_counter() - start
+    print(f"{'family':<22} {'n':>4} {'named':>6} {'recall':>7} {'wrong':>6} {'wrong%':>7}")
+    order = sorted(tally, key=lambda f: (f == "all environment", f == "NOT-ENVIRONMENT", f))
+    for fam in order:
+        c = tally[fam]
+        n = sum(c.values())
+        if fam == "NOT-ENVIRONMENT":
+            print(f"{fam:<22} {n:>4} {'quiet':>6} {c['quiet'] / n:>7.1%} {c['wrong']:>6} "
+                  f"{c['wrong'] / n:>7.1%}")
+            continue
+        print(f"{fam:<22} {n:>4} {c['named']:>6} {c['named'] / n:>7.1%} {c['wrong']:>6} "
+              f"{c['wrong'] / n:>7.1%}")
+    print(f"{len(rows)} messages in {took:.2f} s")
+    if args.misses:
+        for m in misses:
+            print("  ".join(m))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""The failure catalogue against real texts (issue 23).
+
+- The catalogue is well formed: unique ids, known areas, check ids the doctor has, fixable
+  kinds the fixers know, public sources.
+- Every mode has at least two verbatim symptoms from two different public threads
+  (tests/fixtures/explain_symptoms/), and `dsenv explain` names that mode first for each.
+- The symptoms (what the rules are written from) and the corpus (what they are measured on,
+  tests/fixtures/explain_corpus/) share no thread.
+- On the corpus: recall and wrong-cause rate over the environment messages, and every
+  non-environment message stays quiet (bench/explain_corpus.py prints the same per family).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor import catalogue, registry
+from dsenv.doctor.explain import families
+from dsenv.doctor.explain.command import explain_text
+from dsenv.doctor.fix.actions import KINDS
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SYMPTOMS = FIXTURES / "explain_symptoms"
+CORPUS = FIXTURES / "explain_corpus" / "messages.jsonl"
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def symptoms() -> list[dict]:
+    return [dict(row, file=path.stem) for path in sorted(SYMPTOMS.glob("*.jsonl"))
+            for row in _jsonl(path)]
+
+
+def corpus() -> list[dict]:
+    return _jsonl(CORPUS)
+
+
+def first_cause(text: str) -> str:
+    _, _, sure, _ = explain_text(text)
+    return sure[0].id if sure else ""
+
+
+def test_catalogue_is_well_formed():
+    modes = catalogue.modes()
+    ids = [m.id for m in modes]
+    assert len(ids) == len(set(ids)), [i for i, n in collections.Counter(ids).items() if n > 1]
+    checks = {c.id for c in registry.all_checks()}
+    bad = []
+    for m in modes:
+        if m.area not in catalogue.AREAS:
+            bad.append(f"{m.id}: area {m.area!r}")
+        if m.check and m.check not in checks:
+            bad.append(f"{m.id}: check {m.check!r} is not a doctor check")
+        if not m.check and not m.detect.startswith("cannot"):
+            bad.append(f"{m.id}: no check, and detect does not say why it cannot")
+        if m.fixable and m.fixable not in KINDS:
+            bad.append(f"{m.id}: fixable {m.fixable!r}")
+        if not m.sources or not all(s.startswith("https://") for s in m.sources):
+            bad.append(f"{m.id}: sources {m.sources}")
+        for p in (*m.match, *m.also, *m.against):
+            re.compile(p)
+    assert not bad, bad
+
+
+def test_catalogue_is_three_times_the_first():
+    assert len(catalogue.modes()) >= 150
+
+
+def test_every_mode_has_two_symptoms_from_two_threads():
+    threads = collections.defaultdict(set)
+    for row in symptoms():
+        threads[row["mode"]].add(row["url"])
+    known = {m.id for m in catalogue.modes()}
+    assert not set(threads) - known, f"symptoms of unknown modes: {set(threads) - known}"
+    short = {m.id: sorted(threads[m.id]) for m in catalogue.modes() if len(threads[m.id]) < 2}
+    assert not short, f"{len(short)} modes with fewer than two threads: {short}"
+
+
+def test_symptoms_and_corpus_share_no_thread():
+    shared = {r["url"] for r in symptoms()} & {r["url"] for r in corpus()}
+    assert not shared, shared
+
+
+@pytest.mark.parametrize("row", symptoms(), ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
+def test_explain_names_each_symptom(row):
+    assert first_cause(row["text"]) == row["mode"]
+
+
+def test_family_readings_name_catalogue_modes():
+    known = {m.id for m in catalogue.modes()}
+    named = {r.mode for row in symptoms() + corpus()
+             for r in families.read(row.get("text") or row.get("message"))}
+    assert named <= known, named - known
+
+
+def test_corpus_recall_and_wrong_cause_rate():
+    env = [r for r in corpus() if r["family"] != "NOT-ENVIRONMENT"]
+    got = {r["id"]: first_cause(r["message"]) for r in env}
+    named = sum(got[r["id"]] == (r["mode"] or r["proposed_mode"]) for r in env)
+    wrong = sum(bool(got[r["id"]]) and got[r["id"]] != (r["mode"] or r["proposed_mode"])
+                for r in env)
+    assert named / len(env) >= 0.9 and wrong / len(env) <= 0.03, (named, wrong, len(env))
+
+
+def test_non_environment_errors_stay_quiet():
+    loud = {r["id"]: first_cause(r["message"]) for r in corpus()
+            if r["family"] == "NOT-ENVIRONMENT"}
+    assert not {k: v for k, v in loud.items() if v}
