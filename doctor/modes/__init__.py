@@ -1,5 +1,5 @@
-"""The failure catalogue's tables, one TOML file per family (build, comm, launch, loader,
-huggingface, rocm, container, system). doctor/catalogue.py reads them all.
+"""The failure catalogue's tables, one TOML file per family (build, gpu, comm, launch, mpi,
+loader, huggingface, rocm, container, system). doctor/catalogue.py reads them all.
 
 Fields of each ``[[mode]]``:
 

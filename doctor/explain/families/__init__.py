@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from functools import cache
 
 # The family modules, in the order their readings are listed.
-MODULES = ("nccl", "launch", "build", "huggingface", "rocm", "container", "system")
+MODULES = ("nccl", "launch", "mpi", "gpu", "build", "huggingface", "rocm", "container",
+           "system")
 
 
 @dataclass(frozen=True)
