@@ -14,9 +14,8 @@ import sys
 import textwrap
 
 from dsenv.doctor import catalogue
-from dsenv.doctor.explain import loader, logread, rank
+from dsenv.doctor.explain import here, logread, rank
 from dsenv.errors import UsageError
-from dsenv.facts.node import Node
 
 MAX_LINES_TRIED = 40  # distinct failure lines scored, from the root on
 
@@ -37,8 +36,12 @@ def add_explain_parser(subparsers) -> None:
                         "id; '-' reads it from standard input")
     p.add_argument("--json", action="store_true", help="the matches as JSON")
     p.add_argument("--here", action="store_true",
-                   help="also look on this node and environment for what the error names "
-                        "(a missing library: LD_LIBRARY_PATH, ldconfig, the env's wheels)")
+                   help="also run the doctor check of each cause on this node and say whether "
+                        "the cause is present here (a missing library: where LD_LIBRARY_PATH, "
+                        "ldconfig and the env's wheels have it)")
+    p.add_argument("--env", metavar="PREFIX|PYTHON", dest="environment",
+                   help="with --here: the environment the job runs in (default: as `dsenv "
+                        "doctor` picks it: the activated environment, else python3 on PATH)")
 
 
 def read_input(arg: str | None) -> str:
@@ -81,13 +84,6 @@ def run_explain(args) -> int:
     return _print(sure, reading, line, args)
 
 
-def _here(match: rank.Match) -> list[str]:
-    if match.finding is None:
-        return ([f"run `dsenv doctor` (check {match.mode.check}) on this node"]
-                if match.mode.check else [])
-    return loader.look_here(match.finding, Node())
-
-
 def _line_json(line):
     return None if line is None else {"line": line.number, "text": line.text}
 
@@ -95,19 +91,26 @@ def _line_json(line):
 def _print(matches, reading, line, args) -> int:
     root = reading.root if reading and not reading.single else None
     read = line if reading and not reading.single else None
+    found = _look_here(matches, args) if args.here else {}
     if args.json:
         print(json.dumps({
             "schema": "dsenv.explain/1", "root": _line_json(root), "read": _line_json(read),
-            "matches": [_match_json(m, args.here) for m in matches]}, indent=2))
+            "matches": [_match_json(m, found.get(id(m))) for m in matches]}, indent=2))
         return 0
     for index, match in enumerate(matches):
         if index:
             print()
-        print(render(match, read, root, _here(match) if args.here else None))
+        print(render(match, read, root, found.get(id(match))))
     return 0
 
 
-def _match_json(m: rank.Match, here: bool) -> dict:
+def _look_here(matches, args) -> dict[int, list[str]]:
+    """{id(match): what this node shows}; each doctor check runs once."""
+    ctx, results = here.context(args.environment), {}
+    return {id(m): here.look(m, ctx, results) for m in matches}
+
+
+def _match_json(m: rank.Match, here_lines: list[str] | None) -> dict:
     out = {"id": m.id, "title": title(m), "cause": cause(m), "fix": fix(m), "score": m.score,
            "matched": m.matched, "evidence": m.why, "parsed": m.parsed, "sources": list(sources(m))}
     if m.mode:
@@ -117,8 +120,8 @@ def _match_json(m: rank.Match, here: bool) -> dict:
         out.update(check="", library=f.library, version=f.version, symbol=f.symbol,
                    required_by=f.required_by, kind=f.kind,
                    provider=f.row["provider"] if f.row else "")
-    if here:
-        out["here"] = _here(m)
+    if here_lines is not None:
+        out["here"] = here_lines
     return out
 
 
@@ -184,7 +187,9 @@ def render(match: rank.Match, read=None, root=None, here: list[str] | None = Non
         lines.append(para("check", check))
         if mode.fixable:
             lines.append(para("--fix", "`dsenv doctor --fix` can apply this fix"))
-    else:
+        if mode.check and here is None:
+            lines.append(para("", "`dsenv explain --here` runs it on this node now"))
+    elif here is None:
         lines.append(para("check", "`dsenv explain --here` looks for the library on this "
                                    "node and in the environment"))
     for i, item in enumerate(here or ()):

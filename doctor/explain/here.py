@@ -1,0 +1,58 @@
+"""`dsenv explain --here`: from the post-mortem to a live check.
+
+For a named cause that a doctor check detects, run that check on this node and this
+environment now (the job's environment, as `dsenv doctor` judges it: --env, the activated
+environment, python3 on PATH) and say whether the cause is present here. A loader finding
+also says where this node and environment have the library (loader.look_here).
+"""
+
+from __future__ import annotations
+
+import os
+
+from dsenv.doctor import registry, runner
+from dsenv.doctor.context import Context, Options
+from dsenv.doctor.explain import loader, rank
+from dsenv.verdicts.findings import Result, Status
+
+# What a check's status says about the cause a log names.
+VERDICT = {
+    Status.FAIL: "the cause is present here",
+    Status.ERROR: "the check could not finish here, so nothing is ruled out",
+    Status.WARN: "the check warns here: the cause may be present",
+    Status.OK: "not found here: this node and environment look healthy for it (the job's "
+               "node or environment may differ)",
+    Status.INFO: "not found here (the check reports facts only)",
+    Status.SKIP: "the check does not apply here, so it cannot confirm or rule it out",
+}
+
+
+def context(environment: str | None = None) -> Context:
+    return Context(options=Options(environment=environment), env=dict(os.environ))
+
+
+def run(check_id: str, ctx: Context) -> Result | None:
+    check = next((c for c in registry.all_checks() if c.id == check_id), None)
+    return None if check is None else runner.run_checks([check], ctx)[0]
+
+
+def look(match: rank.Match, ctx: Context, results: dict[str, Result]) -> list[str]:
+    """Lines: what this node shows for the cause ``match`` names. ``results`` caches checks
+    already run for an earlier match (two modes of one check run it once)."""
+    if match.finding is not None:
+        return loader.look_here(match.finding, ctx)
+    mode = match.mode
+    if not mode.check:
+        return [f"no doctor check can see this before the job ({mode.detect.removeprefix('cannot: ')})"]
+    if mode.check not in results:
+        found = run(mode.check, ctx)
+        if found is None:
+            return [f"the doctor has no check {mode.check} in this dsenv"]
+        results[mode.check] = found
+    result = results[mode.check]
+    lines = [f"your log says: {mode.title}",
+             f"on this node {result.id} finds: {result.status.value.upper()} {result.summary}",
+             VERDICT[result.status]]
+    if result.status in (Status.FAIL, Status.WARN) and result.fix:
+        lines.append(f"fix here: {result.fix}")
+    return lines

@@ -1,0 +1,81 @@
+"""`dsenv explain --here` runs the named cause's doctor check on this node now (issue 23):
+the cause present here, its healthy twin, a check that does not apply here, and a cause no
+check can see before the job. The node is real: PATH and the environment are what change."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from tests.harness.cli import dsenv, explain
+
+NINJA = "RuntimeError: Ninja is required to load C++ extensions"
+HERE = "\n  here    "
+
+
+def _here(done) -> str:
+    assert done.returncode == 0, explain(done)
+    assert HERE in done.stdout, done.stdout
+    return " ".join(done.stdout.split(HERE, 1)[1].split("\n  source")[0].split())
+
+
+def test_the_cause_is_present_here(tmp_path):
+    # the environment has ninja in its bin folder, the job's PATH does not reach it
+    done = dsenv("explain", "--here", "--env", sys.executable, NINJA,
+                 env={"PATH": str(tmp_path)})
+    text = _here(done)
+    assert "toolkit.ninja finds: FAIL" in text and "the cause is present here" in text
+    assert f"fix here: export PATH={os.path.dirname(sys.executable)}:$PATH" in text
+
+
+def test_healthy_twin_is_not_found_here(tmp_path):
+    done = dsenv("explain", "--here", "--env", sys.executable, NINJA,
+                 env={"PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin"})
+    text = _here(done)
+    assert "toolkit.ninja finds: OK" in text and "not found here" in text
+    assert "fix here" not in text
+
+
+def test_a_check_that_does_not_apply_here_says_so(tmp_path):
+    venv = tmp_path / "bare"  # an environment without torch: nothing is JIT-built
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    done = dsenv("explain", "--here", "--env", str(venv), NINJA, env={"PATH": str(tmp_path)})
+    text = _here(done)
+    assert "toolkit.ninja finds: SKIP torch is not installed" in text
+    assert "cannot confirm or rule it out" in text
+
+
+def test_a_cause_no_check_can_see_says_why():
+    done = dsenv("explain", "--here", "[Rank 2] Watchdog caught collective operation timeout: "
+                 "WorkNCCL(SeqNum=880, OpType=BROADCAST) ran for 1800648 milliseconds before "
+                 "timing out.")
+    assert _here(done).startswith("no doctor check can see this before the job")
+
+
+def test_json_carries_what_the_check_found(tmp_path):
+    done = dsenv("explain", "--here", "--json", "--env", sys.executable, NINJA,
+                 env={"PATH": str(tmp_path)})
+    first = json.loads(done.stdout)["matches"][0]
+    assert first["id"] == "jit.ninja-missing" and first["check"] == "toolkit.ninja"
+    assert any(x.startswith("on this node toolkit.ninja finds: FAIL") for x in first["here"])
+
+
+def test_without_here_it_offers_the_live_check():
+    done = dsenv("explain", NINJA)
+    assert "`dsenv explain --here` runs it on this node now" in done.stdout
+    assert HERE not in done.stdout
+
+
+def test_here_costs_less_than_the_doctor(tmp_path):
+    """The live check runs one check, not the doctor's sixty: it must not take longer."""
+    def wall(*args) -> float:
+        start = time.monotonic()
+        dsenv(*args, env={"PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin"})
+        return time.monotonic() - start
+    here = min(wall("explain", "--here", "--env", sys.executable, NINJA) for _ in range(2))
+    doctor = wall("doctor", "--env", sys.executable)
+    assert here < doctor, (here, doctor)
