@@ -14,13 +14,14 @@ from dsenv.doctor.registry import AREAS
 from dsenv.envs.launchers import LAUNCHERS
 from dsenv.errors import UsageError, run_command
 from dsenv.provision.parsers import add_parsers as add_provision_parsers
+from dsenv.suggest import Parser
 from dsenv.workloads.cli import add_launcher_arguments, add_workload_parsers, run_workload_command
 from dsenv.workloads.fetch.command import add_fetch_parser, run_fetch
 from dsenv.workloads.launch.command import add_launch_parser, run_launch, split_workload_args
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="dsenv",
         description="Reproducible DeepSpeed environments, health checks and smoke workloads "
                     "for HPC clusters.",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from dsenv.data import load_table
 from dsenv.envs import archs
 from dsenv.errors import UsageError
+from dsenv.suggest import did_you_mean
 
 VENDORS = ("nvidia", "amd", "cpu")
 # The variables torch's extension builder (torch/utils/cpp_extension.py) and DeepSpeed's op
@@ -140,9 +141,12 @@ def _parse_arch(token: str, spec: str) -> str:
     except ValueError:
         arch = None
     if arch is None or arch not in known_archs(vendor_of(arch)):
+        choices = [*known_archs("nvidia"), *known_archs("amd"), *all_gpu_names(), "auto", "cpu"]
         raise UsageError(
             f"--arch {spec}: {token!r} is neither a GPU architecture nor a GPU name dsenv "
-            f"knows; accepted: {_accepted()}")
+            f"knows;" + (did_you_mean(token, choices) or " accepted: compute capabilities "
+                         "(7.0, sm_80), AMD gfx targets (gfx90a), GPU names (A100, H100, "
+                         "MI250X), 'auto' or 'cpu' (see `dsenv provision --help`)"))
     return arch
 
 

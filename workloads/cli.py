@@ -18,6 +18,7 @@ import sys
 
 from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
 from dsenv.errors import run_command
+from dsenv.suggest import Parser
 from dsenv.workloads import registry
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.smoke_all import run_all
@@ -160,7 +161,7 @@ def run_workload_command(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m dsenv.workloads.cli smoke bert-squad ...`` (for launchers and tests)."""
-    parser = argparse.ArgumentParser(prog="dsenv")
+    parser = Parser(prog="dsenv")
     add_launcher_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_workload_parsers(sub)
