@@ -1,0 +1,119 @@
+"""NCCL/RCCL messages read by structure.
+
+NCCL prints ``host:pid:tid [dev] file.cc:LINE NCCL WARN <text>`` (older releases: ``WARN``
+alone, ``include/socket.h``, ``.cu`` files), torch wraps its result codes as
+``ncclSystemError``/``ncclInternalError``/``ncclInvalidUsage``/``ncclUnhandledCudaError``
+followed by ``Last error:`` and NCCL's last WARN text. The parts read here: the source file
+that warned (which transport: socket, bootstrap, net_ib, ibvwrap, shm, p2p, nvls, the
+plugin loader), the call that failed (ibv_*, cuMulticast*, posix_fallocate) with its errno
+text, and the names NCCL or libibverbs quote (interfaces, providers, plugins). Small rules
+map them to catalogue modes, so a new NCCL version's wording of the same failure is still
+understood.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dsenv.doctor.explain.families import Reading, reading
+
+FAMILY = "nccl"
+
+# host:pid:tid [dev] src/file.cc:123 NCCL WARN text   (also "WARN" without NCCL, .cu, ib_plugin.c)
+_WARN = re.compile(r"(?P<file>[\w./-]+\.(?:cc|cu|c|h)):(?P<line>\d+) (?:NCCL |RCCL )?WARN (?P<text>.*)")
+_RESULT = re.compile(r"\bnccl(?P<kind>System|Internal|Remote|InvalidUsage|InvalidArgument|UnhandledCuda)"
+                     r"Error\b")
+_LAST = re.compile(r"Last (?:NCCL warning\(error\)|error):\s*'?(?P<text>[^\n']+)")
+# the ibverbs call NCCL wraps (misc/ibvwrap.cc): "Call to ibv_reg_mr_iova2 failed with error X"
+_IBV_CALL = re.compile(r"(?:Call to )?(?P<call>ibv_\w+)(?:\([^)]*\))? failed(?: with (?:error )?"
+                       r"(?P<errno>[A-Za-z][\w ]+|\d+ [A-Za-z][\w ]+))?")
+_COMPLETION = re.compile(r"Got completion (?:from peer \S+ )?with (?:error |status=)(?P<status>\d+)")
+_PROVIDER = re.compile(r"libibverbs: Warning: couldn't load driver '(?P<provider>[^']+)': "
+                       r"(?P<why>[^\n]*)")
+_GLOO_IF = re.compile(r"Unable to find address for: (?P<name>\S+)")
+_SOCKET_IF = re.compile(r"NET/Socket : Using \[0\](?P<iface>[\w.-]+):")
+_PLUGIN = re.compile(r"NET/Plugin ?: (?:Plugin load \((?P<lib>libnccl-net[\w.-]*)\) returned \d+|"
+                     r"No plugin found|Could not find: (?P<lib2>libnccl-net[\w.-]*))"
+                     r"|Unable to load (?P<lib3>libnccl-net[\w.-]*)")
+
+
+def _warn_parts(message: str) -> list[tuple[str, str]]:
+    """(source file, warning text) for every WARN line, plus torch's "Last error:" text."""
+    found = [(m["file"], m["text"].strip()) for m in _WARN.finditer(message)]
+    found += [("", m["text"].strip()) for m in _LAST.finditer(message)]
+    return found or [("", message)]
+
+
+def read(message: str) -> list[Reading]:
+    if not message.strip():
+        return []
+    out: list[Reading] = []
+    kind = (m := _RESULT.search(message)) and m["kind"] or ""
+
+    def add(mode: str, text: str, **parts: str) -> None:
+        out.append(reading(FAMILY, mode, text, result=kind, **parts))
+
+    for source, text in _warn_parts(message):
+        base = source.rsplit("/", 1)[-1]
+        # NCCL's shared-memory segment in /dev/shm ran out of space (a container's 64 MB
+        # default): shm.cc / shmutils.cc, posix_fallocate or "failed to extend".
+        if (base.startswith(("shm", "shmutils")) or "/dev/shm/nccl" in text) and re.search(
+                r"No space left on device|posix_fallocate|failed to extend|creating shared memory"
+                r" segment", text):
+            add("system.shm-too-small", text, file=source, call="shared-memory segment")
+        # NVLS multicast (nvls.cc, cuMulticast*) fails when the Fabric Manager is unhealthy.
+        elif base.startswith("nvls") or "NVLink SHARP (NVLS)" in text:
+            add("comm.nvls-fabric-manager", text, file=source, call="NVLS multicast")
+        # CUDA error 217: the two GPUs have no peer access (p2p.cc IPC, shm.cc cuMem host).
+        elif re.search(r"peer access is not supported|IPC handle : 217|failure 217", text):
+            add("comm.p2p-peer-access-unsupported", text, file=source, call="CUDA peer access")
+        # Bootstrap without an interface: socket creation/bind with no address family or
+        # no interface in the peers' subnet.
+        elif re.search(r"Address family not supported|No usable listening interface|No interface "
+                       r"found in the same subnet", text):
+            add("comm.no-bootstrap-interface", text, file=source, call="bootstrap socket")
+        # An interface name NCCL_SOCKET_IFNAME asked for matched nothing: "no socket interface
+        # found", or a garbage address family from an empty interface list.
+        elif re.search(r"no (?:NCCL_SOCKET_IFNAME )?socket interface found|neither AF_INET\(2\) "
+                       r"nor AF_INET6", text):
+            add("comm.socket-ifname-missing", text, file=source, call="interface selection")
+        # Completion error 12 (IBV_WC_RETRY_EXC_ERR) or ibv_modify_qp timing out: the RoCE
+        # peers never hear each other, the GID choice being the usual reason.
+        elif (c := _COMPLETION.search(text)) and c["status"] == "12":
+            add("comm.roce-gid-index", text, file=source, call="completion", status="12")
+        elif (ibv := _IBV_CALL.search(text)):
+            errno = (ibv["errno"] or "").strip()
+            # Pinning memory (reg_mr) or creating queues fails with ENOMEM under a low
+            # RLIMIT_MEMLOCK; create_qp failing without an errno is the same limit in old NCCL.
+            if ibv["call"].startswith(("ibv_reg_mr", "ibv_create_cq", "ibv_create_qp")) and (
+                    not errno or "Cannot allocate memory" in errno):
+                add("comm.memlock-low", text, file=source, call=ibv["call"], errno=errno)
+            # QP transition to RTR timing out or unreachable: the address vector (GID) is wrong.
+            elif ibv["call"] == "ibv_modify_qp" and re.search(r"timed out|unreachable|110", errno):
+                add("comm.roce-gid-index", text, file=source, call=ibv["call"], errno=errno)
+
+    # libibverbs' own lines: a provider library for absent NICs is missing (harmless), versus
+    # providers that exist but cannot load against this libibverbs, or none at all.
+    for m in _PROVIDER.finditer(message):
+        if "IBVERBS_PRIVATE" in m["why"]:
+            add("comm.ibverbs-unloadable", m.group(0), provider=m["provider"],
+                why="libibverbs ABI older than the provider")
+        elif "cannot open shared object file" in m["why"]:
+            add("comm.ibverbs-provider-warning-benign", m.group(0), provider=m["provider"])
+    if m := re.search(r"no userspace device-specific driver found for \S+|couldn't open config "
+                      r"directory '/etc/libibverbs\.d'", message):
+        add("comm.ibverbs-unloadable", m.group(0), why="no provider for the device")
+    # Gloo takes one literal interface name; anything it cannot find is the variable's fault.
+    if m := _GLOO_IF.search(message):
+        add("comm.gloo-ifname-invalid", m.group(0), interface=m["name"])
+    # Socket transport over Slingshot's hsn interfaces: the OFI plugin is missing.
+    if (m := _SOCKET_IF.search(message)) and m["iface"].startswith("hsn"):
+        add("comm.slingshot-no-ofi-plugin", m.group(0), interface=m["iface"])
+    # The plugin loader's notice is normal unless something else failed; named only when the
+    # message has no other NCCL reading.
+    if not out and (m := _PLUGIN.search(message)):
+        add("comm.net-plugin-absent-benign", m.group(0),
+            plugin=m["lib"] or m["lib2"] or m["lib3"] or "libnccl-net.so")
+    if not out and (m := re.search(r"GPU Direct RDMA Disabled for HCA \d+ '?[\w-]*", message)):
+        add("comm.gdr-disabled", m.group(0))
+    return out

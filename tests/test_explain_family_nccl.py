@@ -1,0 +1,82 @@
+"""The NCCL/RCCL family parser (doctor/explain/families/nccl.py) on real texts: the symptom
+fixtures of the comm table (tests/fixtures/explain_symptoms/comm.jsonl) read into their parts
+and mode; texts of other families and empty text give no reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor.explain.families import nccl
+
+SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
+ROWS = [json.loads(line) for line in (SYMPTOMS / "comm.jsonl").read_text().splitlines()
+        if line.strip()]
+# Modes whose symptoms the parser reads by structure (the others are left to the catalogue's
+# patterns: an ImportError's undefined NCCL symbol is the loader family's, a watchdog timeout
+# torch.distributed's).
+PARSED = {"comm.no-bootstrap-interface", "comm.gloo-ifname-invalid", "comm.ibverbs-unloadable",
+          "comm.ibverbs-provider-warning-benign", "comm.net-plugin-absent-benign",
+          "comm.nvls-fabric-manager", "comm.p2p-peer-access-unsupported", "comm.gdr-disabled",
+          "comm.roce-gid-index", "comm.socket-ifname-missing", "comm.memlock-low"}
+
+
+def _modes(text: str) -> list[str]:
+    return [r.mode for r in nccl.read(text)]
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r["mode"] in PARSED],
+                         ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
+def test_symptom_reads_into_its_mode(row):
+    assert row["mode"] in _modes(row["text"])
+
+
+def test_parts_of_an_ibverbs_call():
+    text = next(r["text"] for r in ROWS if r["url"].endswith("horovod/horovod/issues/98"))
+    found = [r for r in nccl.read(text) if r.mode == "comm.memlock-low"]
+    assert found and dict(found[0].parts)["call"] == "ibv_create_qp"
+    assert dict(found[0].parts)["file"] == "misc/ibvwrap.cu"
+
+
+def test_parts_of_a_provider_warning():
+    text = next(r["text"] for r in ROWS if r["url"].endswith("linux-rdma/perftest/issues/262"))
+    found = nccl.read(text)
+    assert {r.mode for r in found} == {"comm.ibverbs-provider-warning-benign"}
+    assert dict(found[0].parts)["provider"] == "libmana-rdmav34.so"
+
+
+def test_abi_mismatch_is_not_the_benign_warning():
+    text = next(r["text"] for r in ROWS if r["mode"] == "comm.ibverbs-unloadable"
+                and "IBVERBS_PRIVATE" in r["text"])
+    assert set(_modes(text)) == {"comm.ibverbs-unloadable"}
+
+
+def test_the_shared_memory_segment_is_named():
+    text = ("host:12:34 [0] misc/shmutils.cc:88 NCCL WARN Error: failed to extend "
+            "/dev/shm/nccl-AbCdEf to 9637892 bytes, error: No space left on device (28)")
+    found = nccl.read(text)
+    assert [r.mode for r in found] == ["system.shm-too-small"]
+    assert dict(found[0].parts)["file"] == "misc/shmutils.cc"
+
+
+def test_the_plugin_notice_yields_to_a_real_error():
+    text = ("NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal "
+            "implementation\nh:1:2 [0] transport/nvls.cc:254 NCCL WARN Cuda failure 401 'the "
+            "operation cannot be performed in the present state'")
+    assert _modes(text) == ["comm.nvls-fabric-manager"]
+
+
+@pytest.mark.parametrize("text", [
+    "", "   ",
+    "ImportError: libcudnn_cnn_infer.so.8: cannot open shared object file: No such file or "
+    "directory",
+    "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "OSError: We couldn't connect to 'https://huggingface.co' to load this file",
+    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, invalid usage"
+    "\nncclInvalidUsage: This usually reflects invalid usage of NCCL library.\nLast error:\n"
+    "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 2000",
+])
+def test_other_texts_give_no_reading(text):
+    assert nccl.read(text) == []
