@@ -1,0 +1,161 @@
+"""Open MPI, PRRTE, PMIx, mpi4py and Slurm's own messages, read by their structure.
+
+Slurm prints ``<program>: error: <what failed>: <reason>`` (``sbatch: error: Batch job submission
+failed: Requested node configuration is not available``, ``srun: error: Unable to create step for
+job 42: Memory required by task is not available``) and ``slurmstepd`` its ``*** JOB 42 ON node
+CANCELLED AT <time> DUE TO <REASON> ***`` lines: the reason says who is at fault, whatever the
+job id, node or wording around it. Open MPI and PRRTE print boxed help texts (``-----`` blocks)
+wrapped at any column: they are read with the whitespace collapsed. mpi4py fails at import with
+the symbol its extension wanted from the MPI library it was built against.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dsenv.doctor.explain.families import Reading, reading
+
+FAMILY = "mpi"
+
+# A Slurm client or daemon record (slurmd[pid] too): the program, the level, the text up to the
+# next record (a log line may hold several once its continuation lines are joined).
+_SLURM = re.compile(r"\b(?P<program>srun|sbatch|salloc|slurmstepd|slurmd)(?:\[\d+\])?: +"
+                    r"(?:(?P=program): +)?(?:(?P<level>error|fatal): +)?(?P<text>.+?)"
+                    r"(?=\s+\S*\b(?:srun|sbatch|salloc|slurmstepd|slurmd)(?:\[\d+\])?: |\n|$)", re.I)
+# What Slurm says failed, before the reason: ``<what>: <reason>``.
+_WHAT = re.compile(r"(?P<what>Batch job submission failed|Unable to allocate resources"
+                   r"|Unable to create step for job \S+?(?=:)"
+                   r"|Job \d+ step creation (?:temporarily|still) disabled, retrying)"
+                   r"(?:: *(?P<reason>.+)| *\((?P<why>[^)]+)\))", re.I)
+# slurmstepd's end of a job or step: who, where, when, why.
+_CANCELLED = re.compile(r"\*\*\* (?P<kind>JOB|STEP) (?P<job>\S+) ON (?P<node>\S+) CANCELLED AT "
+                        r"(?P<at>\S+)(?: DUE TO (?P<reason>[A-Z_ ]+?))? \*\*\*")
+
+# Slurm's reasons and the mode each names. Matched in the reason when one was split off, else
+# in the line's text. Order matters only where two could match; the first wins.
+_REASONS = (
+    # No node of the partition can hold what one node was asked for (or -w contradicts -N/-n):
+    # a request the cluster can never satisfy, refused at once.
+    (r"Requested node configuration is not available|CPU count per node can not be satisfied",
+     "slurm.request-exceeds-node"),
+    # --gpus/--gpus-per-* need select/cons_tres; the cluster's SelectType refuses the syntax.
+    (r"Requested GRES option unsupported by configured SelectType", "slurm.gres-syntax-unsupported"),
+    # The GRES name/type/format is not one the partition's nodes define.
+    (r"Invalid generic resource \(gres\) specification|Gres format wrong", "slurm.gres-invalid"),
+    # Inside an allocation: earlier steps hold what this step asks for (it waits, or is refused).
+    (r"Requested nodes are busy|Memory required by task is not available"
+     r"|step creation (?:temporarily|still) disabled", "slurm.step-resources-unavailable"),
+    # The controller's association check: this user may not charge that account/partition.
+    (r"Invalid account or account/partition combination", "slurm.invalid-account"),
+    # The step's memory cgroup killed a process: host RAM over --mem.
+    (r"oom[-_]kill event|Out Of Memory\b|OOM Killed", "slurm.oom-kill"),
+    (r"\bTIME LIMIT\b", "slurm.time-limit"),
+    (r"\bNODE[ _]FAIL|Node failure on", "slurm.node-fault"),
+    # slurmd cannot find the GPUs its gres.conf/slurm.conf lists.
+    (r"gres\.conf file|gres/gpu count reported lower than configured",
+     "slurm.gres-conf-missing-device"),
+)
+_RESOURCE = (  # the resource a Slurm line names, for the parts
+    re.compile(r"gres\.conf file (?P<r>/\S+?)(?::|\s|$)"),
+    re.compile(r"Node failure on (?P<r>\S+)"),
+    re.compile(r"oom[-_]kill events?(?:\(s\))? in (?:StepId=|step )(?P<r>[\w.]+)"),
+    re.compile(r"(?P<r>gres/gpu) count"),
+)
+# ``srun: error: Couldn't find the specified plugin name for mpi/pmix``, ``Invalid MPI type
+# 'pmix'``, ``mpi/pmix_v5: init: ... can not load PMIx library``: the --mpi plugin srun lacks.
+_PLUGIN_FAILED = re.compile(r"plugin name for mpi/|mpi plugin for mpi/|Invalid MPI type"
+                            r"|Cannot create context for mpi/|can not load PMIx library", re.I)
+_PLUGIN = re.compile(r"mpi/(?P<a>\w+)|MPI type '?(?P<b>\w+)|--mpi=(?P<c>\w+)", re.I)
+# execve() of the batch script slurmd itself copied into its spool: if it is gone, the node is.
+_EXECVE = re.compile(r"execve\(\): (?P<path>\S+): (?P<why>No such file or directory)")
+
+# Open MPI / PRRTE help texts (whitespace collapsed) and the mode each names.
+_OMPI = (
+    # More ranks than slots (cores, hostfile slots=, the allocation's tasks).
+    (re.compile(r"There are not enough slots available in the system to satisfy the (?P<n>\d+) "
+                r"slots that were requested by the application:? (?P<app>\S+)?"),
+     "mpi.not-enough-slots"),
+    # The remote daemon was never there: orted/prted not on PATH (or its libraries missing) on
+    # the other node, i.e. the MPI's paths differ between the hosts.
+    (re.compile(r"(?P<daemon>orted|prted): (?:command not found|error while loading shared "
+                r"libraries)"), "launch.remote-paths-missing"),
+    # A daemon that started but never called back, or whose connection dropped.
+    (re.compile(r"(?:ORTE|PRTE) has lost communication with a remote daemon"
+                r"(?:.*?Remote daemon ?: \S+ on node (?P<node>\S+))?"
+                r"|An? (?:ORTE|PRTE) daemon has unexpectedly failed after launch"), "mpi.orted-lost"),
+    # Ranks direct-launched by srun with no PMI/PMIx the Open MPI build understands.
+    (re.compile(r"OMPI was not built with SLURM'?s PMI"), "mpi.ompi-no-slurm-pmi"),
+    # Open MPI 5 found PMI-1/2 but no PMIx: every rank becomes its own world of one.
+    (re.compile(r"No PMIx server was reachable, but a PMI1/2 was detected"
+                r"(?:.*?(?P<n>\d+) singletons will be started)?"), "mpi.srun-singletons"),
+    (re.compile(r"(?P<launcher>mpirun|mpiexec|prterun|orterun) has detected an attempt to run as "
+                r"root"), "mpi.run-as-root"),
+    # openib probing a port it leaves to UCX: a warning, not the failure.
+    (re.compile(r"There was an error initializing an OpenFabrics device\.?"
+                r"(?: Local host: \S+ Local device: (?P<device>\S+))?"), "mpi.openib-warning"),
+    # vader's single copy (process_vm_readv) refused with EPERM (errno 1): a container's seccomp.
+    (re.compile(r"Read -1, expected (?P<n>\d+), errno = 1\b"), "mpi.vader-cma-container"),
+)
+# mpi4py's extension asking its MPI library for a symbol that library does not have.
+_MPI4PY = re.compile(r"mpi4py/MPI\.\S*?\.so: undefined symbol: (?P<symbol>\w+)")
+
+
+# ``scontrol show node/job``: ``Reason=<why the node is drained>``.
+_SCONTROL = re.compile(r"\bReason=(?P<text>.+)")
+
+
+def _records(message: str):
+    """(program, text, the whole record) of each Slurm record; Slurm's own phrases quoted
+    without the program's prefix (a wrapper's "sbatch output: ..."), read the same way."""
+    records = [(m["program"].lower(), m["text"].strip(), m.group(0)) for m in _SLURM.finditer(message)]
+    if not records:
+        records = [("scontrol", m["text"].strip(), m.group(0)) for m in _SCONTROL.finditer(message)]
+    if not records and (m := _WHAT.search(message)):
+        records = [("slurm", m.group(0).strip(), m.group(0))]
+    return records
+
+
+def _slurm(message: str) -> list[Reading]:
+    found = []
+    for program, text, whole in _records(message):
+        parts = {"program": program}
+        reason = text
+        if what := _WHAT.search(text):
+            reason = re.split(r"[`'\"]", what["reason"] or what["why"])[0].strip()
+            failed = what["what"]
+            parts["failed"] = ("step creation" if failed.startswith("Job")
+                               else re.sub(r" for job.*", "", failed))
+        elif (end := _CANCELLED.search(text)) and end["reason"]:
+            reason = end["reason"]
+            parts.update(job=end["job"], node=end["node"])
+        parts["reason"] = reason[:120]
+        for pattern in _RESOURCE:
+            if m := pattern.search(text):
+                parts["resource"] = m["r"]
+                break
+        mode = next((mode for rule, mode in _REASONS if re.search(rule, reason, re.I)), None)
+        if mode is None and (m := _EXECVE.search(text)) and m["path"].endswith("slurm_script"):
+            mode, parts["resource"], parts["reason"] = "slurm.node-fault", m["path"], m["why"]
+        if mode is None and _PLUGIN_FAILED.search(text) and (m := _PLUGIN.search(text)):
+            plugin = m["a"] or m["b"] or m["c"]
+            # Only pmix has a mode: srun lacking pmi2 is rare (Slurm builds it by default).
+            if plugin.lower().startswith("pmix"):
+                mode, parts["plugin"] = "mpi.srun-pmix-plugin-missing", plugin
+        if mode:
+            found.append(reading(FAMILY, mode, whole[:200], **parts))
+    return found
+
+
+def read(message: str) -> list[Reading]:
+    if not message.strip():
+        return []
+    found = _slurm(message)
+    flat = " ".join(message.split())
+    for pattern, mode in _OMPI:
+        if m := pattern.search(flat):
+            parts = {k: v for k, v in m.groupdict().items() if v}
+            found.append(reading(FAMILY, mode, m.group(0)[:200], program="Open MPI", **parts))
+    if m := _MPI4PY.search(message):
+        found.append(reading(FAMILY, "mpi.mpi4py-other-mpi", m.group(0), program="mpi4py",
+                             symbol=m["symbol"]))
+    return found

@@ -1,0 +1,106 @@
+"""The Open MPI / PMIx / mpi4py / Slurm family parser (doctor/explain/families/mpi.py) on the
+real texts of tests/fixtures/explain_symptoms/mpi.jsonl: each is read into its parts and the
+mode its thread established; texts of other families and empty text give no reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor.explain.families import mpi
+
+SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
+ROWS = [json.loads(line) for line in (SYMPTOMS / "mpi.jsonl").read_text().splitlines()
+        if line.strip()]
+# Symptoms the catalogue's patterns name but whose text has no structure to read (MPICH's bare
+# "Attempting to use an MPI routine before initializing MPICH").
+UNSTRUCTURED = {"https://github.com/Crompulence/cpl-library/issues/6"}
+
+
+def row(url_tail: str) -> dict:
+    return next(r for r in ROWS if r["url"].endswith(url_tail))
+
+
+def parts(text: str) -> list[tuple[str, dict[str, str]]]:
+    return [(r.mode, dict(r.parts)) for r in mpi.read(text)]
+
+
+@pytest.mark.parametrize("symptom", [r for r in ROWS if r["url"] not in UNSTRUCTURED],
+                         ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
+def test_each_symptom_reads_as_its_mode(symptom):
+    readings = mpi.read(symptom["text"])
+    assert readings and readings[0].mode == symptom["mode"], [r.mode for r in readings]
+    assert readings[0].family == "mpi" and readings[0].text
+
+
+def test_slurm_reason_is_split_from_what_failed():
+    (mode, got), *_ = parts(row("aws/aws-parallelcluster/issues/282")["text"])
+    assert mode == "slurm.request-exceeds-node"
+    assert got["program"] == "sbatch" and got["failed"] == "Batch job submission failed"
+    assert got["reason"] == "Requested node configuration is not available"
+    (mode, got), *_ = parts(row("deephyper/deephyper/issues/53")["text"])
+    assert (mode, got["program"], got["failed"]) == ("slurm.gres-invalid", "srun",
+                                                     "Unable to create step")
+    assert got["reason"] == "Invalid generic resource (gres) specification"
+
+
+def test_step_retry_reason_in_parentheses():
+    mode, got = parts(row("llnl/smith/issues/688")["text"])[0]
+    assert mode == "slurm.step-resources-unavailable"
+    assert (got["failed"], got["reason"]) == ("step creation", "Requested nodes are busy")
+
+
+def test_slurmstepd_cancellation_names_job_node_and_reason():
+    mode, got = parts(row("Nextomics/NextDenovo/issues/114")["text"])[0]
+    assert mode == "slurm.time-limit"
+    assert (got["job"], got["node"], got["reason"]) == ("867816", "c0700a-s1", "TIME LIMIT")
+
+
+def test_named_resources():
+    assert parts(row("fgci-org/ansible-role-cuda/issues/3")["text"])[0][1]["resource"] \
+        == "/dev//nvidia0"
+    assert parts(row("nebius/soperator/issues/854")["text"])[0][1]["resource"] == "worker-1"
+    assert parts(row("ArjunaCluster/ArjunaUsers/issues/52")["text"])[0][1]["resource"] \
+        == "191.batch"
+    node_fault = parts(row("ArjunaCluster/ArjunaUsers/issues/20")["text"])[0][1]
+    assert node_fault["resource"].endswith("/slurm_script")
+    plugin = parts(row("pyiron/executorlib/pull/761")["text"])[0][1]
+    assert plugin["plugin"] == "pmix_v5" and plugin["program"] == "srun"
+
+
+def test_open_mpi_boxes_read_across_wrapped_lines():
+    mode, got = parts(row("hugary1995/raccoon/issues/230")["text"])[0]
+    assert (mode, got["n"], got["app"]) == ("mpi.not-enough-slots", "16", "../../raccoon-opt")
+    mode, got = parts(row("kubeflow/mpi-operator/issues/152")["text"])[0]
+    assert mode == "mpi.orted-lost" and got["node"].endswith("-worker-19")
+    assert parts(row("open-mpi/ompi/issues/7188")["text"])[0][1]["device"] == "mlx5_0"
+    assert parts(row("nelson-lang/nelson/issues/1133")["text"])[0][1]["launcher"] == "prterun"
+
+
+def test_mpi4py_symbol():
+    mode, got = parts(row("uqfoundation/pyina/issues/63")["text"])[0]
+    assert (mode, got["symbol"]) == ("mpi.mpi4py-other-mpi", "MPI_UNWEIGHTED")
+
+
+def test_orted_missing_on_the_remote_host_is_a_path_problem():
+    text = ("bash: orted: command not found\n-----\n"
+            "ORTE was unable to reliably start one or more daemons.")
+    assert [m for m, _ in parts(text)] == ["launch.remote-paths-missing"]
+
+
+def test_what_it_does_not_read():
+    assert mpi.read("") == [] and mpi.read("   \n") == []
+    # another family's message (NCCL), a pmi2 plugin srun lacks (no mode), an execve of the
+    # user's own program (not slurmd's spool), and vader with another errno
+    assert mpi.read("misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<43547> "
+                    "failed : Software caused connection abort") == []
+    assert mpi.read("srun: error: Couldn't find the specified plugin name for mpi/pmi2") == []
+    assert mpi.read("slurmstepd: error: execve(): mkdir: No such file or directory") == []
+    assert mpi.read("[host:1] Read -1, expected 4067, errno = 14") == []
+    others = [json.loads(line) for path in SYMPTOMS.glob("*.jsonl") if path.stem != "mpi"
+              for line in path.read_text().splitlines() if line.strip()]
+    # (Open MPI's own lines in another table's symptom may be read, as that row's mode.)
+    assert not [r["url"] for r in others
+                if any(x.mode != r["mode"] for x in mpi.read(r["text"]))]
