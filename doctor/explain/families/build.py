@@ -1,0 +1,223 @@
+"""Building DeepSpeed ops and torch extensions, read by structure: the arch nvcc refused and
+the toolkit release that builds it, the CUDA_HOME a missing nvcc was looked up under, the two
+CUDA versions of a mismatch, the header a compile could not find, the compiler the OOM killer
+ended, the op DeepSpeed could not build, and the versions a DeepSpeed API or config names.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dsenv.doctor.explain.families import Reading, reading
+
+FAMILY = "build"
+FLAGS = re.IGNORECASE | re.MULTILINE
+
+# The CUDA release whose nvcc first builds each compute capability, and the last one that
+# still does (NVIDIA's release notes; `nvcc --list-gpu-arch` per release). An arch refused by
+# an nvcc newer than its last release was retired, by an older one it is too new.
+FIRST_CUDA = {"3.5": "5.0", "3.7": "6.5", "5.0": "6.0", "5.2": "6.5", "5.3": "7.0",
+              "6.0": "8.0", "6.1": "8.0", "6.2": "8.0", "7.0": "9.0", "7.2": "9.2",
+              "7.5": "10.0", "8.0": "11.0", "8.6": "11.1", "8.7": "11.4", "8.9": "11.8",
+              "9.0": "11.8", "10.0": "12.8", "10.1": "12.8", "10.3": "12.9", "11.0": "13.0",
+              "12.0": "12.8", "12.1": "12.9"}
+LAST_CUDA = {"2.0": "8.0", "2.1": "8.0", "3.0": "10.2", "3.2": "10.2", "3.5": "11.8",
+             "3.7": "11.8", "5.0": "12.9", "5.2": "12.9", "5.3": "12.9", "6.0": "12.9",
+             "6.1": "12.9", "6.2": "12.9", "7.0": "12.9", "7.2": "12.9", "10.1": "12.9"}
+
+ARCH = re.compile(r"Unsupported gpu architecture [`'‘\"]?compute_(\d+)([a-z]?)"
+                  r"|Value [`'‘]?sm_(\d+)([a-z]?)['’] is not defined for option", FLAGS)
+NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V\d|/cuda-(\d+\.\d+)\b", FLAGS)
+NVCC_PATH = re.compile(r"No such file or directory: '([^'\n]*)/bin/nvcc'"
+                       r"|unable to execute '([^'\n]*)/bin/nvcc'"
+                       r"|(:/[^\s:'\"]*)/bin/nvcc: not found", FLAGS)
+CUDA_HOME_UNSET = re.compile(r"CUDA_HOME does not exist|CUDA_HOME environment variable is "
+                             r"not set", FLAGS)
+CUDA_VERSIONS = re.compile(
+    r"Installed CUDA version ([\d.]+) does not match (?:the version torch was compiled "
+    r"with|torch version)(?: ([\d.]+))?"
+    r"|The detected CUDA version \(([\d.]+)\) mismatches the version that was used to "
+    r"compile\s+PyTorch \(([\d.]+)\)", FLAGS)
+GCC_MAX = re.compile(r"unsupported GNU version! gcc versions later than (\d+)", FLAGS)
+HEADER = re.compile(r"fatal error: ([\w/.+-]+\.(?:h|hpp|cuh)): No such file or directory", FLAGS)
+EXTENSION = re.compile(r"Error building extension '(\w+)'", FLAGS)
+KILLED = re.compile(r"Killed signal terminated program ([\w+]+)|'([\w+]+)' died due to "
+                    r"signal 9|internal compiler error: Killed \(program ([\w+]+)\)", FLAGS)
+NO_COMPILER = re.compile(
+    r"error: command '(?:[\w./+-]*/)?((?:[\w-]*-)?(?:g\+\+|gcc|c\+\+|cc))' failed: No such file"
+    r"|^(?:make: )?(g\+\+|gcc|c\+\+|cc): No such file or directory"
+    r"|error trying to exec '(cc1plus)'|Command '\['which', '(c\+\+)'\]' returned non-zero", FLAGS)
+DS_OP = re.compile(r"Unable to (?:pre-compile|JIT load the) (\w+)", FLAGS)
+LIBAIO = re.compile(r"async_io requires the (?:dev libaio|libraries: \['libaio-dev'\])", FLAGS)
+CUTLASS = re.compile(r"Please specify (?:the )?CUTLASS (?:location|repo) directory", FLAGS)
+VARIANT = re.compile(r"invalid literal for int\(\) with base 10: '(\d+[af])'", FLAGS)
+UNKNOWN_ARCH = re.compile(r"Unknown CUDA arch \(([^)\n]*)\) or GPU not supported", FLAGS)
+DS_IMPORT = re.compile(r"cannot import name '(\w+)' from '(deepspeed[\w.]*)'", FLAGS)
+DS_CONFIG = re.compile(r"validation errors? for (DeepSpeed\w*Config)[\s\S]*?"
+                       r"(extra fields not permitted|Extra inputs are not permitted)", FLAGS)
+KWARG = re.compile(r"((?:DeepSpeed\w*|Accelerator)\.\w+)\(\) got an unexpected keyword "
+                   r"argument '?(\w+)", FLAGS)
+GONE_MODULE = re.compile(r"No module named '(transformers\.deepspeed|torch\._six)'", FLAGS)
+EXT_SO = re.compile(r"torch_extensions/([^/\s]+)/(\w+)/\2\.so: (undefined symbol|cannot open "
+                    r"shared object)", FLAGS)
+EXT_DENIED = re.compile(r"Permission denied: ?'([^'\n]*torch_extensions[^'\n]*)'", FLAGS)
+BATON = re.compile(r"file_baton\.py\"?,? (?:line \d+,? )?in wait|wait \([^)\n]*file_baton\.py",
+                   FLAGS)
+NINJA = re.compile(r"Ninja is required to load C\+\+ extensions", FLAGS)
+ROOT_LAST = re.compile(r"Using\s+(\S+) as PyTorch extensions root\.\.\.\s*\Z")
+
+CUDA_HEADERS = {"cuda_runtime_api.h", "cuda_runtime.h", "cuda.h", "cuda_fp16.h", "cuda_bf16.h",
+                "cublas_v2.h", "cublasLt.h", "cusparse.h", "cusolverDn.h", "curand.h",
+                "cufft.h", "nvToolsExt.h", "nvrtc.h"}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
+
+
+def _arch(digits: str) -> str:
+    return f"{digits[:-1]}.{digits[-1]}"  # compute_89 -> 8.9, compute_120 -> 12.0
+
+
+def _arch_reading(message: str) -> Reading | None:
+    found = ARCH.search(message)
+    if not found:
+        return None
+    arch = _arch(found.group(1) or found.group(3))
+    release = NVCC_RELEASE.search(message)
+    nvcc = (release.group(1) or release.group(2)) if release else ""
+    first, last = FIRST_CUDA.get(arch, ""), LAST_CUDA.get(arch, "")
+    if nvcc and last and _version(nvcc) > _version(last):
+        retired = True  # the loaded nvcc is newer than the last release that built it
+    elif nvcc and first:
+        retired = False  # the loaded nvcc predates the arch (or the row says nothing else)
+    else:
+        # No nvcc version in the message: archs below 5.0 are gone from every CUDA 12
+        # toolkit; anything else nvcc refuses is newer than the toolkit.
+        retired = _version(arch) < (5, 0)
+    mode = "toolkit.arch-too-old-for-nvcc" if retired else "toolkit.arch-too-new-for-nvcc"
+    return reading(FAMILY, mode, found.group(0), arch=arch, nvcc=nvcc,
+                   first_cuda_that_builds_it=first, last_cuda_that_builds_it=last)
+
+
+def _cuda_home_reading(message: str) -> Reading | None:
+    found = NVCC_PATH.search(message)
+    if found:
+        home = next(g for g in found.groups() if g is not None)
+        # A ':' means CUDA_HOME was exported like PATH (a list or a trailing ':'); a home
+        # ending in /bin means bin/ was doubled. Otherwise it points where no nvcc is.
+        if ":" in home or home.endswith("/bin"):
+            return reading(FAMILY, "toolkit.cuda-home-malformed", found.group(0),
+                           cuda_home=home, form="a path list" if ":" in home else "…/bin")
+        return reading(FAMILY, "jit.cuda-home-missing", found.group(0), cuda_home=home,
+                       form="no bin/nvcc there")
+    unset = CUDA_HOME_UNSET.search(message)
+    if unset:
+        return reading(FAMILY, "jit.cuda-home-missing", unset.group(0), cuda_home="unset",
+                       form="no toolkit found")
+    return None
+
+
+def _compile_readings(message: str) -> list[Reading]:
+    found = []
+    op = EXTENSION.search(message)
+    header = HEADER.search(message)
+    if header:
+        name = header.group(1).rsplit("/", 1)[-1]
+        # The header names the package that lacks its development files.
+        mode = ("toolkit.python-headers-missing" if name == "Python.h"
+                else "toolkit.cuda-headers-missing" if name in CUDA_HEADERS
+                else "deepspeed.async-io-no-libaio" if name == "libaio.h" else "")
+        if mode:
+            found.append(reading(FAMILY, mode, header.group(0), header=name,
+                                 op=op.group(1) if op else ""))
+    killed = KILLED.search(message)
+    if killed:  # signal 9 to a compiler: the OOM killer during a parallel build
+        found.append(reading(FAMILY, "jit.build-oom-parallel", killed.group(0),
+                             killed=next(g for g in killed.groups() if g)))
+    compiler = NO_COMPILER.search(message)
+    if compiler:
+        found.append(reading(FAMILY, "toolkit.cxx-compiler-missing", compiler.group(0),
+                             compiler=next(g for g in compiler.groups() if g)))
+    gcc = GCC_MAX.search(message)
+    if gcc:
+        found.append(reading(FAMILY, "jit.gcc-too-new-for-nvcc", gcc.group(0),
+                             newest_gcc_nvcc_accepts=gcc.group(1)))
+    return found
+
+
+def _deepspeed_readings(message: str) -> list[Reading]:
+    found = []
+    op = DS_OP.search(message)
+    libaio = LIBAIO.search(message)
+    if libaio or (op and op.group(1) == "async_io"):
+        # async_io's only requirement is libaio (headers and library).
+        found.append(reading(FAMILY, "deepspeed.async-io-no-libaio",
+                             (libaio or op).group(0), op="async_io"))
+    elif op or CUTLASS.search(message):
+        hit = op or CUTLASS.search(message)
+        found.append(reading(FAMILY, "deepspeed.op-incompatible", hit.group(0),
+                             op=op.group(1) if op else "evoformer_attn"))
+    name = DS_IMPORT.search(message)
+    if name:  # a name the code imports from deepspeed that this release lacks
+        found.append(reading(FAMILY, "deepspeed.version-too-old", name.group(0),
+                             name=name.group(1), module=name.group(2)))
+    config = DS_CONFIG.search(message)
+    if config:
+        # pydantic v1 wording: DeepSpeed before 0.15 refusing newer keys; the v2 wording:
+        # DeepSpeed 0.15+ refusing keys an older caller (transformers) still passes.
+        old = config.group(2).lower().startswith("extra fields")
+        found.append(reading(FAMILY, "deepspeed.version-too-old" if old
+                             else "env.package-version-mismatch", config.group(0)[:80],
+                             config=config.group(1),
+                             deepspeed="before 0.15" if old else "0.15 or later"))
+    kwarg = KWARG.search(message) or GONE_MODULE.search(message)
+    if kwarg:  # one package calls another's API as another release has it
+        found.append(reading(FAMILY, "env.package-version-mismatch", kwarg.group(0),
+                             api=kwarg.group(1)))
+    return found
+
+
+def _jit_readings(message: str) -> list[Reading]:
+    found = []
+    so = EXT_SO.search(message)
+    if so:  # an op's binary in the shared cache that is not this environment's
+        found.append(reading(FAMILY, "jit.extensions-dir-shared", so.group(0),
+                             build_tag=so.group(1), op=so.group(2), error=so.group(3)))
+    denied = EXT_DENIED.search(message)
+    if denied:
+        found.append(reading(FAMILY, "jit.extensions-dir-not-writable", denied.group(0),
+                             path=denied.group(1)))
+    # Waiting in FileBaton, or a log whose last line is the JIT announcing its root: the
+    # build lock is held and nothing follows.
+    baton = BATON.search(message) or ROOT_LAST.search(message)
+    if baton:
+        found.append(reading(FAMILY, "jit.stale-extension-lock", baton.group(0).strip(),
+                             root=baton.group(1) if baton.re is ROOT_LAST else ""))
+    if NINJA.search(message):
+        found.append(reading(FAMILY, "jit.ninja-missing", NINJA.search(message).group(0)))
+    versions = CUDA_VERSIONS.search(message)
+    if versions and "accepting this combination" not in message:
+        toolkit = versions.group(1) or versions.group(3)
+        torch = versions.group(2) or versions.group(4) or ""
+        found.append(reading(FAMILY, "jit.cuda-major-mismatch", versions.group(0),
+                             toolkit=toolkit, torch=torch,
+                             major="differs" if torch and _version(toolkit)[0]
+                             != _version(torch)[0] else "same" if torch else ""))
+    variant = VARIANT.search(message)
+    if variant:
+        found.append(reading(FAMILY, "jit.arch-list-variant", variant.group(0),
+                             arch=variant.group(1)))
+    unknown = UNKNOWN_ARCH.search(message)
+    if unknown:
+        found.append(reading(FAMILY, "toolkit.arch-unknown-to-torch", unknown.group(0),
+                             arch=unknown.group(1)))
+    return found
+
+
+def read(message: str) -> list[Reading]:
+    if not message:
+        return []
+    found = [r for r in (_arch_reading(message), _cuda_home_reading(message)) if r]
+    return found + _compile_readings(message) + _deepspeed_readings(message) + \
+        _jit_readings(message)

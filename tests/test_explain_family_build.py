@@ -1,0 +1,135 @@
+"""The op/extension build family parser (doctor/explain/families/build.py) on the real texts of
+tests/fixtures/explain_symptoms/build.jsonl: each is read into its parts and the mode its
+thread established; texts of other families and empty text give no reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor.explain.families import build
+
+SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
+ROWS = [json.loads(line) for line in (SYMPTOMS / "build.jsonl").read_text().splitlines()
+        if line.strip()]
+
+
+def row(url_tail: str) -> dict:
+    return next(r for r in ROWS if r["url"].endswith(url_tail))
+
+
+def parts(text: str) -> list[tuple[str, dict[str, str]]]:
+    return [(r.mode, dict(r.parts)) for r in build.read(text)]
+
+
+@pytest.mark.parametrize("symptom", ROWS, ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
+def test_each_symptom_reads_as_its_mode(symptom):
+    readings = build.read(symptom["text"])
+    assert symptom["mode"] in [r.mode for r in readings], [r.mode for r in readings]
+    assert all(r.family == "build" and r.text for r in readings)
+
+
+def test_refused_arch_is_too_new_or_retired_by_the_toolkit_release():
+    mode, got = parts(row("facebookresearch/3detr/issues/59")["text"])[0]
+    assert (mode, got["arch"], got["first cuda that builds it"]) == (
+        "toolkit.arch-too-new-for-nvcc", "8.9", "11.8")
+    mode, got = parts(row("lbin/DCNv2/issues/25")["text"])[0]  # typographic quotes
+    assert (mode, got["arch"]) == ("toolkit.arch-too-new-for-nvcc", "8.6")
+    mode, got = parts(row("erikwijmans/Pointnet2_PyTorch/issues/180")["text"])[0]
+    assert (mode, got["arch"], got["last cuda that builds it"]) == (
+        "toolkit.arch-too-old-for-nvcc", "3.7", "11.8")
+    # The nvcc release printed beside the refusal decides: 5.2 under CUDA 13 was retired.
+    mode, got = parts("Cuda compilation tools, release 13.0, V13.0.48\n"
+                      "nvcc fatal   : Unsupported gpu architecture 'compute_52'")[0]
+    assert (mode, got["nvcc"]) == ("toolkit.arch-too-old-for-nvcc", "13.0")
+
+
+def test_cuda_home_forms():
+    mode, got = parts(row("IDEA-Research/GroundingDINO/issues/165")["text"])[0]
+    assert (mode, got["cuda home"], got["form"]) == (
+        "toolkit.cuda-home-malformed", "/usr/local/cuda-11.8:", "a path list")
+    mode, got = parts(row("rusty1s/pytorch_cluster/issues/55")["text"])[0]
+    assert (mode, got["cuda home"]) == ("toolkit.cuda-home-malformed", "/usr/local/cuda:")
+    mode, got = parts(row("LlamaChinese/Llama-Chinese/issues/168")["text"])[0]
+    assert (mode, got["cuda home"]) == ("jit.cuda-home-missing", "unset")
+    # A single path without nvcc under it is a missing toolkit, not a malformed variable.
+    mode, got = parts("No such file or directory: '/usr/local/cuda/bin/nvcc'")[0]
+    assert (mode, got["cuda home"]) == ("jit.cuda-home-missing", "/usr/local/cuda")
+
+
+def test_cuda_versions_of_a_mismatch():
+    mode, got = parts(row("bytedance/lightseq/issues/158")["text"])[0]
+    assert (mode, got["toolkit"], got["torch"], got["major"]) == (
+        "jit.cuda-major-mismatch", "9.0", "10.1", "differs")
+    mode, got = parts(row("rusty1s/pytorch_sparse/issues/189")["text"])[0]
+    assert (got["toolkit"], got["torch"]) == ("11.2", "10.2")
+    # DeepSpeed's own "accepting this combination" is a warning, not the failure.
+    assert not parts("Installed CUDA version 10.0 does not match the version torch was "
+                     "compiled with 10.2 but since the APIs are compatible, accepting this "
+                     "combination")
+
+
+def test_missing_header_names_the_package_without_its_development_files():
+    assert parts(row("GOATmessi8/RFBNet/issues/70")["text"])[0][1]["header"] == "Python.h"
+    mode, got = parts(row("deepspeedai/DeepSpeed/issues/2684")["text"])[0]
+    assert (mode, got["header"]) == ("toolkit.cuda-headers-missing", "cusolverDn.h")
+    mode, got = parts("csrc/aio/py_lib/deepspeed_py_aio.h:12:10: fatal error: libaio.h: No "
+                      "such file or directory\nRuntimeError: Error building extension "
+                      "'async_io'")[0]
+    assert (mode, got["op"]) == ("deepspeed.async-io-no-libaio", "async_io")
+    assert not parts("fatal error: myproject/config.h: No such file or directory")
+
+
+def test_compiler_killed_missing_or_too_new():
+    assert parts(row("cms-sw/cmssw/issues/43117")["text"])[0][1]["killed"] == "cudafe++"
+    assert parts(row("NVlabs/nvdiffrast/issues/183")["text"])[0][1]["killed"] == "cc1plus"
+    assert parts(row("develer-staff/gccwinbinaries/issues/3")["text"])[0][1]["compiler"] == "gcc"
+    # A missing object file is not a missing compiler.
+    assert not parts("g++: error: build/temp.linux-x86_64-3.8/box.o: No such file or directory")
+    mode, got = parts(row("ggml-org/llama.cpp/issues/9205")["text"])[0]
+    assert (mode, got["newest gcc nvcc accepts"]) == ("jit.gcc-too-new-for-nvcc", "13")
+
+
+def test_deepspeed_ops_and_versions():
+    mode, got = parts(row("deepspeedai/DeepSpeed/issues/2066")["text"])[0]
+    assert (mode, got["op"]) == ("deepspeed.op-incompatible", "sparse_attn")
+    mode, got = parts(row("deepspeedai/DeepSpeed/issues/3211")["text"])[0]
+    assert (mode, got["op"]) == ("deepspeed.async-io-no-libaio", "async_io")
+    mode, got = parts(row("deepspeedai/Megatron-DeepSpeed/issues/189")["text"])[0]
+    assert (mode, got["name"], got["module"]) == ("deepspeed.version-too-old",
+                                                  "get_accelerator", "deepspeed")
+    # The config error's wording tells the DeepSpeed release: pydantic v1 before 0.15.
+    mode, got = parts(row("deepspeedai/DeepSpeed/issues/3827")["text"])[0]
+    assert (mode, got["deepspeed"]) == ("deepspeed.version-too-old", "before 0.15")
+    mode, got = parts(row("h2oai/h2o-llmstudio/issues/945")["text"])[0]
+    assert (mode, got["config"], got["deepspeed"]) == (
+        "env.package-version-mismatch", "DeepSpeedBF16Config", "0.15 or later")
+    mode, got = parts(row("deepspeedai/DeepSpeed/issues/7635")["text"])[0]
+    assert got["api"] == "DeepSpeedEngine.load_checkpoint"
+
+
+def test_extensions_folder_readings():
+    mode, got = parts(row("huggingface/transformers/pull/18868")["text"])[0]
+    assert (mode, got["build tag"], got["op"]) == ("jit.extensions-dir-shared", "py38_cu113",
+                                                   "fused_adam")
+    mode, got = parts(row("Daikenan/LTMU/issues/10")["text"])[0]
+    assert got["path"] == "/tmp/torch_extensions/_prroi_pooling/lock"
+    mode, got = parts(row("OpenRLHF/OpenRLHF/issues/208")["text"])[0]
+    assert (mode, got["root"]) == ("jit.stale-extension-lock",
+                                   ".cache/torch_extensions/py310_cu118")
+    # The root announced before the build went on is no lock.
+    assert not parts("Using /home/u/.cache/torch_extensions/py311_cu121 as PyTorch extensions "
+                     "root...\nLoading extension module fused_adam...")
+    mode, got = parts(row("deepspeedai/DeepSpeed/issues/7589")["text"])[0]
+    assert (mode, got["arch"]) == ("jit.arch-list-variant", "90a")
+
+
+def test_other_families_and_empty_text_give_no_reading():
+    assert build.read("") == []
+    assert build.read("misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+                      "10.0.0.2<43211> failed : Software caused connection abort") == []
+    assert build.read("ImportError: libcudnn_cnn_infer.so.8: cannot open shared object file: "
+                      "No such file or directory") == []
+    assert build.read("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB") == []
