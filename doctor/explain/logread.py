@@ -34,7 +34,10 @@ _FAILURE = re.compile(
     r"|\berror\b|\bfatal\b|\bfailed\b|\bfailure\b|\bcannot\b|\bcan't\b|\bcouldn't\b|\bcould not\b|\bunable to\b"
     r"|\bnot found\b|undefined (?:symbol|reference)|No such file or directory"
     r"|Segmentation fault|Bus error|Illegal instruction|core dumped|\bAborted\b|\bKilled\b"
-    r"|Permission denied|No space left|Disk quota|out of memory|\bsignal \d+",
+    r"|Permission denied|No space left|Disk quota|out of memory|\bsignal \d+"
+    # torch's warning that its build has no kernels for this GPU: the cause of the
+    # 'no kernel image' error that follows it
+    r"|no longer supports this GPU|is not compatible with the current PyTorch installation",
     re.IGNORECASE)
 # Lines that only say that something else failed.
 _CASCADE = re.compile(

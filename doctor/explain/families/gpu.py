@@ -1,0 +1,195 @@
+"""The GPU, its driver and the CUDA runtime, and the torch build, read by structure.
+
+CUDA reports one failure in several forms: the runtime's text ("no kernel image is available
+for execution on the device"), the enum name (cudaErrorNoKernelImageForDevice, or the driver
+API's CUDA_ERROR_NO_BINARY_FOR_GPU), or only a number inside a wrapper's frame ("cuda runtime
+error (802)", "error == cudaSuccess (46 vs. 0)", "Return value 46 from 'cudaStreamCreate...'").
+Each is read into one error kind; the kind, and what torch says around it (the GPU's sm_XX
+and the arch list the build supports, the driver's CUDA version, a compiled extension in the
+traceback), name the cause. NVML's and the kernel's own lines (Xid) are read the same way.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dsenv.doctor.explain.families import Reading, reading
+
+FAMILY = "gpu"
+IC = re.IGNORECASE
+
+# The runtime's text and enum names (runtime and driver API) of each error kind.
+KINDS = (
+    ("insufficient-driver", r"CUDA driver version is insufficient for CUDA runtime version"
+     r"|cudaErrorInsufficientDriver|CUDA_ERROR_INSUFFICIENT_DRIVER"),
+    ("devices-unavailable", r"all CUDA-capable devices are busy or unavailable"
+     r"|CUDA-capable device\(s\) is/are busy or unavailable|cudaErrorDevicesUnavailable"),
+    ("no-device", r"no CUDA-capable device is detected|No CUDA GPUs are available"
+     r"|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE"),
+    ("invalid-device", r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE"),
+    ("no-kernel-image", r"no kernel image is available for execution on the device"
+     r"|cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU"),
+    ("ecc", r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable"
+     r"|CUDA_ERROR_ECC_UNCORRECTABLE"),
+    ("ptx", r"provided PTX was compiled with an unsupported toolchain"
+     r"|cudaErrorUnsupportedPtxVersion|CUDA_ERROR_UNSUPPORTED_PTX_VERSION"),
+    ("system-not-ready", r"system not yet initialized|cudaErrorSystemNotReady"
+     r"|CUDA_ERROR_SYSTEM_NOT_READY"),
+    ("compat", r"forward compatibility was attempted on non supported HW"
+     r"|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"),
+    ("unknown", r"CUDA unknown error|cudaErrorUnknown|CUDA_ERROR_UNKNOWN"
+     r"|error=\d+ : unknown error|cuda runtime error \(\d+\) : unknown error"),
+)
+KIND_TEXT = [(kind, re.compile(pattern, IC)) for kind, pattern in KINDS]
+# cudaError_t numbers (CUDA >= 10.1; 35 and 46 kept their numbers from the older table).
+# Numbers whose meaning changed in the renumbering (10, 30, 38, 39, 48) are left to the text.
+CODES = {35: "insufficient-driver", 46: "devices-unavailable", 100: "no-device",
+         101: "invalid-device", 209: "no-kernel-image", 214: "ecc", 222: "ptx",
+         802: "system-not-ready", 804: "compat", 999: "unknown"}
+# A number is read only inside a frame that says it is a CUDA error code.
+CODE_FRAME = re.compile(
+    r"cuda runtime error \((\d+)\)|CUDA Runtime Error\((\d+)\)|Cuda failure:? (\d+)"
+    r"|cudaSuccess \((\d+) vs\. 0\)|THCudaCheck FAIL[^\n]*? error=(\d+)"
+    r"|cudaGetDevice\w*\(\)[^\n]*? Error (\d+):|Return value (\d+) from '(?:cu\w+)"
+    r"|code=(\d+)\(cuda\w+\)", IC)
+
+# torch's own words around a kernel or a driver problem.
+INCOMPATIBLE = re.compile(r"(?P<gpu>[^\n]*?) with CUDA capability sm_(?P<arch>\d+) is not "
+                          r"compatible with the current PyTorch installation", IC)
+SUPPORTS = re.compile(r"PyTorch install supports CUDA capabilities(?P<list>(?:\s+\w+_\d+)+)", IC)
+TOO_OLD = re.compile(r"Found GPU\d+ (?P<gpu>[^\n]+?) which is of cuda capability "
+                     r"(?P<cc>\d+\.\d+)[\s\S]{0,80}?no longer supports this GPU", IC)
+DRIVER_OLD = re.compile(r"NVIDIA driver on your system is too old \(found version (?P<v>\d+)\)", IC)
+NO_DRIVER = re.compile(r"Found no NVIDIA driver on your system", IC)
+NVML_MISMATCH = re.compile(r"Driver/library version mismatch(?:[\s\S]{0,40}?NVML library "
+                           r"version: (?P<lib>[\d.]+))?", IC)
+SMI_NO_DRIVER = re.compile(r"couldn.t communicate with the NVIDIA driver", IC)
+XID = re.compile(r"Xid \(PCI:(?P<bus>[^)]*)\): (?P<xid>\d+)", IC)
+OFF_BUS = re.compile(r"fallen off the bus", IC)
+# The deepspeed runner: CUDA_VISIBLE_DEVICES turned into --include, or a slot it lacks.
+DS_INCLUDE = re.compile(r"Detected CUDA_VISIBLE_DEVICES=(?P<visible>\S+): setting "
+                        r"--include=(?P<include>\S+)", IC)
+# torch built without CUDA or without NCCL; a Windows path says which platform's build it is.
+NO_CUDA = re.compile(r"Torch not compiled with CUDA enabled", IC)
+NO_NCCL = re.compile(r"Distributed package doesn't have NCCL|NCCL support is not compiled", IC)
+WINDOWS = re.compile(r"\b[A-Z]:\\|\.exe\b|\bwindows\b", IC)
+NO_SLOT = re.compile(r"No slot '(?P<slot>\d+)' specified on host '?(?P<host>[\w.-]+)", IC)
+
+# Who else may own the same words.
+DEEPSPEED = re.compile(r"deepspeed|op_builder|fused_adam|DS_BUILD", IC)
+EXTENSION = re.compile(r"TORCH_CUDA_ARCH_LIST|cpp_extension|ext_module|\b_ext\b|/ops/|-gencode", IC)
+CONTAINER = re.compile(r"singularity|apptainer|docker|podman|enroot|\.sif\b", IC)
+
+SIMPLE = {"insufficient-driver": "gpu.driver-too-old",
+          "devices-unavailable": "gpu.exclusive-process-mode",
+          "invalid-device": "gpu.visible-devices-remapped",
+          "ecc": "gpu.ecc-uncorrectable", "ptx": "gpu.ptx-newer-than-driver",
+          "system-not-ready": "gpu.fabric-manager-not-running",
+          "compat": "gpu.forward-compat-unsupported",
+          "unknown": "gpu.cuda-unknown-error-driver"}
+
+
+def _kind(message: str) -> tuple[str, str, str] | None:
+    """(kind, the text that says it, the number) of the first CUDA error in ``message``."""
+    found = []
+    for kind, pattern in KIND_TEXT:
+        m = pattern.search(message)
+        if m:
+            found.append((m.start(), kind, m.group(0), ""))
+    for m in CODE_FRAME.finditer(message):
+        code = next(g for g in m.groups() if g)
+        if int(code) in CODES:
+            found.append((m.start(), CODES[int(code)], m.group(0), code))
+    if not found:
+        return None
+    # The first error reported is the kind; its words say it best, its number adds to them.
+    _, kind, text, _ = min(found)
+    text = next((t for _, k, t, c in found if k == kind and not c), text)
+    code = next((c for _, k, _, c in found if k == kind and c), "")
+    return kind, text, code
+
+
+def _arch_reading(message: str, text: str, error: str) -> Reading | None:
+    """A GPU without kernels: which build lacks it, by what torch and the traceback say."""
+    old = TOO_OLD.search(message)
+    if old:  # torch's own verdict: the GPU is below the build's minimum capability
+        return reading(FAMILY, "gpu.too-old-for-torch", old.group(0), gpu=old["gpu"].strip(),
+                       capability=old["cc"], error=error)
+    warn = INCOMPATIBLE.search(message)
+    if warn:
+        listed = SUPPORTS.search(message)
+        arches = [int(a) for a in re.findall(r"_(\d+)", listed["list"])] if listed else []
+        arch = int(warn["arch"])
+        parts = dict(gpu=warn["gpu"].split(":")[-1].strip(), arch=f"sm_{arch}",
+                     build_supports=" ".join(listed["list"].split()) if listed else "")
+        if arches and arch < min(arches):  # below everything the wheel has: the GPU is too old
+            return reading(FAMILY, "gpu.too-old-for-torch", warn.group(0), **parts)
+        if arches and f"sm_{arch}" in listed["list"].split():
+            return None  # the build has it: torch's warning is not this failure
+        return reading(FAMILY, "gpu.torch-build-lacks-arch", warn.group(0), **parts)
+    if not error:
+        return None
+    if DEEPSPEED.search(message):
+        return None  # a DeepSpeed op's own build: the build family reads it
+    ext = EXTENSION.search(message)
+    if ext:  # the failing kernel is in an extension compiled with its own arch list
+        return reading(FAMILY, "torch.arch-list-misses-gpu", text, error=error,
+                       extension=ext.group(0))
+    # Plain torch failing on the GPU: its wheel has no kernels for it.
+    return reading(FAMILY, "gpu.torch-build-lacks-arch", text, error=error)
+
+
+def read(message: str) -> list[Reading]:
+    if not message:
+        return []
+    found: list[Reading] = []
+    kind = _kind(message)
+    if kind is None or kind[0] == "no-kernel-image":
+        arch = _arch_reading(message, kind[1] if kind else "", kind[1] if kind else "")
+        if arch:
+            found.append(arch)
+    elif kind[0] == "no-device":
+        # Zero devices with a driver present; inside a container the container family says why.
+        if not CONTAINER.search(message):
+            found.append(reading(FAMILY, "gpu.no-visible-gpu", kind[1], error=kind[1],
+                                 code=kind[2]))
+    elif kind[0] == "invalid-device" or kind[0] in SIMPLE:
+        found.append(reading(FAMILY, SIMPLE[kind[0]], kind[1], error=kind[1], code=kind[2]))
+    old = DRIVER_OLD.search(message)
+    if old:  # torch gives the driver's CUDA version as 1000*major + 10*minor
+        v = int(old["v"])
+        found.append(reading(FAMILY, "gpu.driver-too-old", old.group(0),
+                             driver_supports_cuda=f"{v // 1000}.{v % 1000 // 10}"))
+    if NO_DRIVER.search(message) and not CONTAINER.search(message):
+        # No libcuda at all: a machine without the driver (a container is the container's)
+        found.append(reading(FAMILY, "gpu.no-gpu-on-node", NO_DRIVER.search(message).group(0)))
+    mismatch = NVML_MISMATCH.search(message)
+    if mismatch:  # NVML's library and the loaded kernel module differ
+        found.append(reading(FAMILY, "gpu.driver-library-mismatch", mismatch.group(0),
+                             nvml_library=mismatch["lib"] or ""))
+    smi = SMI_NO_DRIVER.search(message)
+    if smi:
+        found.append(reading(FAMILY, "gpu.driver-module-not-loaded", smi.group(0)))
+    xid = XID.search(message)
+    if xid and xid["xid"] in ("48", "94", "95"):  # Xid 48/94/95: double-bit ECC errors
+        found.append(reading(FAMILY, "gpu.ecc-uncorrectable", xid.group(0), xid=xid["xid"],
+                             pci=xid["bus"]))
+    if (xid and xid["xid"] == "79") or OFF_BUS.search(message):  # Xid 79: GPU off the bus
+        found.append(reading(FAMILY, "gpu.fallen-off-bus", (xid or OFF_BUS.search(message))
+                             .group(0), xid=xid["xid"] if xid else "", pci=xid["bus"] if xid else ""))
+    cpu = NO_CUDA.search(message)
+    if cpu:  # torch's own check: the installed build has no CUDA at all
+        found.append(reading(FAMILY, "torch.cpu-only-build", cpu.group(0)))
+    nccl = NO_NCCL.search(message)
+    if nccl:  # init_process_group('nccl') with a build that has no NCCL
+        found.append(reading(FAMILY, "torch.no-nccl-in-build", nccl.group(0),
+                             platform="windows" if WINDOWS.search(message) else ""))
+    include, slot = DS_INCLUDE.search(message), NO_SLOT.search(message)
+    if slot or (include and "parse_inclusion_exclusion" in message):
+        # The deepspeed runner was given device indices outside the visible set.
+        found.append(reading(FAMILY, "gpu.visible-devices-remapped",
+                             (slot or include).group(0),
+                             visible=include["visible"] if include else "",
+                             include=include["include"] if include else "",
+                             slot=slot["slot"] if slot else "", host=slot["host"] if slot else ""))
+    return found

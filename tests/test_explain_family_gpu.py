@@ -1,0 +1,121 @@
+"""The GPU / driver / CUDA runtime / torch build family parser (doctor/explain/families/gpu.py)
+on the real texts of tests/fixtures/explain_symptoms/gpu.jsonl: each is read into its parts and
+the mode its thread established; texts of other families and empty text give no reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor.explain.families import gpu
+
+SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
+ROWS = [json.loads(line) for line in (SYMPTOMS / "gpu.jsonl").read_text().splitlines()
+        if line.strip()]
+
+
+def row(url_tail: str) -> dict:
+    return next(r for r in ROWS if r["url"].endswith(url_tail))
+
+
+def parts(text: str) -> list[tuple[str, dict[str, str]]]:
+    return [(r.mode, dict(r.parts)) for r in gpu.read(text)]
+
+
+@pytest.mark.parametrize("symptom", ROWS, ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
+def test_each_symptom_reads_as_its_mode(symptom):
+    readings = gpu.read(symptom["text"])
+    assert readings and readings[0].mode == symptom["mode"], [r.mode for r in readings]
+    assert readings[0].family == "gpu" and readings[0].text
+
+
+def test_gpu_arch_newer_than_the_build_list():
+    mode, got = parts(row("lucasxlu/ComboLoss/issues/3")["text"])[0]
+    assert mode == "gpu.torch-build-lacks-arch"
+    assert got["gpu"] == "NVIDIA GeForce RTX 3080 Laptop GPU" and got["arch"] == "sm_86"
+    assert got["build supports"] == "sm_37 sm_50 sm_60 sm_70"
+
+
+def test_gpu_arch_below_the_build_list_is_too_old():
+    # The same warning with a GPU below every arch the wheel has is the GPU's age, not the build.
+    text = ("Tesla K40m with CUDA capability sm_35 is not compatible with the current PyTorch "
+            "installation.\nThe current PyTorch install supports CUDA capabilities sm_50 sm_60 "
+            "sm_70 sm_75 sm_80 sm_86 sm_90.")
+    mode, got = parts(text)[0]
+    assert (mode, got["arch"]) == ("gpu.too-old-for-torch", "sm_35")
+
+
+def test_too_old_warning_names_gpu_and_capability():
+    mode, got = parts(row("w-okada/voice-changer/issues/447")["text"])[0]
+    assert (mode, got["gpu"], got["capability"]) == ("gpu.too-old-for-torch", "GeForce GT 720",
+                                                     "3.5")
+
+
+def test_no_kernel_image_in_an_extension_is_its_arch_list():
+    mode, got = parts(row("open-mmlab/mmcv/issues/2201")["text"])[0]
+    assert mode == "torch.arch-list-misses-gpu" and got["extension"] == "/ops/"
+    # plain torch failing: the wheel lacks the GPU
+    mode, _ = parts("RuntimeError: CUDA error: no kernel image is available for execution on "
+                    "the device")[0]
+    assert mode == "gpu.torch-build-lacks-arch"
+    # a DeepSpeed op: the build family's, not read here
+    assert gpu.read("deepspeed/ops/adam/fused_adam.py ... RuntimeError: CUDA error: no kernel "
+                    "image is available for execution on the device") == []
+
+
+def test_driver_version_is_decoded():
+    mode, got = parts(row("zai-org/ChatGLM3/issues/100")["text"])[0]
+    assert (mode, got["driver supports cuda"]) == ("gpu.driver-too-old", "11.6")
+
+
+def test_error_numbers_in_wrapper_frames():
+    mode, got = parts(row("charmplusplus/charm/issues/802")["text"])[0]
+    assert (mode, got["code"]) == ("gpu.exclusive-process-mode", "46")
+    mode, got = parts(row("pytorch/pytorch/issues/35710")["text"])[0]
+    assert (mode, got["code"]) == ("gpu.fabric-manager-not-running", "802")
+    mode, got = parts(row("mit-han-lab/inter-operator-scheduler/issues/4")["text"])[0]
+    assert (mode, got["code"]) == ("gpu.ptx-newer-than-driver", "222")
+    # a number outside a CUDA frame is not a CUDA error
+    assert gpu.read("Epoch 46 finished, loss 0.802") == []
+
+
+def test_deepspeed_runner_include_and_slot():
+    mode, got = parts(row("deepspeedai/DeepSpeed/issues/4248")["text"])[0]
+    assert (mode, got["visible"], got["include"]) == ("gpu.visible-devices-remapped", "2",
+                                                      "localhost:2")
+    mode, got = parts(row("CASIA-LMC-Lab/AnomalyGPT/issues/29")["text"])[0]
+    assert (got["slot"], got["host"]) == ("5", "localhost")
+
+
+def test_xid_and_nvml():
+    mode, got = parts(row("NVIDIA/open-gpu-kernel-modules/issues/1151")["text"])[0]
+    assert (mode, got["xid"], got["pci"]) == ("gpu.fallen-off-bus", "79", "0000:06:00")
+    mode, got = parts(row("intel/llvm/issues/17614")["text"])[0]
+    assert (mode, got["nvml library"]) == ("gpu.driver-library-mismatch", "550.144")
+
+
+def test_no_nccl_build_says_the_platform():
+    mode, got = parts(row("bshall/hubert/issues/1")["text"])[0]
+    assert (mode, got["platform"]) == ("torch.no-nccl-in-build", "windows")
+
+
+def test_container_texts_are_left_to_the_container_family():
+    text = ("Singularity> python -c 'import torch; torch.cuda.init()'\nRuntimeError: Found no "
+            "NVIDIA driver on your system.")
+    assert gpu.read(text) == []
+
+
+@pytest.mark.parametrize("text", [
+    "include/socket.h:344 WARN Socket creation failed : Address family not supported by protocol",
+    "ImportError: libcudart.so.10.1: cannot open shared object file: No such file or directory",
+    "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB",
+    "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0.",
+])
+def test_other_families_give_no_reading(text):
+    assert gpu.read(text) == []
+
+
+def test_empty_text_gives_no_reading():
+    assert gpu.read("") == []
