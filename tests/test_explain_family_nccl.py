@@ -17,10 +17,11 @@ ROWS = [json.loads(line) for line in (SYMPTOMS / "comm.jsonl").read_text().split
 # Modes whose symptoms the parser reads by structure (the others are left to the catalogue's
 # patterns: an ImportError's undefined NCCL symbol is the loader family's, a watchdog timeout
 # torch.distributed's).
-PARSED = {"comm.no-bootstrap-interface", "comm.gloo-ifname-invalid", "comm.ibverbs-unloadable",
+PARSED = {"comm.no-bootstrap-interface", "comm.ibverbs-unloadable",
           "comm.ibverbs-provider-warning-benign", "comm.net-plugin-absent-benign",
           "comm.nvls-fabric-manager", "comm.p2p-peer-access-unsupported", "comm.gdr-disabled",
-          "comm.roce-gid-index", "comm.socket-ifname-missing", "comm.memlock-low"}
+          "comm.roce-gid-index", "comm.socket-ifname-missing", "comm.memlock-low",
+          "comm.nccl-newer-than-driver"}
 
 
 def _modes(text: str) -> list[str]:

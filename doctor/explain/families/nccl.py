@@ -30,7 +30,6 @@ _IBV_CALL = re.compile(r"(?:Call to )?(?P<call>ibv_\w+)(?:\([^)]*\))? failed(?: 
 _COMPLETION = re.compile(r"Got completion (?:from peer \S+ )?with (?:error |status=)(?P<status>\d+)")
 _PROVIDER = re.compile(r"libibverbs: Warning: couldn't load driver '(?P<provider>[^']+)': "
                        r"(?P<why>[^\n]*)")
-_GLOO_IF = re.compile(r"Unable to find address for: (?P<name>\S+)")
 _SOCKET_IF = re.compile(r"NET/Socket : Using \[0\](?P<iface>[\w.-]+):")
 _PLUGIN = re.compile(r"NET/Plugin ?: (?:Plugin load \((?P<lib>libnccl-net[\w.-]*)\) returned \d+|"
                      r"No plugin found|Could not find: (?P<lib2>libnccl-net[\w.-]*))"
@@ -67,6 +66,10 @@ def read(message: str) -> list[Reading]:
         # CUDA error 217: the two GPUs have no peer access (p2p.cc IPC, shm.cc cuMem host).
         elif re.search(r"peer access is not supported|IPC handle : 217|failure 217", text):
             add("comm.p2p-peer-access-unsupported", text, file=source, call="CUDA peer access")
+        # A driver API the node's driver lacks: NCCL was built for a newer CUDA than the driver.
+        elif re.search(r"Cuda failure .*API call is not supported in the installed CUDA driver",
+                       text):
+            add("comm.nccl-newer-than-driver", text, file=source, call="CUDA driver API")
         # Bootstrap without an interface: socket creation/bind with no address family or
         # no interface in the peers' subnet.
         elif re.search(r"Address family not supported|No usable listening interface|No interface "
@@ -103,9 +106,6 @@ def read(message: str) -> list[Reading]:
     if m := re.search(r"no userspace device-specific driver found for \S+|couldn't open config "
                       r"directory '/etc/libibverbs\.d'", message):
         add("comm.ibverbs-unloadable", m.group(0), why="no provider for the device")
-    # Gloo takes one literal interface name; anything it cannot find is the variable's fault.
-    if m := _GLOO_IF.search(message):
-        add("comm.gloo-ifname-invalid", m.group(0), interface=m["name"])
     # Socket transport over Slingshot's hsn interfaces: the OFI plugin is missing.
     if (m := _SOCKET_IF.search(message)) and m["iface"].startswith("hsn"):
         add("comm.slingshot-no-ofi-plugin", m.group(0), interface=m["iface"])
