@@ -114,7 +114,9 @@ def test_a_symbol_version_is_looked_for_inside_the_library(tmp_path):
 def test_explain_here_from_the_command_line():
     done = dsenv("explain", "--here", "/usr/bin/ld: cannot find -lcurand: No such file")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("loader.link:") and "\n  here    " in done.stdout
+    # the catalogue mode the finding links to comes first; the finding's --here look follows
+    assert done.stdout.startswith("loader.link-cuda-lib-missing:")
+    assert "\n  here    no unversioned libcurand.so" in done.stdout
 
 
 def test_here_inside_apptainer_looks_at_the_bound_driver_libraries(tmp_path):
@@ -150,9 +152,56 @@ def test_every_linked_mode_exists():
     from dsenv.doctor import catalogue
     ids = {m.id for m in catalogue.modes()}
     for row in loader.table():
-        for kind, mode in row.get("modes", {}).items():
-            assert kind in ("missing", "undefined-symbol", "symbol-version", "link")
+        for key, mode in row.get("modes", {}).items():
+            kind, _, shape = key.partition(".")
+            assert kind in ("missing", "undefined-symbol", "symbol-version", "link"), key
+            assert shape in ("", "program", "extension", "abi"), key
             assert mode in ids, mode
+
+
+@pytest.mark.parametrize("text, shape, mode", [
+    # an executable linked against the library cannot start: its folder is off the path
+    ("./bin/solver: error while loading shared libraries: libcublas.so.12: cannot open "
+     "shared object file: No such file or directory", "program",
+     "loader.ld-library-path-missing-cuda"),
+    # an extension module being imported names the CUDA release it was built for
+    ("ImportError: libcufft.so.10: cannot open shared object file: No such file or directory",
+     "extension", "loader.ext-built-for-other-cuda"),
+    # loaded by name at run time: not installed where the loader looks
+    ("OSError: libcublasLt.so.12: cannot open shared object file: No such file or directory",
+     "", "loader.cuda-lib-missing"),
+    # torch's CUDA (cu118) is not the major the soname wants (12): built for another CUDA
+    ("torch 2.1.0+cu118\nOSError: libcudart.so.12: cannot open shared object file", "extension",
+     "loader.ext-built-for-other-cuda"),
+    # cuDNN: any shape but an executable's is a missing cuDNN
+    ("ImportError: libcudnn.so.9: cannot open shared object file", "extension",
+     "loader.cudnn-missing"),
+    # MPI: an extension asks for the ABI it was built with; MPI's own internals are a path
+    ("ImportError: libmpi.so.40: cannot open shared object file", "extension",
+     "loader.mpi-other-abi"),
+    ("ImportError: libopen-pal.so.80: cannot open shared object file", "extension",
+     "loader.mpi-libs-not-on-path"),
+    ("orted: error while loading shared libraries: libmpi.so.12: cannot open shared object "
+     "file", "program", "loader.mpi-libs-not-on-path"),
+])
+def test_the_shape_of_a_missing_library_names_the_cause(text, shape, mode):
+    found, = loader.parse(text)
+    assert (found.shape, found.mode) == (shape, mode)
+
+
+@pytest.mark.parametrize("symbol, shape, mode", [
+    ("_ZN2at4_ops5zeros4callEN3c108ArrayRefINS2_6SymIntEEE", "",
+     "loader.ext-built-for-other-torch"),
+    ("_ZNK3c1010TensorImpl4sizeEl", "", "loader.ext-built-for-other-torch"),
+    ("_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+     "abi", "loader.ext-cxx11-abi-mismatch"),
+    ("_ZN3c106detail14torchCheckFailEPKcS2_jRKSs", "abi", "loader.ext-cxx11-abi-mismatch"),
+])
+def test_an_undefined_torch_symbol_names_the_extension_and_the_abi(symbol, shape, mode):
+    text = (f"ImportError: /home/u/.cache/torch_extensions/py310_cu121/fused_adam/fused_adam.so: "
+            f"undefined symbol: {symbol}")
+    found, = loader.parse(text)
+    assert (found.shape, found.mode, found.extension) == (shape, mode, "fused_adam")
 
 
 def test_tensorflows_wording_is_the_same_shape():

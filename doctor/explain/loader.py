@@ -39,7 +39,7 @@ MISSING = re.compile(
     + r"|(?:Couldn't|Could not|Unable to) (?:open|load|find) (?:the )?(?:CUDA |dynamic |shared )?"
       r"library:? '?" + _LIB, re.IGNORECASE)
 UNDEFINED = re.compile(
-    r"(?:(?P<by>\S+\.so[\w.]*):\s*)?undefined symbol:\s*[\"'`]?(?P<sym>[\w@.$]+)[\"'`]?"
+    r"(?:(?P<by>[^\s`'\"]+\.so[\w.]*):\s*)?undefined\s+symbol:\s*[\"'`]?(?P<sym>[\w@.$]+)[\"'`]?"
     r"(?:,\s*version\s+(?P<ver>[\w.+-]+))?")
 VERSION = re.compile(
     r"(?:(?P<lib>\S*" + _LIB + r"):\s*)?version [`'‘]?(?P<ver>(?:GLIBCXX|GLIBC|CXXABI|CUDA|"
@@ -57,10 +57,22 @@ class Finding:
     version: str = ""  # soname version (12), or the symbol version (GLIBCXX_3.4.30)
     required_by: str = ""
     where: str = ""  # the folder the message names, if any
+    shape: str = ""  # program, extension, abi: what the message's structure adds (below)
+    program: str = ""  # the executable that could not start ("error while loading ...")
+    extension: str = ""  # the extension module that needs the library, when a path names it
 
     @property
     def id(self) -> str:
         return f"loader.{self.kind}"
+
+    @property
+    def mode(self) -> str:
+        """The catalogue mode this finding is: its library's row in libraries.toml links a
+        kind (missing) or a kind in a shape (missing.program) to a mode; the shaped link
+        comes first, then the plain kind; "" when the row links none."""
+        modes = (self.row or {}).get("modes", {})
+        keys = ([f"{self.kind}.{self.shape}"] if self.shape else []) + [self.kind]
+        return next((modes[k] for k in keys if k in modes), "")
 
     @property
     def benign(self) -> bool:
@@ -82,6 +94,12 @@ class Finding:
             parts.append(f"symbol {self.symbol}")
         if self.required_by:
             parts.append(f"required by {self.required_by}")
+        if self.program:
+            parts.append(f"program {self.program}")
+        if self.extension:
+            parts.append(f"extension {self.extension}")
+        if self.shape:
+            parts.append(f"shape {self.shape}")
         return ", ".join(parts)
 
     @property
@@ -90,9 +108,14 @@ class Finding:
         if self.row and self.row.get("benign"):
             provider += f" Usually harmless: {self.row['benign']}"
         if self.kind == "missing":
+            who = {"program": f" {self.program or 'The program'} was linked against it when "
+                              f"it was built, so it exists somewhere: its folder is not on the "
+                              f"run-time path.",
+                   "extension": " A prebuilt extension module asks for it: the soname names "
+                                "the release it was built for."}.get(self.shape, "")
             return (f"The dynamic loader found no {self.library} in LD_LIBRARY_PATH, the "
                     f"ldconfig cache, the default folders or the RUNPATH of the library that "
-                    f"needs it.{provider}" + (
+                    f"needs it.{who}{provider}" + (
                         f" A build for another CUDA release asks for another soname major "
                         f"(here {self.version})." if self.row and self.row["wheel"]
                         and self.version else ""))
@@ -148,28 +171,84 @@ def soname_version(name: str) -> str:
     return name.split(".so.", 1)[1] if ".so." in name else ""
 
 
+# The shape of a "cannot open shared object file" line says who wanted the library:
+# - an executable that cannot start ("prog: error while loading shared libraries: X"):
+#   it was linked against X on a machine (or with a path) that had it, so X exists but the
+#   run-time loader path (LD_LIBRARY_PATH, ld.so.conf, RUNPATH) lacks its folder;
+# - an extension module being imported ("ImportError: X", TensorFlow's NotFoundError):
+#   a prebuilt binary whose dependency names the release it was built for (libcudart.so.10.1,
+#   libmpi.so.12), so the installed release differs;
+# - anything else (ctypes/dlopen by name, a framework's own loader): the library is simply
+#   not installed where the loader looks.
+PROGRAM = re.compile(r"(?:(?P<prog>[^\s:]+): )?error while loading shared libraries:\s*$")
+EXTENSION = re.compile(r"\b(?:ImportError|NotFoundError)\b")
+# The CUDA release a torch build names (2.1.0+cu121, "CUDA Version: 12.2", cuda 11.8).
+TORCH_CUDA = re.compile(r"\+cu(?P<cu>1[0-3])\d\b|\bCUDA(?: Version| version)?:? (?P<v>1[0-3])\.\d",
+                        re.IGNORECASE)
+# Libraries whose soname major is the CUDA major (libcudart.so.11.0 ships with every 11.x).
+CUDA_MAJOR_SONAME = re.compile(r"^lib(?:cudart|cublas(?:Lt)?|nvrtc)\.so\.(?P<cu>\d+)")
+# An undefined C++ symbol with the std::string ABI tag: the module and the library it links
+# were built with different _GLIBCXX_USE_CXX11_ABI (the new ABI mangles __cxx11, the old Ss).
+ABI_TAG = re.compile(r"__cxx11|(?:RK|E|N)Ss(?:E|$)")
+# A compiled module named by its path: site-packages/<pkg>/..., torch_extensions/<build>/<op>.
+EXT_PATH = re.compile(r"(?:torch_extensions/[^/\s]+/(?P<op>[\w-]+)/|(?:site|dist)-packages/"
+                      r"(?P<pkg>[\w.-]+?)(?:/|\.cpython|\.so))")
+
+
+def _line_before(text: str, start: int) -> str:
+    return text[text.rfind("\n", 0, start) + 1:start]
+
+
+def _missing_shape(text: str, start: int, lib: str) -> tuple[str, str]:
+    """(shape, program) of a missing library from the words before it on its line."""
+    before = _line_before(text, start)
+    prog = PROGRAM.search(before)
+    if prog:
+        return "program", prog.group("prog") or ""
+    wanted = CUDA_MAJOR_SONAME.match(lib)
+    torch_cuda = TORCH_CUDA.search(text)
+    if wanted and torch_cuda and (torch_cuda.group("cu") or torch_cuda.group("v")) != \
+            wanted.group("cu"):
+        return "extension", ""  # built for another CUDA major than the one installed
+    return ("extension" if EXTENSION.search(before) else ""), ""
+
+
+def _extension(path: str) -> str:
+    """The extension a path names: its torch_extensions op, its site-packages package, or
+    the module a bare CPython extension file is (flash_attn_2_cuda.cpython-310-...so)."""
+    m = EXT_PATH.search(path)
+    if m:
+        return m.group("op") or m.group("pkg")
+    name = Path(path).name
+    return name.split(".cpython")[0] if ".cpython" in name else ""
+
+
 def parse(text: str) -> list[Finding]:
     """The loader and linker errors in ``text``, each library once."""
     found: dict[tuple[str, str], Finding] = {}
     for m in MISSING.finditer(text):
-        lib = next(g for g in m.groups()[1:] if g)
+        lib = next(g for g in m.groups()[1:] if g).rstrip(".")
+        shape, program = _missing_shape(text, m.start(), lib)
         found.setdefault(("missing", lib), Finding(
             "missing", lib, m.group(0), library_row(lib), version=soname_version(lib),
-            where=m.group("path") or ""))
+            where=m.group("path") or "", shape=shape, program=program))
     for m in VERSION.finditer(text):
         lib = Path(m.group("lib")).name if m.group("lib") else "libstdc++.so.6" \
             if m.group("ver").startswith(("GLIBCXX", "CXXABI")) else "libc.so.6"
         found.setdefault(("symbol-version", lib), Finding(
             "symbol-version", lib, m.group(0), library_row(lib), version=m.group("ver"),
-            required_by=(m.group("by") or "").strip(), where=m.group("lib") or ""))
+            required_by=(m.group("by") or "").strip(), where=m.group("lib") or "",
+            extension=_extension(m.group("by") or "")))
     for m in UNDEFINED.finditer(text):
         sym, ver = m.group("sym"), m.group("ver") or ""
         row = library_row(ver) if ver.startswith("lib") else None
         row = row or symbol_row(sym)
         lib = ver if ver.startswith("lib") else f"the library exporting {sym}"
+        by = m.group("by") or ""
         found.setdefault(("undefined-symbol", sym), Finding(
             "undefined-symbol", lib, m.group(0), row, symbol=sym, version=ver,
-            required_by=m.group("by") or ""))
+            required_by=by, shape="abi" if ABI_TAG.search(sym) else "",
+            extension=_extension(by)))
     for m in LINK.finditer(text):
         lib = f"lib{m.group('name')}.so"
         found.setdefault(("link", lib), Finding("link", lib, m.group(0), library_row(lib)))

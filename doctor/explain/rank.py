@@ -126,7 +126,7 @@ def rank(message: str, around: str = "") -> list[Match]:
         weight = BAR if finding.benign else STRUCTURE + (0.5 if finding.row else 0)
         matches.append(Match(weight, finding=finding,
                              matched=[finding.text], why=[f"parsed: {finding.describe()}"]))
-        linked = (finding.row or {}).get("modes", {}).get(finding.kind)
+        linked = finding.mode  # libraries.toml: the row's link for this kind (and shape)
         mode = catalogue.mode(linked) if linked else None
         if mode is None:
             continue
