@@ -35,6 +35,9 @@ _FAILURE = re.compile(
     r"|\bnot found\b|undefined (?:symbol|reference)|No such file or directory"
     r"|Segmentation fault|Bus error|Illegal instruction|core dumped|\bAborted\b|\bKilled\b"
     r"|Permission denied|No space left|Disk quota|out of memory|\bsignal \d+"
+    # glog's FATAL level (TensorFlow's "F tensorflow/...cc:35] ...", "F0117 08:21:49 ...]"):
+    # the process aborts right after it
+    r"|^F(?:\d{4} [\d:.]+(?: +\d+)?)? [\w./-]+\.(?:cc|cpp|h):\d+\] "
     # torch's warning that its build has no kernels for this GPU: the cause of the
     # 'no kernel image' error that follows it
     r"|no longer supports this GPU|is not compatible with the current PyTorch installation",

@@ -1,0 +1,155 @@
+"""Hugging Face Hub, transformers and datasets messages read by structure.
+
+The Hub client reports a failed request in a few stable shapes, whatever the release:
+``requests``/``urllib3``/``httpx`` errors naming the pool (``HTTPSConnectionPool(host='X',
+port=443): Max retries exceeded with url: /PATH (Caused by ProxyError|SSLError|
+ConnectTimeoutError|NewConnectionError(...))``), huggingface_hub's HTTP errors with their
+status (``HfHubHTTPError: 504 Server Error: ... for url: URL``, ``GatedRepoError: 401 Client
+Error``, ``RepositoryNotFoundError``), the cache lookups that follow a failed request
+(``LocalEntryNotFoundError``, transformers' ``We couldn't connect to 'https://huggingface.co'``,
+datasets' ``Couldn't reach 'NAME' on the Hub (ConnectionError)``), offline mode refusing a
+request (``OfflineModeIsEnabled``, ``outgoing traffic has been disabled``), file locks in the
+cache (``fcntl.flock`` with its errno, ``PermissionError`` on a ``.lock``), and imports of
+names a release removed. The parts read here: the exception, the host, the HTTP status, the
+repository, the cause urllib3 names; small rules map them to catalogue modes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dsenv.doctor.explain.families import Reading, reading
+
+FAMILY = "huggingface"
+
+# Hosts the Hub client talks to: huggingface.co, its CDN (cdn-lfs.huggingface.co, cas-bridge
+# .xethub.hf.co), hf-mirror.com, and raw.githubusercontent.com (datasets' old script loader).
+_HUB_HOST = re.compile(r"(?:^|\.)(?:huggingface\.co|hf\.co|hf-mirror\.com)$")
+_HOST = re.compile(r"host='(?P<pool>[^']+)'|https?://(?P<url>[\w.-]+\.[a-z]{2,})", re.I)
+_STATUS = re.compile(r"\b(?P<status>[45]\d\d) (?:Client|Server) Error\b|\((?P<status2>[45]\d\d) "
+                     r"Too Many Requests\)|Tunnel connection failed: (?P<status3>\d{3})", re.I)
+_EXCEPTION = re.compile(r"\b(?P<exc>GatedRepoError|RepositoryNotFoundError|RevisionNotFoundError|"
+                        r"EntryNotFoundError|LocalEntryNotFoundError|HfHubHTTPError|"
+                        r"OfflineModeIsEnabled|IncompleteSnapshotError|ProxyError|SSLError|"
+                        r"ConnectTimeout(?:Error)?|ReadTimeout(?:Error)?|NewConnectionError|"
+                        r"ConnectionError)\b")
+_REPO = re.compile(r"Access to model (?P<repo>[\w.-]+/[\w.-]+)|cached snapshot for '(?P<repo2>[^']+)'"
+                   r"|huggingface\.co/(?:api/(?:models|datasets|spaces)/|datasets/)?(?!api/)"
+                   r"(?P<repo3>[\w.-]+/[\w.-]+)")
+_REMOVED = re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<module>huggingface_hub[\w.]*)'")
+_FLOCK = re.compile(r"flock\(.*?\[Errno (?P<errno>\d+)\] (?P<why>[\w /]+)", re.S)
+_LOCK_DENIED = re.compile(r"Permission denied: '(?P<path>[^']*(?:\.lock|/\.locks/[^']*|"
+                          r"/(?:hub|huggingface)/(?:models|datasets)--[^']*))'")
+_DATASETS_SCRIPT = re.compile(r"Couldn't reach https://raw\.githubusercontent\.com/huggingface/"
+                              r"datasets/(?P<version>[\w.]+)/(?:datasets|metrics)/(?P<name>[\w-]+)/")
+# The generic loaders later datasets releases bundle (a dataset's own script, xsum.py, still
+# needs the network with any release: failing to fetch it says nothing about the version).
+_PACKAGED = {"csv", "json", "text", "pandas", "parquet", "arrow", "sql", "generator",
+             "imagefolder", "audiofolder", "videofolder", "webdataset"}
+_HUB_REACH = re.compile(r"Couldn't reach '(?P<name>[^']+)' on the Hub \((?P<why>\w+)\)")
+# The libraries' words for "the request did not get an answer" (DNS, route, timeout, refused).
+_NO_ROUTE = re.compile(r"ConnectTimeout|timed out|NewConnectionError|Failed to establish a new "
+                       r"connection|Name or service not known|Temporary failure in name "
+                       r"resolution|Network is unreachable|No route to host|Connection refused|"
+                       r"We couldn't connect to 'https?://|Connection error, and we cannot find|"
+                       r"error happened while trying to locate the files? on the Hub", re.I)
+_OFFLINE = re.compile(r"OfflineModeIsEnabled|offline mode is enabled|[Oo]utgoing traffic (?:has "
+                      r"been|is) disabled|IncompleteSnapshotError|Cannot find an appropriate "
+                      r"cached snapshot folder|Couldn't find cache for \S+ for config|no file "
+                      r"named \S+ found in directory \S*/snapshots/")
+
+
+def _hosts(message: str) -> list[str]:
+    return [(m["pool"] or m["url"]).lower() for m in _HOST.finditer(message)]
+
+
+def read(message: str) -> list[Reading]:
+    if not message.strip():
+        return []
+    hosts = _hosts(message)
+    hub = next((h for h in hosts if _HUB_HOST.search(h)), "")
+    status = next((next(g for g in m.groups() if g) for m in _STATUS.finditer(message)), "")
+    exc = (m := _EXCEPTION.search(message)) and m["exc"] or ""
+    repo = ((m := _REPO.search(message)) and (m["repo"] or m["repo2"] or m["repo3"]) or "").rstrip(".")
+    found: list[Reading] = []
+
+    def add(mode: str, text: str, **parts: str) -> None:
+        found.append(reading(FAMILY, mode, text, exception=exc, host=hub, status=status,
+                             repo=repo, **parts))
+
+    # A name huggingface_hub removed (cached_download in 0.26) or added after the installed
+    # release: the import itself fails, whatever the network.
+    if m := _REMOVED.search(message):
+        add("hf.hub-version-api-removed", m[0], name=m["name"], module=m["module"])
+        return found
+    # datasets >= 4 refuses loading scripts outright.
+    if m := re.search(r"Dataset scripts are no longer supported", message):
+        script = re.search(r"no longer supported, but found ([\w.-]+\.py)", message)
+        add("hf.datasets-scripts-removed", m[0], script=script[1] if script else "")
+        return found
+    if m := re.search(r"Fast download using 'hf_transfer' is enabled", message):
+        add("hf.hf-transfer-missing", m[0], variable="HF_HUB_ENABLE_HF_TRANSFER")
+        return found
+    # Locks in the cache: flock's errno says whether the file system has no flock at all
+    # (38 ENOSYS: the download crashes) or refuses/loses it (37 ENOLCK, 5 EIO: datasets'
+    # lock loop waits forever); datasets' own "Lock N not acquired ... waiting" is the loop.
+    if m := _FLOCK.search(message):
+        mode = "cache.hub-no-flock" if m["errno"] == "38" else (
+            "cache.datasets-lock-hang" if m["errno"] in ("5", "37") else "")
+        if mode:
+            add(mode, m[0], call="flock", errno=f"{m['errno']} {m['why'].strip()}")
+            return found
+    if m := re.search(r"Lock \d+ not acquired on (\S+\.lock)", message):
+        add("cache.datasets-lock-hang", m[0], lock=m[1])
+        return found
+    # Another user's lock or repository folder in a shared cache (Triton's and torch
+    # extensions' locks are their own modes).
+    if (m := _LOCK_DENIED.search(message)) and not re.search(r"triton|torch_extensions",
+                                                              m["path"], re.I):
+        add("cache.hub-shared-lock-perms", m[0], path=m["path"])
+        return found
+    # The Hub answered: gated (401/403 with the gated wording), rate limit, server error.
+    if re.search(r"GatedRepoError|Cannot access gated repo for url|Access to model \S+ is "
+                 r"restricted", message):
+        add("hf.gated-repo-auth", message[:200])
+        return found
+    if status == "429" and (hub or "Too Many Requests" in message):
+        add("hf.rate-limited", f"{status} Too Many Requests")
+        return found
+    if status.startswith("5") and hub:
+        add("hf.hub-transient-outage", f"{status} Server Error")
+        return found
+    # Offline mode refused a request the cache could not answer.
+    if m := _OFFLINE.search(message):
+        add("hf.offline-incomplete-snapshot", m[0], refused=m[0])
+        return found
+    # Old datasets releases fetch even the generic loaders (csv/json/text before 1.3,
+    # audiofolder before 2.4) from GitHub at their own version: the download, not the data,
+    # fails, and a release that bundles the loader needs no network.
+    m = _DATASETS_SCRIPT.search(message)
+    if m and m["name"] in _PACKAGED and "ProxyError" not in message:
+        add("hf.datasets-too-old-for-loader", m[0], version=m["version"], loader=m["name"])
+        return found
+    reach = _HUB_REACH.search(message)
+    why = reach["why"] if reach else ""
+    # The request went to a proxy that failed (down, refused, 407) ...
+    if re.search(r"ProxyError|Unable to connect to proxy|Cannot connect to proxy", message) \
+            or why == "ProxyError":
+        add("hf.proxy-required", "ProxyError", cause="proxy")
+        return found
+    # ... or TLS failed: a certificate for another host means something other than the Hub
+    # answered (a firewall redirect where only the proxy may go out); a self-signed or unknown
+    # issuer in the chain is a TLS-inspecting proxy re-signing the Hub's certificate.
+    if hub and re.search(r"SSLError|CERTIFICATE_VERIFY_FAILED", message) or why == "SSLError":
+        if re.search(r"Hostname mismatch|doesn't match|not valid for '", message):
+            add("hf.proxy-required", "Hostname mismatch", cause="certificate of another host")
+        else:
+            add("hf.ssl-interception", "CERTIFICATE_VERIFY_FAILED", cause="certificate chain")
+        return found
+    # No answer at all from the Hub (timeout, DNS, unreachable, refused), or the libraries'
+    # cache fallback saying so: a node without outbound access and offline mode unset.
+    if (hub or reach or "huggingface.co" in message) and _NO_ROUTE.search(message) \
+            or why in ("ConnectionError", "ConnectTimeout", "ReadTimeout"):
+        add("cache.hf-online-on-offline-node", (m := _NO_ROUTE.search(message)) and m[0] or why,
+            cause="no answer")
+    return found

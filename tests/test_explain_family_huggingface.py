@@ -1,0 +1,108 @@
+"""The Hugging Face family parser (doctor/explain/families/huggingface.py) on real texts: the
+symptom fixtures of the huggingface table (tests/fixtures/explain_symptoms/huggingface.jsonl)
+read into their parts and mode; texts of other families and empty text give no reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor.explain.families import huggingface
+
+SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
+
+
+def _rows(stem: str) -> list[dict]:
+    return [json.loads(line) for line in (SYMPTOMS / f"{stem}.jsonl").read_text().splitlines()
+            if line.strip()]
+
+
+ROWS = _rows("huggingface")
+
+
+def _text(url_end: str) -> str:
+    return next(r["text"] for r in ROWS if r["url"].endswith(url_end))
+
+
+def _parts(text: str, mode: str) -> dict[str, str]:
+    found = [r for r in huggingface.read(text) if r.mode == mode]
+    assert found, [r.mode for r in huggingface.read(text)]
+    return dict(found[0].parts)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
+def test_symptom_reads_into_its_mode(row):
+    assert [r.mode for r in huggingface.read(row["text"])] == [row["mode"]]
+
+
+def test_a_proxy_refusing_credentials_names_host_and_status():
+    parts = _parts(_text("huggingface_hub/issues/2625"), "hf.proxy-required")
+    assert (parts["exception"], parts["host"], parts["status"]) == ("ProxyError",
+                                                                    "huggingface.co", "407")
+
+
+def test_a_server_error_names_its_status_and_repository():
+    parts = _parts(_text("huggingface_hub/issues/1516"), "hf.hub-transient-outage")
+    assert (parts["status"], parts["repo"]) == ("504", "Antreas/timm-ade20k-debug-137")
+
+
+def test_a_gated_repository_is_named():
+    parts = _parts(_text("gemma3-object-detection/issues/5"), "hf.gated-repo-auth")
+    assert (parts["status"], parts["repo"]) == ("403", "google/gemma-3-4b-pt")
+
+
+def test_the_errno_of_flock_tells_crash_from_hang():
+    assert _parts(_text("huggingface_hub/issues/2399"), "cache.hub-no-flock")["errno"] \
+        .startswith("38")
+    assert _parts(_text("datasets/issues/1672"), "cache.datasets-lock-hang")["errno"] \
+        .startswith("37")
+
+
+def test_the_removed_name_is_read():
+    parts = _parts(_text("Hunyuan3D-1/issues/59"), "hf.hub-version-api-removed")
+    assert (parts["name"], parts["module"]) == ("cached_download", "huggingface_hub")
+
+
+def test_a_certificate_for_another_host_is_not_tls_inspection():
+    # The wording of requests/urllib3 when something other than the Hub answers (a firewall
+    # where only the site proxy may go out), next to a re-signed chain (inspection).
+    other = ("requests.exceptions.SSLError: HTTPSConnectionPool(host='huggingface.co', "
+             "port=443): Max retries exceeded with url: /org/model/resolve/main/config.json "
+             "(Caused by SSLError(SSLCertVerificationError(1, \"[SSL: CERTIFICATE_VERIFY_FAILED] "
+             "certificate verify failed: Hostname mismatch, certificate is not valid for "
+             "'huggingface.co'. (_ssl.c:1007)\")))")
+    assert [r.mode for r in huggingface.read(other)] == ["hf.proxy-required"]
+    assert [r.mode for r in huggingface.read(_text("FastChat/issues/2739"))] \
+        == ["hf.ssl-interception"]
+
+
+def test_a_dataset_script_of_its_own_is_not_an_old_loader():
+    # xsum.py needs the network with any datasets release; csv.py does not since 1.3.
+    text = ("ConnectionError: Couldn't reach https://raw.githubusercontent.com/huggingface/"
+            "datasets/1.2.1/datasets/xsum/xsum.py")
+    assert huggingface.read(text) == []
+    parts = _parts(_text("datasets/issues/1771"), "hf.datasets-too-old-for-loader")
+    assert (parts["version"], parts["loader"]) == ("1.2.1", "csv")
+
+
+def test_other_locks_are_not_the_hub_cache():
+    text = "PermissionError: [Errno 13] Permission denied: '/tmp/triton/d645ef562cfc8f31.lock'"
+    assert huggingface.read(text) == []
+
+
+@pytest.mark.parametrize("stem", ["comm", "build", "system"])
+def test_other_families_give_no_reading(stem):
+    path = SYMPTOMS / f"{stem}.jsonl"
+    if not path.exists():
+        pytest.skip(f"{stem}.jsonl not written yet")
+    rows = _rows(stem)
+    # The home-quota and host symptoms mention Hugging Face paths but no Hub failure.
+    read = {r["url"]: [x.mode for x in huggingface.read(r["text"])] for r in rows}
+    assert not {url: modes for url, modes in read.items() if modes}
+
+
+def test_empty_text_gives_no_reading():
+    assert huggingface.read("") == []
+    assert huggingface.read("   \n") == []
