@@ -55,6 +55,8 @@ def provision_command(args, argv: list[str]) -> int:
     plan = make_plan(args)
     if plan.dry_run:
         console.print(plan.render(), markup=False, soft_wrap=True)  # commands stay whole
+        if plan.stop:  # the status the real run would end with, and its one line
+            raise ProvisionError(plan.stop)
         return 0
     for line in plan.header():
         console.print(line, markup=False)

@@ -40,7 +40,7 @@ from dsenv.provision.ops.choose import parse_mode, preview_ops
 from dsenv.provision.ops.cuda import ToolkitChoice
 from dsenv.provision.prefix import check_absent, default_prefix, free_space_check, resolve_prefix
 from dsenv.provision.shown import Names
-from dsenv.provision.steps import OpsPlan, Step, plan_steps
+from dsenv.provision.steps import OpsPlan, Step, missing_lock, plan_steps
 from dsenv.provision.targets import choose_stack_and_toolkit, resolve_arch
 from dsenv.provision.uvcmd import Sources, index_unreachable, stack_sources
 
@@ -94,6 +94,11 @@ class Plan:
     steps: tuple[Step, ...] = ()
 
     @property
+    def stop(self) -> str:
+        """The line the real run would stop with ("" when it would go through)."""
+        return next((step.stop for step in self.steps if step.stop), "")
+
+    @property
     def ops_mode(self) -> str:
         return self.ops.mode
 
@@ -121,7 +126,8 @@ class Plan:
 
     def render(self) -> str:
         lines = self.header() + ["", "steps (in a staging folder, renamed into place at the "
-                                     "end; each command as the run logs it):"]
+                                     "end; each command as the run logs it):" if not self.stop
+                                 else "steps: none: the real run stops while it plans:"]
         for step in self.steps:
             lines += step.render(self.names)
         return "\n".join(lines)
@@ -157,7 +163,10 @@ def make_plan(args) -> Plan:
     # the ops the plan assumes, asked of dsenv's own DeepSpeed (an unknown op is a usage
     # error before anything is installed); the run asks the new environment's again
     ops, ops_notes = _assume_ops(target, stack, args.ops, ops_stop, args.dry_run)
-    notes = [*toolkit_notes, *(ops_notes if args.dry_run
+    # notes say only what will happen: none on ops when the run stops before them
+    stops = bool(ops_stop or (site_lock and site_lock.problem)
+                 or (kind == "conda" and not lock.is_file()))
+    notes = [*toolkit_notes, *(([] if stops else ops_notes) if args.dry_run
                                else [free_space_check(prefix, stack)])]
     plan = Plan(kind, site, target, stack, lock.resolve(), prefix, python, ops, sources,
                 args.force, not args.no_bytecode, args.dry_run, getattr(args, "wait", None),
@@ -190,16 +199,12 @@ def _lock(kind: str, stack: Stack, given: str | None, dry_run: bool) -> Path | N
     None when the stack has none committed and a venv/container env can lock on site."""
     if kind == "conda":
         lock = Path(given) if given else conda_lock_path(stack.name)
-        regenerate = f"dsenv lock --kind conda --stack {stack.name}"
     else:
         lock = Path(given) if given else stack.lock_path
-        regenerate = f"dsenv lock --stack {stack.name}"
         if not given and not lock.is_file():
             return None
     if not lock.is_file() and not (dry_run and not given):
-        raise ProvisionError(f"no lock for stack {stack.name} ({kind}): {lock} does not exist; "
-                             f"generate it with `{regenerate}` where the stack's package "
-                             f"index ({stack.index_url}) is reachable, or pass --lock FILE")
+        raise ProvisionError(missing_lock(kind, stack, lock))
     return lock
 
 

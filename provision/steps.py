@@ -39,6 +39,7 @@ class Step:
     title: str
     detail: str = ""
     commands: tuple[Command, ...] = ()
+    stop: str = ""  # the one line the real run stops with here ("" when it goes on)
 
     def render(self, names: Names = ()) -> list[str]:
         lines = [f"- {self.title}" + (f": {self.detail}" if self.detail else "")]
@@ -106,25 +107,38 @@ def plan_steps(plan: Plan) -> tuple[Step, ...]:
                       "jobs"))
     steps.append(Step("rename", f"rename {plan.staging.name} to {plan.prefix}",
                       "replacing the old environment" if plan.force else ""))
-    return tuple(steps)
+    # a refusal is raised while the real run plans, before its first step: it is the plan
+    stop = next((step for step in steps if step.stop), None)
+    return (stop,) if stop else tuple(steps)
 
 
 def _lock_steps(plan: Plan) -> list[Step]:
     lock = plan.site_lock
+    if lock and lock.problem:  # the index or the requirements are missing: nothing to run
+        return [Step("lock", f"lock on site against {lock.describe()}: {STOP}", lock.problem,
+                     stop=lock.problem)]
     if lock:
         return [Step(
             "lock", f"lock on site against {lock.describe()}",
             f"no lock is committed for stack {lock.stack}: {lock.requirements.name} resolved "
             f"with hashes for Python {lock.python_version}, kept as {plan.lock} and named in "
-            "the manifest (rebuild the same env with --lock FILE)"
-            + (f"; {STOP}: {lock.problem}" if lock.problem else ""),
+            "the manifest (rebuild the same env with --lock FILE)",
             (compile_command(lock.requirements, temporary(LOCK_SCRATCH), lock.python_version,
                              lock.sources),))]
     if not plan.lock.is_file():  # a dry run of a conda env whose stack has no conda lock
-        return [Step("lock", f"no conda lock for stack {plan.stack.name}: {STOP}",
-                     "generate it where the stack's channels are reachable with `dsenv lock "
-                     f"--kind conda --stack {plan.stack.name}`, or pass --lock FILE")]
+        stop = missing_lock(plan.kind, plan.stack, plan.lock)
+        return [Step("lock", f"no conda lock for stack {plan.stack.name}: {STOP}", stop,
+                     stop=stop)]
     return []
+
+
+def missing_lock(kind: str, stack, lock: Path) -> str:
+    """The line a run stops with when the lock to install does not exist."""
+    regenerate = (f"dsenv lock --kind conda --stack {stack.name}" if kind == "conda"
+                  else f"dsenv lock --stack {stack.name}")
+    return (f"no lock for stack {stack.name} ({kind}): {lock} does not exist; generate it "
+            f"with `{regenerate}` where the stack's package index ({stack.index_url}) is "
+            "reachable, or pass --lock FILE")
 
 
 def _install_steps(plan: Plan, python: Path) -> list[Step]:
@@ -153,8 +167,8 @@ def _install_steps(plan: Plan, python: Path) -> list[Step]:
 def _ops_steps(plan: Plan, python: Path) -> list[Step]:
     ops = plan.ops
     steps = []
-    if ops.stop:
-        steps.append(Step("ops", f"DeepSpeed ops --ops {ops.mode}: {STOP}", ops.stop))
+    if ops.stop:  # the real run refuses here; nothing after it runs
+        return [Step("ops", f"DeepSpeed ops --ops {ops.mode}: {STOP}", ops.stop, stop=ops.stop)]
     if plan.toolkit is not None and plan.toolkit.kind == "wheels":
         steps.append(Step("toolkit", f"CUDA {plan.toolkit.cuda}'s nvcc from NVIDIA's wheels",
                           "into the env, CUDA_HOME for the ops build",

@@ -238,11 +238,11 @@ def test_dry_run_without_node_nvcc_plans_the_toolkit_wheels(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "CUDA 13.0's nvcc from NVIDIA's wheels" in done.stdout
     assert "no nvcc on this node" in done.stdout
-    # --no-toolkit-wheels: the dry run still plans, the refusal as the step the real run
-    # stops at; the real run refuses in one line before it writes anything
+    # --no-toolkit-wheels: the real run refuses in one line before it writes anything; the
+    # dry run's plan is that refusal, and it exits as the real run does
     planned = dsenv("provision", "--arch", "9.0", "--ops", "fused_adam", "--dry-run",
                     "--no-toolkit-wheels", "--prefix", tmp_path / "env", env=env)
-    assert planned.returncode == 0, planned.stderr
+    assert planned.returncode == 2, planned.stderr
     stop = next(line for line in planned.stdout.splitlines() if "STOPS THE REAL RUN" in line)
     assert "--no-toolkit-wheels" in stop
     refused = dsenv("provision", "--arch", "9.0", "--ops", "fused_adam",
@@ -250,6 +250,7 @@ def test_dry_run_without_node_nvcc_plans_the_toolkit_wheels(tmp_path):
     assert refused.returncode != 0
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--no-toolkit-wheels" in lines[0], refused.stderr
+    assert planned.stderr == refused.stderr and stop.endswith(lines[0][len("dsenv provision: "):])
     assert not (tmp_path / "env").exists()
 
 

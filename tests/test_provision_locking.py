@@ -188,16 +188,18 @@ def test_the_dry_run_shows_the_site_lock_as_a_step_even_when_it_would_stop(
     tiny_stack(CLOSED)
     prefix = tmp_path / "envs" / "env"
     code, out, err = provision(capsys, "--index-url", CLOSED, "--prefix", prefix, "--dry-run")
-    assert code == 0, err
-    steps = out[out.index("steps ("):]
-    assert steps.index("- lock on site against http://127.0.0.1:9/simple") \
-        < steps.index("- create the venv")
-    assert "STOPS THE REAL RUN HERE: no lock is committed for stack tiny" in steps
-    assert f"$ cd {tmp_path}/requirements && uv pip compile tiny.in -o " in steps
-    # the staging folder is shown as the prefix it becomes, as the real run logs it
-    assert f"uv pip sync --require-hashes --python {prefix}/bin/python " in steps
+    # the real run stops while it plans: the dry run's plan is that one step, and it exits
+    # as the real run does, with the same line
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    steps = out[out.index("steps: none: the real run stops while it plans:"):]
+    assert "- lock on site against http://127.0.0.1:9/simple: STOPS THE REAL RUN HERE: no " \
+           "lock is committed for stack tiny" in steps
+    assert "uv pip compile" not in steps and "create the venv" not in steps
     assert f"{prefix}/dsenv-lock.txt" in out
     assert not prefix.parent.exists()
+    real, _, real_err = provision(capsys, "--index-url", CLOSED, "--prefix", prefix)
+    assert real == 2 and real_err == err
+    assert steps.splitlines()[1].endswith(err.strip().removeprefix("dsenv provision: "))
 
 
 def test_when_only_torchs_index_is_silent_the_fix_is_a_wheel_folder(

@@ -17,18 +17,27 @@ import pytest
 from dsenv.envs.targets import resolve_arch
 from dsenv.provision.ops.choose import UnknownOpError, check_op_names
 from dsenv.provision.ops.reasons import group_omissions
+from dsenv.provision.uvcmd import index_unreachable
 from tests.harness.cli import dsenv, one_line
 
 WIDE = {"COLUMNS": "400"}
 
 
-def dry_run(tmp_path: Path, *args: str, env=None):
+def dry_run(tmp_path: Path, *args: str, env=None, stops: bool = False):
+    """(header, steps) of a dry run; ``stops``: the plan is the refusal the real run stops
+    with, and the dry run exits as the real run would (2, the same one line on stderr)."""
     prefix = tmp_path / "envs" / "env"
     done = dsenv("provision", *args, "--prefix", str(prefix), "--dry-run",
                  env={**WIDE, **(env or {})})
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == (2 if stops else 0), done.stdout + done.stderr
     assert not prefix.parent.exists()  # a dry run writes nothing
-    header, steps = done.stdout.split("\nsteps (", 1)
+    marker = "\nsteps: none: the real run stops while it plans:" if stops else "\nsteps ("
+    header, steps = done.stdout.split(marker, 1)
+    if stops:
+        stop, = [line for line in steps.splitlines() if line.startswith("- ")]  # one step
+        said = one_line(done, "dsenv provision: ")
+        assert stop.endswith(f"STOPS THE REAL RUN HERE: {said}"), (stop, said)
+        assert "  note    ops" not in header  # notes say only what will happen
     return header, steps
 
 
@@ -38,20 +47,27 @@ def line_of(text: str, start: str) -> str:
 
 def test_gfx90a_plans_the_site_lock_and_groups_the_gpu_ops_without_hipcc(tmp_path):
     env = {"ROCM_PATH": "", "ROCM_HOME": "", "PATH": "/usr/local/bin:/usr/bin:/bin"}
-    header, steps = dry_run(tmp_path, "--arch", "gfx90a", env=env)
+    closed = index_unreachable("https://download.pytorch.org/whl/rocm7.2", 5)
+    header, steps = dry_run(tmp_path, "--arch", "gfx90a", env=env, stops=bool(closed))
     assert line_of(header, "arch").split() == ["arch", "PYTORCH_ROCM_ARCH=gfx90a"]
     assert "stack   rocm7.2: torch==2.13.0+rocm7.2" in header
     assert "none committed for stack rocm7.2: locked on site" in line_of(header, "lock")
-    # the first step locks rocm7.2.in on site; whether this machine reaches the index or not,
-    # the rest of the plan follows it
     first = steps.split("\n- ")[1]
     assert first.startswith("lock on site against https://download.pytorch.org/whl/rocm7.2")
-    assert "requirements && uv pip compile rocm7.2.in -o " in first
-    assert "--generate-hashes" in first
-    lock = str(tmp_path / "envs" / "env" / "dsenv-lock.txt")
-    assert "uv pip sync --require-hashes" in steps and steps.count(lock) >= 2
+    if closed:  # this machine: the real run stops while it plans, and so does the plan
+        assert "uv pip compile" not in steps and "uv pip sync" not in steps
+    else:
+        assert "requirements && uv pip compile rocm7.2.in -o " in first
+    # with a lock given, the plan goes on: the ops, grouped by reason, AMD advice only
+    lock = tmp_path / "given-lock.txt"
+    lock.write_text("")
+    header, steps = dry_run(tmp_path, "--arch", "gfx90a", "--lock", str(lock), env=env)
+    assert "uv pip sync --require-hashes" in steps and str(lock) in steps
     assert re.search(r" PYTORCH_ROCM_ARCH=gfx90a uv pip install --python \S+ "
                      r"--no-build-isolation", steps)
+    assert "deepspeed-kernels)" not in header.replace("(nvidia-cutlass, deepspeed-kernels)", "")
+    assert "pip install deepspeed-kernels" not in header and "Install nvidia-cutlass" not in header
+    assert "omit cutlass_ops: NVIDIA only" in header
     if Path("/opt/rocm").exists():
         pytest.skip("this machine has /opt/rocm: hipcc may be found")
     grouped = re.search(r"ops: omit (\d+) GPU ops \(([^)]*)\): no hipcc here", header)
@@ -121,18 +137,18 @@ def test_a_dry_run_shows_no_arch_variable_from_the_callers_shell(tmp_path):
 
 
 def test_volta_with_a_cuda13_nvcc_plans_and_shows_where_the_real_run_stops(tmp_path):
-    """nvcc 13 cannot build sm_70 and no CUDA 12 nvcc comes from PyPI's wheels: the dry run
-    still prints the whole plan with that refusal as the ops step; the real run refuses in
-    one line before it installs anything."""
+    """nvcc 13 cannot build sm_70 and no CUDA 12 nvcc comes from PyPI's wheels: the real run
+    refuses in one line before it installs anything, and the dry run says so: the refusal
+    is its one step, and it exits 2 with the same line."""
     if not Path("/usr/local/bin/nvcc").exists() and not shutil.which("nvcc"):
         pytest.skip("needs the CUDA 13 nvcc this machine has")
-    header, steps = dry_run(tmp_path, "--arch", "7.0")
+    header, steps = dry_run(tmp_path, "--arch", "7.0", stops=True)
     assert line_of(header, "arch").split() == ["arch", "TORCH_CUDA_ARCH_LIST=7.0"]
     stop = line_of(steps, "- DeepSpeed ops --ops auto: STOPS THE REAL RUN HERE")
     assert "cannot build sm_70" in stop and "nvidia-cuda-nvcc-cu12" in stop
-    assert "uv pip sync --require-hashes" in steps  # the steps before and after it are there
+    assert "uv pip sync" not in steps and steps.count("DeepSpeed ops") == 1
     real = dsenv("provision", "--arch", "7.0", "--prefix", str(tmp_path / "real"))
-    assert not (tmp_path / "real").exists()
-    assert "cannot build sm_70" in one_line(real, "dsenv provision: ")
+    assert not (tmp_path / "real").exists() and real.returncode == 2
+    assert stop.endswith(one_line(real, "dsenv provision: "))
     none = dry_run(tmp_path, "--arch", "7.0", "--ops", "none")[1]
     assert "STOPS THE REAL RUN HERE" not in none  # its healthy twin: no ops, no nvcc needed

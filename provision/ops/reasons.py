@@ -23,6 +23,10 @@ from dsenv.versions import major_minor, version_tuple
 LINK_HINTS = {
     "dskernels": "pip install deepspeed-kernels (prebuilt CUTLASS kernels, NVIDIA only)",
 }
+# What an op's link error or compatibility warning names that exists for NVIDIA GPUs only:
+# CUTLASS and DeepSpeed-Kernels (github.com/deepspeedai/DeepSpeed-Kernels) have no ROCm build,
+# so advice to install them is wrong for an AMD target.
+NVIDIA_ONLY = ("dskernels", "CUTLASS", "cutlass")
 
 
 def target_reason(op: OpInfo, target: Target) -> str | None:
@@ -41,6 +45,10 @@ def target_reason(op: OpInfo, target: Target) -> str | None:
                 f"({op.builder_where}) drops {' '.join(op.lost_link_flags)} from the link, so "
                 "the op fails with 'undefined symbol' (its JIT build links them: it "
                 "JIT-compiles on first use)")
+    if target.vendor == "amd" and any(word in text for text in (
+            op.link_error or "", *op.compat_warnings) for word in NVIDIA_ONLY):
+        return (f"NVIDIA only: {op.builder} needs CUTLASS kernels (nvidia-cutlass, "
+                "deepspeed-kernels), which have no ROCm build")
     if target.vendor == "amd" and op.rocm_only_refusal:
         said = "; ".join(op.compat_warnings) or "is_compatible() is False on ROCm"
         return f"not supported on ROCm: {op.builder}.is_compatible ({op.where}): {said}"
