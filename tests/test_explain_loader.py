@@ -221,3 +221,12 @@ def test_optional_libraries_are_named_as_usually_harmless(text, library):
     found = [m for m in rank.rank(text) if m.finding]
     assert found[0].finding.library == library and found[0].finding.benign
     assert "Usually harmless" in found[0].finding.cause and found[0].score == rank.BAR
+
+
+def test_nvcc_registration_symbols_and_libpython_name_their_causes():
+    # __cudaRegisterFatBinaryEnd is emitted by nvcc >= 10.1: the extension met an older cudart
+    nvcc, = loader.parse("ImportError: /x/_ext/roi_crop/_roi_crop.so: undefined symbol: "
+                         "__cudaRegisterFatBinaryEnd")
+    assert nvcc.mode == "loader.ext-built-for-other-cuda"
+    py, = loader.parse("ImportError: libpython3.10.so.1.0: cannot open shared object file")
+    assert (py.library, py.mode) == ("libpython3.10.so.1.0", "loader.libpython-not-found")
