@@ -63,9 +63,24 @@ EXT_SO = re.compile(r"torch_extensions/([^/\s]+)/(\w+)/\2\.so: (undefined symbol
 EXT_DENIED = re.compile(r"Permission denied: ?'([^'\n]*torch_extensions[^'\n]*)'", FLAGS)
 BATON = re.compile(r"file_baton\.py\"?,? (?:line \d+,? )?in wait|wait \([^)\n]*file_baton\.py",
                    FLAGS)
+NO_KERNEL = re.compile(r"no kernel image is available for execution on the device", FLAGS)
+DS_OP_USED = re.compile(r"\b(fused_adam|fused_lamb|multi_tensor_adam|transformer_inference"
+                        r"|DeepSpeed(?:CPU)?(?:Adam|Lamb)|DS_BUILD_\w+=1)", FLAGS)
 NINJA = re.compile(r"Ninja is required to load C\+\+ extensions", FLAGS)
 ROOT_LAST = re.compile(r"Using\s+(\S+) as PyTorch extensions root\.\.\.\s*\Z")
 
+# Messages whose one pattern names the mode; the groups become the parts.
+SIMPLE = (
+    (GCC_MAX, "jit.gcc-too-new-for-nvcc", ("newest_gcc_nvcc_accepts",)),
+    # A name the code imports from deepspeed that this release does not have yet.
+    (DS_IMPORT, "deepspeed.version-too-old", ("name", "module")),
+    # An op's binary in the shared cache that this environment's torch cannot link.
+    (EXT_SO, "jit.extensions-dir-shared", ("build_tag", "op", "error")),
+    (EXT_DENIED, "jit.extensions-dir-not-writable", ("path",)),
+    (NINJA, "jit.ninja-missing", ()),
+    (VARIANT, "jit.arch-list-variant", ("arch",)),
+    (UNKNOWN_ARCH, "toolkit.arch-unknown-to-torch", ("arch",)),
+)
 CUDA_HEADERS = {"cuda_runtime_api.h", "cuda_runtime.h", "cuda.h", "cuda_fp16.h", "cuda_bf16.h",
                 "cublas_v2.h", "cublasLt.h", "cusparse.h", "cusolverDn.h", "curand.h",
                 "cufft.h", "nvToolsExt.h", "nvrtc.h"}
@@ -139,10 +154,6 @@ def _compile_readings(message: str) -> list[Reading]:
     if compiler:
         found.append(reading(FAMILY, "toolkit.cxx-compiler-missing", compiler.group(0),
                              compiler=next(g for g in compiler.groups() if g)))
-    gcc = GCC_MAX.search(message)
-    if gcc:
-        found.append(reading(FAMILY, "jit.gcc-too-new-for-nvcc", gcc.group(0),
-                             newest_gcc_nvcc_accepts=gcc.group(1)))
     return found
 
 
@@ -158,10 +169,12 @@ def _deepspeed_readings(message: str) -> list[Reading]:
         hit = op or CUTLASS.search(message)
         found.append(reading(FAMILY, "deepspeed.op-incompatible", hit.group(0),
                              op=op.group(1) if op else "evoformer_attn"))
-    name = DS_IMPORT.search(message)
-    if name:  # a name the code imports from deepspeed that this release lacks
-        found.append(reading(FAMILY, "deepspeed.version-too-old", name.group(0),
-                             name=name.group(1), module=name.group(2)))
+    kernel, ds_op = NO_KERNEL.search(message), DS_OP_USED.search(message)
+    if kernel and ds_op:
+        # Only with a DeepSpeed op (or a DS_BUILD_* precompile) beside it: a bare "no kernel
+        # image" is as often torch's own build (gpu.toml).
+        found.append(reading(FAMILY, "deepspeed.op-missing-arch", kernel.group(0),
+                             op=ds_op.group(1)))
     config = DS_CONFIG.search(message)
     if config:
         # pydantic v1 wording: DeepSpeed before 0.15 refusing newer keys; the v2 wording:
@@ -180,22 +193,12 @@ def _deepspeed_readings(message: str) -> list[Reading]:
 
 def _jit_readings(message: str) -> list[Reading]:
     found = []
-    so = EXT_SO.search(message)
-    if so:  # an op's binary in the shared cache that is not this environment's
-        found.append(reading(FAMILY, "jit.extensions-dir-shared", so.group(0),
-                             build_tag=so.group(1), op=so.group(2), error=so.group(3)))
-    denied = EXT_DENIED.search(message)
-    if denied:
-        found.append(reading(FAMILY, "jit.extensions-dir-not-writable", denied.group(0),
-                             path=denied.group(1)))
     # Waiting in FileBaton, or a log whose last line is the JIT announcing its root: the
     # build lock is held and nothing follows.
     baton = BATON.search(message) or ROOT_LAST.search(message)
     if baton:
         found.append(reading(FAMILY, "jit.stale-extension-lock", baton.group(0).strip(),
                              root=baton.group(1) if baton.re is ROOT_LAST else ""))
-    if NINJA.search(message):
-        found.append(reading(FAMILY, "jit.ninja-missing", NINJA.search(message).group(0)))
     versions = CUDA_VERSIONS.search(message)
     if versions and "accepting this combination" not in message:
         toolkit = versions.group(1) or versions.group(3)
@@ -204,14 +207,6 @@ def _jit_readings(message: str) -> list[Reading]:
                              toolkit=toolkit, torch=torch,
                              major="differs" if torch and _version(toolkit)[0]
                              != _version(torch)[0] else "same" if torch else ""))
-    variant = VARIANT.search(message)
-    if variant:
-        found.append(reading(FAMILY, "jit.arch-list-variant", variant.group(0),
-                             arch=variant.group(1)))
-    unknown = UNKNOWN_ARCH.search(message)
-    if unknown:
-        found.append(reading(FAMILY, "toolkit.arch-unknown-to-torch", unknown.group(0),
-                             arch=unknown.group(1)))
     return found
 
 
@@ -219,5 +214,10 @@ def read(message: str) -> list[Reading]:
     if not message:
         return []
     found = [r for r in (_arch_reading(message), _cuda_home_reading(message)) if r]
+    for pattern, mode, names in SIMPLE:
+        hit = pattern.search(message)
+        if hit:
+            parts = dict(zip(names, hit.groups(), strict=True))
+            found.append(reading(FAMILY, mode, hit.group(0), **parts))
     return found + _compile_readings(message) + _deepspeed_readings(message) + \
         _jit_readings(message)
