@@ -21,7 +21,8 @@ PARSED = {"comm.no-bootstrap-interface", "comm.ibverbs-unloadable",
           "comm.ibverbs-provider-warning-benign", "comm.net-plugin-absent-benign",
           "comm.nvls-fabric-manager", "comm.p2p-peer-access-unsupported", "comm.gdr-disabled",
           "comm.roce-gid-index", "comm.socket-ifname-missing", "comm.memlock-low",
-          "comm.nccl-newer-than-driver"}
+          "comm.nccl-newer-than-driver", "comm.ib-link-errors", "comm.efa-unavailable",
+          "comm.slingshot-no-ofi-plugin"}
 
 
 def _modes(text: str) -> list[str]:
@@ -81,3 +82,10 @@ def test_the_plugin_notice_yields_to_a_real_error():
 ])
 def test_other_texts_give_no_reading(text):
     assert nccl.read(text) == []
+
+
+def test_a_port_error_explains_the_completion_errors_after_it():
+    text = ("h1:1:2 [0] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error\n"
+            "h2:3:4 [4] transport/net_ib.cc:1238 NCCL WARN NET/IB : Got completion from peer h1<1> "
+            "with error 12, opcode 2, len 1, vendor err 129")
+    assert _modes(text) == ["comm.ib-link-errors"]

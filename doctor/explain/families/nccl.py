@@ -52,6 +52,11 @@ def read(message: str) -> list[Reading]:
     def add(mode: str, text: str, **parts: str) -> None:
         out.append(reading(FAMILY, mode, text, result=kind, **parts))
 
+    # An IB port error or HCA fault explains the completion timeouts that follow it.
+    link_fault = re.search(r"Got async event : (?:port error|local catastrophic error|device fatal"
+                           r" error)", message)
+    if link_fault:
+        add("comm.ib-link-errors", link_fault.group(0), call="IB async event")
     for source, text in _warn_parts(message):
         base = source.rsplit("/", 1)[-1]
         # NCCL's shared-memory segment in /dev/shm ran out of space (a container's 64 MB
@@ -83,7 +88,14 @@ def read(message: str) -> list[Reading]:
         # Completion error 12 (IBV_WC_RETRY_EXC_ERR) or ibv_modify_qp timing out: the RoCE
         # peers never hear each other, the GID choice being the usual reason.
         elif (c := _COMPLETION.search(text)) and c["status"] == "12":
-            add("comm.roce-gid-index", text, file=source, call="completion", status="12")
+            if not link_fault:
+                add("comm.roce-gid-index", text, file=source, call="completion", status="12")
+        # NCCL_NET names a network no loaded plugin provides: the OFI plugin is missing (Slingshot).
+        elif m := re.search(r"Error: network (AWS Libfabric|OFI) not found", text):
+            add("comm.slingshot-no-ofi-plugin", text, file=source, network=m[1])
+        # The AWS OFI plugin found no efa provider: no EFA device on this node or container.
+        elif "NET/OFI Only EFA provider is supported" in text:
+            add("comm.efa-unavailable", text, file=source, plugin="aws-ofi-nccl")
         elif (ibv := _IBV_CALL.search(text)):
             errno = (ibv["errno"] or "").strip()
             # Pinning memory (reg_mr) or creating queues fails with ENOMEM under a low
