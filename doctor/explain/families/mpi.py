@@ -19,11 +19,12 @@ FAMILY = "mpi"
 
 # A Slurm client or daemon record (slurmd[pid] too): the program, the level, the text up to the
 # next record (a log line may hold several once its continuation lines are joined).
-_SLURM = re.compile(r"\b(?P<program>srun|sbatch|salloc|slurmstepd|slurmd)(?:\[\d+\])?: +"
+_SLURM = re.compile(r"\b(?P<program>srun|sbatch|salloc|slurmstepd|slurmd)(?:\.bin)?(?:\[\d+\])?: +"
                     r"(?:(?P=program): +)?(?:(?P<level>error|fatal): +)?(?P<text>.+?)"
                     r"(?=\s+\S*\b(?:srun|sbatch|salloc|slurmstepd|slurmd)(?:\[\d+\])?: |\n|$)", re.I)
 # What Slurm says failed, before the reason: ``<what>: <reason>``.
 _WHAT = re.compile(r"(?P<what>Batch job submission failed|Unable to allocate resources"
+                   r"|Job submit/allocate failed"
                    r"|Unable to create step for job \S+?(?=:)"
                    r"|Job \d+ step creation (?:temporarily|still) disabled, retrying)"
                    r"(?:: *(?P<reason>.+)| *\((?P<why>[^)]+)\))", re.I)
@@ -36,8 +37,8 @@ _CANCELLED = re.compile(r"\*\*\* (?P<kind>JOB|STEP) (?P<job>\S+) ON (?P<node>\S+
 _REASONS = (
     # No node of the partition can hold what one node was asked for (or -w contradicts -N/-n):
     # a request the cluster can never satisfy, refused at once.
-    (r"Requested node configuration is not available|CPU count per node can not be satisfied",
-     "slurm.request-exceeds-node"),
+    (r"Requested node configuration is not available|CPU count per node can not be satisfied"
+     r"|Node count specification invalid", "slurm.request-exceeds-node"),
     # --gpus/--gpus-per-* need select/cons_tres; the cluster's SelectType refuses the syntax.
     (r"Requested GRES option unsupported by configured SelectType", "slurm.gres-syntax-unsupported"),
     # The GRES name/type/format is not one the partition's nodes define.
@@ -47,6 +48,11 @@ _REASONS = (
      r"|step creation (?:temporarily|still) disabled", "slurm.step-resources-unavailable"),
     # The controller's association check: this user may not charge that account/partition.
     (r"Invalid account or account/partition combination", "slurm.invalid-account"),
+    (r"invalid partition (?:name )?specified", "slurm.invalid-partition"),
+    # A limit of the QOS/association (the line before names it: QOSMaxSubmitJobPerUserLimit).
+    (r"violates accounting/QOS policy|^QOS\w+$", "slurm.qos-limit"),
+    # --time above the partition's MaxTime, or missing where required.
+    (r"time limit is invalid|Time limit specification required", "slurm.time-limit-invalid"),
     # The step's memory cgroup killed a process: host RAM over --mem.
     (r"oom[-_]kill event|Out Of Memory\b|OOM Killed", "slurm.oom-kill"),
     (r"\bTIME LIMIT\b", "slurm.time-limit"),
@@ -58,6 +64,7 @@ _REASONS = (
 _RESOURCE = (  # the resource a Slurm line names, for the parts
     re.compile(r"gres\.conf file (?P<r>/\S+?)(?::|\s|$)"),
     re.compile(r"Node failure on (?P<r>\S+)"),
+    re.compile(r"invalid partition specified: (?P<r>\S+)"),
     re.compile(r"oom[-_]kill events?(?:\(s\))? in (?:StepId=|step )(?P<r>[\w.]+)"),
     re.compile(r"(?P<r>gres/gpu) count"),
 )
@@ -96,6 +103,10 @@ _OMPI = (
     # vader's single copy (process_vm_readv) refused with EPERM (errno 1): a container's seccomp.
     (re.compile(r"Read -1, expected (?P<n>\d+), errno = 1\b"), "mpi.vader-cma-container"),
 )
+# Every rank printing that it is rank 0 of a world of 1 (the same words before "0 of 1" on
+# several lines): the launcher's PMI was not the one the MPI library speaks, so each rank
+# initialised as a singleton. One such line alone is an ordinary single-process run.
+_SINGLETON = re.compile(r"^\W*(?P<lead>[A-Za-z][\w ]*?)\s0 of 1\b", re.M)
 # mpi4py's extension asking its MPI library for a symbol that library does not have.
 _MPI4PY = re.compile(r"mpi4py/MPI\.\S*?\.so: undefined symbol: (?P<symbol>\w+)")
 
@@ -121,9 +132,9 @@ def _slurm(message: str) -> list[Reading]:
         parts = {"program": program}
         reason = text
         if what := _WHAT.search(text):
-            reason = re.split(r"[`'\"]", what["reason"] or what["why"])[0].strip()
+            reason = re.split(r"[`\"]", what["reason"] or what["why"])[0].strip()
             failed = what["what"]
-            parts["failed"] = ("step creation" if failed.startswith("Job")
+            parts["failed"] = ("step creation" if "step creation" in failed
                                else re.sub(r" for job.*", "", failed))
         elif (end := _CANCELLED.search(text)) and end["reason"]:
             reason = end["reason"]
@@ -155,6 +166,11 @@ def read(message: str) -> list[Reading]:
         if m := pattern.search(flat):
             parts = {k: v for k, v in m.groupdict().items() if v}
             found.append(reading(FAMILY, mode, m.group(0)[:200], program="Open MPI", **parts))
+    leads = [m["lead"].lower() for m in _SINGLETON.finditer(message)]
+    if leads and max(leads.count(lead) for lead in leads) >= 2 \
+            and not any(r.mode == "mpi.srun-singletons" for r in found):
+        found.append(reading(FAMILY, "mpi.srun-singletons", f"{leads[0]} 0 of 1",
+                             program="MPI", ranks_alone=str(len(leads))))
     if m := _MPI4PY.search(message):
         found.append(reading(FAMILY, "mpi.mpi4py-other-mpi", m.group(0), program="mpi4py",
                              symbol=m["symbol"]))
