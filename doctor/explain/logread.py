@@ -55,7 +55,9 @@ _CASCADE = re.compile(
     r"|NCCL communicator was aborted|Process group watchdog thread terminated"
     r"|^\S+ FAILED\s*$|ssh exited with exit code (?!255\b)\d+",
     re.IGNORECASE)
-_NOISE = re.compile(r"\bNCCL INFO\b|\bRCCL INFO\b|\[INFO\]|\bINFO[:\] ]|\bDEBUG\b")
+# libdrm's "amdgpu.ids: No such file or directory" is printed before any ROCm error: never one.
+_NOISE = re.compile(r"\bNCCL INFO\b|\bRCCL INFO\b|\[INFO\]|\bINFO[:\] ]|\bDEBUG\b"
+                    r"|^\S*amdgpu\.ids: No such file or directory\s*$")
 _WARNING = re.compile(r"\[WARNING\]|\bWARNING\b|\w+Warning:|\bwarn(?:ing)?:", re.IGNORECASE)
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 _FRAME_FILE = re.compile(r'^\s+File "')

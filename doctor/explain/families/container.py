@@ -1,0 +1,123 @@
+"""Containers (Docker with the NVIDIA Container Toolkit, Apptainer/Singularity) read by structure.
+
+A GPU container fails at one of three places, and each says which in its own form:
+- starting it: the toolkit's hook prints ``nvidia-container-cli: <stage> error: <what>``
+  (initialization: it cannot load the host's NVML; requirement: the image's cuda>= condition;
+  mount: a file it must inject already exists in the image), Docker's daemon refuses the GPU
+  request (``could not select device driver "" with capabilities: [[gpu]]``, ``Unknown
+  runtime specified nvidia``), Apptainer cannot create its namespaces or a bind point;
+- binding the GPU in: Apptainer's --nv finds no driver files on the host, or a flag placed
+  after the image runs as the container's command (``exec: --nv: not found``);
+- inside it: NVML's "Unknown Error" once the device cgroup was rewritten, "Insufficient
+  Permissions" under SELinux, the NGC images' "NVIDIA Driver was not detected" banner, and
+  ROCm's /dev/kfd missing from the container's /dev.
+Each is read into its parts (the stage, the library, the required CUDA, the path, the flag)
+and the parts name the cause.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dsenv.doctor.explain.families import Reading, reading
+
+FAMILY = "container"
+IC = re.IGNORECASE
+
+CLI = re.compile(r"nvidia-container-cli: (?P<stage>[a-z]+) error: (?P<what>[^\n]*)", IC)
+LOAD_FAILED = re.compile(r"load library failed: (?P<lib>lib[\w.+-]+\.so[.\d]*)", IC)
+REQUIRE = re.compile(r"unsatisfied condition: (?P<cond>cuda ?>= ?(?P<cuda>[0-9.]+))", IC)
+EXISTS = re.compile(r"file creation failed: (?P<path>\S+): file exists", IC)
+# Docker's daemon has no driver for --gpus, or no runtime called nvidia.
+NO_GPU_DRIVER = re.compile(r"could not select device driver \"(?P<driver>[^\"]*)\" with "
+                           r"capabilities: \[\[(?P<caps>[^\]]*)", IC)
+NO_RUNTIME = re.compile(r"Unknown runtime specified (?P<runtime>[\w.-]+?)\.?(?:[\s\"']|$)", IC)
+# Apptainer/Singularity.
+NV_NOTHING = re.compile(r"Could not find any (?:nv files|NVIDIA (?:libraries|binaries)) on this "
+                        r"host", IC)
+ACTION_NOT_FOUND = re.compile(r"\.singularity\.d/actions/(?P<action>\w+): (?:line )?\d+: exec: "
+                              r"(?P<command>\S+): not found", IC)
+USERNS = re.compile(r"Failed to create (?:user|mount) namespace: (?P<why>[^\n]+)"
+                    r"|user namespaces? (?:is |are )?(?:disabled|not enabled)", IC)
+BIND_DEST = re.compile(r"destination (?P<dest>\S+) doesn't exist in container", IC)
+# Inside the container.
+NVML = re.compile(r"Failed to initialize NVML: (?P<why>Unknown Error|Insufficient Permissions)",
+                  IC)
+NGC_NO_DRIVER = re.compile(r"The NVIDIA Driver was not detected\.\s+GPU functionality will not "
+                           r"be available", IC)
+KFD_MISSING = re.compile(r"Unable to open /dev/kfd read-write: No such file or directory", IC)
+# rocminfo cannot name the user inside a container (its uid is not in the image's passwd).
+NO_USER_NAME = re.compile(r"Failed to get user name to check for (?:video|render) group", IC)
+
+
+def read(message: str) -> list[Reading]:
+    if not message:
+        return []
+    found: list[Reading] = []
+    cli = CLI.search(message)
+    if cli:
+        stage, what = cli["stage"].lower(), cli["what"]
+        lib, req, exists = LOAD_FAILED.search(what), REQUIRE.search(what), EXISTS.search(message)
+        if stage == "initialization" and lib and "nvidia-ml" in lib["lib"]:
+            # The hook loads the HOST's NVML before anything else: no driver on the host
+            found.append(reading(FAMILY, "container.host-driver-missing", cli.group(0),
+                                 stage=stage, library=lib["lib"]))
+        elif stage == "requirement" and req:
+            # The image's NVIDIA_REQUIRE_CUDA is newer than what the host driver supports
+            found.append(reading(FAMILY, "container.driver-too-old-for-image", cli.group(0),
+                                 stage=stage, requires=req["cond"], cuda=req["cuda"]))
+        elif stage == "mount" and exists:
+            # A file the hook injects from the host is already in the image
+            found.append(reading(FAMILY, "container.image-ships-driver-libs", exists.group(0),
+                                 stage=stage, path=exists["path"]))
+    elif EXISTS.search(message) and re.search(r"libnvidia|libcuda|nvidia-smi",
+                                              EXISTS.search(message)["path"]):
+        # The same mount error when the hook's name was cut off by the wrapping of the line
+        found.append(reading(FAMILY, "container.image-ships-driver-libs",
+                             EXISTS.search(message).group(0), path=EXISTS.search(message)["path"]))
+    daemon = NO_GPU_DRIVER.search(message)
+    runtime = NO_RUNTIME.search(message)
+    if daemon or (runtime and "nvidia" in runtime["runtime"].lower()):
+        # dockerd knows no GPU device driver / no nvidia runtime: the toolkit is not set up
+        found.append(reading(FAMILY, "container.nvidia-toolkit-broken", (daemon or runtime)
+                             .group(0), driver=daemon["driver"] if daemon else "",
+                             runtime=runtime["runtime"] if runtime else ""))
+    if NV_NOTHING.search(message):
+        found.append(reading(FAMILY, "container.nv-host-libs-not-found",
+                             NV_NOTHING.search(message).group(0)))
+    action = ACTION_NOT_FOUND.search(message)
+    if action and action["command"].startswith("-"):
+        # An option ran as the command: it was written after the image, so it was never an
+        # option (--nv/--rocm not given)
+        found.append(reading(FAMILY, "container.apptainer-no-nv", action.group(0),
+                             action=action["action"], flag=action["command"]))
+    elif action and action["command"] in ("nvidia-smi", "rocm-smi", "rocminfo"):
+        # --nv/--rocm bound no driver tools: none were found where it looks on the host
+        found.append(reading(FAMILY, "container.nv-host-libs-not-found", action.group(0),
+                             action=action["action"], command=action["command"]))
+    userns = USERNS.search(message)
+    if userns:
+        found.append(reading(FAMILY, "container.apptainer-userns-disabled", userns.group(0),
+                             why=(userns["why"] or "").strip()))
+    dest = BIND_DEST.search(message)
+    if dest:
+        found.append(reading(FAMILY, "container.bind-destination-missing", dest.group(0),
+                             destination=dest["dest"]))
+    nvml = NVML.search(message)
+    if nvml:
+        # NVML inside a container: "Unknown Error" once the device cgroup lost the GPUs,
+        # "Insufficient Permissions" when the host's SELinux labels deny the devices
+        mode = ("container.gpu-lost-after-daemon-reload" if nvml["why"].lower().startswith(
+            "unknown") else "container.selinux-blocks-driver-libs")
+        found.append(reading(FAMILY, mode, nvml.group(0), nvml=nvml["why"]))
+    if NGC_NO_DRIVER.search(message):
+        # The NGC images' entrypoint found no driver: the container was started without --gpus
+        found.append(reading(FAMILY, "container.no-gpu-runtime",
+                             NGC_NO_DRIVER.search(message).group(0)))
+    kfd = KFD_MISSING.search(message)
+    if kfd:
+        # rocminfo only gets to /dev/kfd when the kernel module is loaded: the node has it, the
+        # container's /dev does not (no --rocm, --containall without binding /dev/kfd)
+        found.append(reading(FAMILY, "container.apptainer-no-nv", kfd.group(0), device="/dev/kfd",
+                             no_user_name="yes" if NO_USER_NAME.search(message) else ""))
+    return found

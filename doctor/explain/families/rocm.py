@@ -1,0 +1,121 @@
+"""AMD GPUs (ROCm, HIP, the HSA runtime, MIOpen) read by structure.
+
+ROCm reports the same few failures in many wordings: a GPU target the build has no code
+object for (HIP's "invalid device function", hipErrorNoBinaryForGpu, "Unable to find code
+object for all current devices", HSA_STATUS_ERROR_INVALID_ISA), the KFD device that cannot be
+opened (rocminfo's "Unable to open /dev/kfd read-write: <errno text>", an strace's openat ...
+= -1 EACCES, a program's "open /dev/kfd: permission denied"), the HSA runtime's
+OUT_OF_RESOURCES that hides the errno, and MIOpen's SQLite databases. Each is read into its
+parts (the error kind, the gfx target, the errno, the database file and SQLite's reason) and
+the parts name the cause.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dsenv.doctor.explain.families import Reading, reading
+
+FAMILY = "rocm"
+IC = re.IGNORECASE
+
+# A kernel launched for a GPU whose gfx target the binary has no code object for.
+NO_CODE_OBJECT = re.compile(
+    r"HIP error: invalid device function|hipErrorInvalidDeviceFunction|hipErrorNoBinaryForGpu"
+    r"|Unable to find code object for all current devices|Cou?l?dn.t find binary for current "
+    r"devices|HSA_STATUS_ERROR_INVALID_ISA", IC)
+GFX = re.compile(r"\bgfx(?P<target>[0-9a-f]{3,4})\b(?P<features>(?::[\w+-]+)*)", IC)
+OVERRIDE = re.compile(r"HSA_OVERRIDE_GFX_VERSION=?(?P<value>[0-9.]*)", IC)
+
+# The KFD device node and the errno its open() returned, in the forms rocminfo, strace and
+# programs print it.
+KFD_OPEN = re.compile(
+    r"(?:Unable to open|open(?:at\(AT_FDCWD, \")?)\s*\"?/dev/kfd\"?(?: read-write)?"
+    r"(?:[^:\n]*?= -1 (?P<code>E[A-Z]+)|: (?P<text>[^\n]+))", IC)
+ERRNO = (("permission", re.compile(r"EACCES|EPERM|Permission denied|Operation not permitted",
+                                   IC)),
+         ("unsupported", re.compile(r"ENOMEM|Cannot allocate memory", IC)),
+         ("missing", re.compile(r"ENOENT|No such file or directory", IC)))
+NOT_MEMBER = re.compile(r"(?P<user>\S+) is not member of \"?(?P<group>render|video)\"? group", IC)
+OUT_OF_RESOURCES = re.compile(r"HSA_STATUS_ERROR_OUT_OF_RESOURCES", IC)
+KFD_UNSUPPORTED = re.compile(r"(?P<chip>\w+)\s+not supported in kfd|kfd not supported on "
+                             r"this ASIC", IC)
+# Docker could not pass /dev/kfd: the host itself has none.
+DOCKER_NO_KFD = re.compile(r"adding custom device \"?(?P<device>/dev/kfd|/dev/dri\S*?)\"?: "
+                           r"no such file or directory", IC)
+
+# MIOpen's databases: the file (or the source line of its SQLite wrapper) and SQLite's reason.
+MIOPEN_DB = re.compile(
+    r"(?:sqlite_db\.cpp|kern_db\.hpp|SQLite database|find-db|File is unreadable"
+    r"|Db lock has failed)[^\n]*", IC)
+MIOPEN_PATH = re.compile(r"(?P<path>/\S*(?:miopen|MIOpen)\S*?\.(?:u?k?db|ufdb\.txt|u?pdb"
+                         r"\.txt|udb))\b|\[(?P<dir>/\S*miopen\S*)\]", IC)
+SQLITE_REASON = re.compile(
+    r"database disk image is malformed|disk I/O error|locking protocol|database is locked"
+    r"|unable to open database file|attempt to write a readonly database|File is unreadable"
+    r"|Failed to store record|Db lock has failed to lock", IC)
+MIOPEN_DIR_DENIED = re.compile(r"MIOpen Error: filesystem error: cannot create directories: "
+                               r"Permission denied \[(?P<dir>[^\]]+)\]", IC)
+
+# libdrm's device-name table: its absence is only a warning.
+AMDGPU_IDS = re.compile(r"amdgpu\.ids: No such file or directory", IC)
+
+
+def _errno(match: re.Match) -> tuple[str, str]:
+    said = match["code"] or match["text"] or ""
+    return next(((kind, said.strip()) for kind, pattern in ERRNO if pattern.search(said)),
+                ("", said.strip()))
+
+
+def read(message: str) -> list[Reading]:
+    if not message:
+        return []
+    found: list[Reading] = []
+    code = NO_CODE_OBJECT.search(message)
+    if code:  # the build has no kernels for this GPU's target
+        gfx = GFX.search(message)
+        override = OVERRIDE.search(message)
+        found.append(reading(FAMILY, "gpu.rocm-gfx-unsupported", code.group(0), error=code.group(0),
+                             gfx=f"gfx{gfx['target']}{gfx['features']}" if gfx else "",
+                             override=override["value"] if override else ""))
+    kfd = KFD_OPEN.search(message)
+    kind, said = _errno(kfd) if kfd else ("", "")
+    member = NOT_MEMBER.search(message)
+    if kind == "permission" or member:
+        # EACCES/EPERM on /dev/kfd, or rocminfo saying the user lacks the group: permissions
+        found.append(reading(FAMILY, "rocm.kfd-permission-denied", (kfd or member).group(0),
+                             device="/dev/kfd", errno=said,
+                             group=member["group"] if member else ""))
+    elif kind == "unsupported" or KFD_UNSUPPORTED.search(message):
+        # The KFD answers ENOMEM for a GPU it does not drive (dmesg: not supported in kfd).
+        chip = KFD_UNSUPPORTED.search(message)
+        found.append(reading(FAMILY, "rocm.gpu-not-supported-by-kfd", (kfd or chip).group(0),
+                             device="/dev/kfd", errno=said,
+                             chip=(chip["chip"] or "") if chip else ""))
+    elif not kind and OUT_OF_RESOURCES.search(message):
+        # hsa_init's OUT_OF_RESOURCES with no permission evidence: the KFD refused the GPU
+        found.append(reading(FAMILY, "rocm.gpu-not-supported-by-kfd",
+                             OUT_OF_RESOURCES.search(message).group(0),
+                             status="HSA_STATUS_ERROR_OUT_OF_RESOURCES"))
+    # ENOENT on /dev/kfd with the driver loaded is a container without the device: the
+    # container family reads it.
+    docker = DOCKER_NO_KFD.search(message)
+    if docker:  # the Docker host has no such device node to pass
+        found.append(reading(FAMILY, "rocm.kfd-device-missing", docker.group(0),
+                             device=docker["device"]))
+    denied = MIOPEN_DIR_DENIED.search(message)
+    db = MIOPEN_DB.search(message)
+    if denied or db:
+        # MIOpen's user db / kernel cache cannot be used where it is (shared, read-only, locked)
+        path = MIOPEN_PATH.search(message)
+        reason = SQLITE_REASON.search(message)
+        found.append(reading(FAMILY, "cache.miopen-db-shared-fs", (denied or db).group(0),
+                             database=(denied["dir"] if denied else
+                                       (path["path"] or path["dir"]) if path else ""),
+                             reason="permission denied" if denied else
+                             reason.group(0) if reason else ""))
+    if not found and AMDGPU_IDS.search(message):
+        # Only when nothing else is wrong: the missing name table is never the failure.
+        found.append(reading(FAMILY, "rocm.amdgpu-ids-missing-benign",
+                             AMDGPU_IDS.search(message).group(0)))
+    return found

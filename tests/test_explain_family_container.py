@@ -1,0 +1,93 @@
+"""The container family parser (doctor/explain/families/container.py) on the real texts of
+tests/fixtures/explain_symptoms/container.jsonl: each is read into its parts and the mode its
+thread established; texts of other families and empty text give no reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor.explain.families import container
+
+SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
+ROWS = [json.loads(line) for line in (SYMPTOMS / "container.jsonl").read_text().splitlines()
+        if line.strip()]
+# Modes the catalogue's own patterns name (no structure to read beyond the words).
+BY_PATTERN = {"container.ldcache-missing-driver-libs"}
+
+
+def row(url_tail: str) -> dict:
+    return next(r for r in ROWS if r["url"].endswith(url_tail))
+
+
+def parts(text: str) -> list[tuple[str, dict[str, str]]]:
+    return [(r.mode, dict(r.parts)) for r in container.read(text)]
+
+
+@pytest.mark.parametrize("symptom", [r for r in ROWS if r["mode"] not in BY_PATTERN],
+                         ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
+def test_each_symptom_reads_as_its_mode(symptom):
+    readings = container.read(symptom["text"])
+    assert symptom["mode"] in [r.mode for r in readings], [r.mode for r in readings]
+    assert all(r.family == "container" and r.text for r in readings)
+
+
+def test_nvidia_container_cli_stage_decides():
+    mode, got = parts(row("boreshkinai/delta-interpolator/issues/10")["text"])[0]
+    assert (mode, got["stage"], got["library"]) == (
+        "container.host-driver-missing", "initialization", "libnvidia-ml.so.1")
+    mode, got = parts(row("SyneRBI/PETRIC2/issues/27")["text"])[0]
+    assert (mode, got["cuda"]) == ("container.driver-too-old-for-image", "12.8")
+    mode, got = parts(row("NVIDIA/nvidia-docker/issues/1442")["text"])[0]
+    assert (mode, got["requires"]) == ("container.driver-too-old-for-image", "cuda>=11.0")
+    mode, got = parts(row("BIOP/BIOP-desktop/issues/2")["text"])[0]
+    assert mode == "container.image-ships-driver-libs"
+    assert got["path"].endswith("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+    # The hook's name cut by the line wrap of the paste: the mount error is still read.
+    mode, got = parts(row("NVIDIA/nvidia-docker/issues/825")["text"])[0]
+    assert (mode, got["path"].rsplit("/", 1)[-1]) == ("container.image-ships-driver-libs",
+                                                      "nvidia-smi")
+
+
+def test_docker_daemon_without_the_toolkit():
+    mode, got = parts(row("NVIDIA/dcgm-exporter/issues/33")["text"])[0]
+    assert (mode, got["driver"]) == ("container.nvidia-toolkit-broken", "")
+    mode, got = parts(row("dusty-nv/jetson-containers/issues/122")["text"])[0]
+    assert (mode, got["runtime"]) == ("container.nvidia-toolkit-broken", "nvidia")
+
+
+def test_apptainer_flag_after_the_image_and_nothing_bound():
+    mode, got = parts(row("jade-hpc-gpu/jade-hpc-gpu.github.io/issues/82")["text"])[0]
+    assert (mode, got["flag"]) == ("container.apptainer-no-nv", "--nv")
+    mode, got = parts(row("apptainer/singularity/issues/1829")["text"])[0]
+    assert (mode, got["command"]) == ("container.nv-host-libs-not-found", "nvidia-smi")
+    # The user's own program missing is not a GPU binding problem.
+    assert parts("/.singularity.d/actions/exec: line 9: exec: train.py: not found") == []
+
+
+def test_nvml_inside_the_container():
+    assert parts(row("NVIDIA/nvidia-docker/issues/1671")["text"])[0][0] == (
+        "container.gpu-lost-after-daemon-reload")
+    assert parts(row("NVIDIA/nvidia-docker/issues/676")["text"])[0][0] == (
+        "container.selinux-blocks-driver-libs")
+
+
+def test_kfd_missing_in_the_container_and_bind_points():
+    mode, got = parts("ROCk module is loaded\nUnable to open /dev/kfd read-write: No such file "
+                      "or directory\nFailed to get user name to check for video group "
+                      "membership")[0]
+    assert (mode, got["device"], got["no user name"]) == (
+        "container.apptainer-no-nv", "/dev/kfd", "yes")
+    mode, got = parts(row("apptainer/apptainer/issues/728")["text"])[0]
+    assert (mode, got["destination"]) == ("container.bind-destination-missing", "/data")
+
+
+def test_other_families_and_empty_text_give_no_reading():
+    assert container.read("") == []
+    assert container.read("RuntimeError: HIP error: invalid device function") == []
+    assert container.read("ImportError: libcudnn.so.8: cannot open shared object file: No "
+                          "such file or directory") == []
+    assert container.read("ncclSystemError: System call (e.g. socket, malloc) or external "
+                          "library call failed or device error.") == []

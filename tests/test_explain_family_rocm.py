@@ -1,0 +1,93 @@
+"""The ROCm family parser (doctor/explain/families/rocm.py) on the real texts of
+tests/fixtures/explain_symptoms/rocm.jsonl: each is read into its parts and the mode its
+thread established; texts of other families and empty text give no reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor.explain.families import rocm
+
+SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
+ROWS = [json.loads(line) for line in (SYMPTOMS / "rocm.jsonl").read_text().splitlines()
+        if line.strip()]
+
+
+def row(url_tail: str) -> dict:
+    return next(r for r in ROWS if r["url"].endswith(url_tail))
+
+
+def parts(text: str) -> list[tuple[str, dict[str, str]]]:
+    return [(r.mode, dict(r.parts)) for r in rocm.read(text)]
+
+
+@pytest.mark.parametrize("symptom", ROWS, ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
+def test_each_symptom_reads_as_its_mode(symptom):
+    readings = rocm.read(symptom["text"])
+    assert symptom["mode"] in [r.mode for r in readings], [r.mode for r in readings]
+    assert all(r.family == "rocm" and r.text for r in readings)
+
+
+def test_missing_code_object_names_the_gfx_target_and_the_override():
+    mode, got = parts(row("pytorch/pytorch/issues/73534")["text"])[0]
+    assert (mode, got["error"]) == ("gpu.rocm-gfx-unsupported", "hipErrorNoBinaryForGpu")
+    mode, got = parts("RuntimeError: HIP error: invalid device function\n"
+                      "GPU gfx1032:xnack- ... HSA_OVERRIDE_GFX_VERSION=10.3.0")[0]
+    assert (mode, got["gfx"], got["override"]) == ("gpu.rocm-gfx-unsupported",
+                                                   "gfx1032:xnack-", "10.3.0")
+
+
+def test_the_kfd_errno_decides():
+    mode, got = parts(row("ROCm/ROCm-docker/issues/116")["text"])[0]
+    assert (mode, got["errno"]) == ("rocm.kfd-permission-denied", "Permission denied")
+    mode, got = parts(row("ollama/ollama/pull/6736")["text"])[0]
+    assert mode == "rocm.kfd-permission-denied"
+    # strace's form, ENOMEM: the KFD does not drive this GPU
+    mode, got = parts('openat(AT_FDCWD, "/dev/kfd", O_RDWR|O_CLOEXEC) = -1 ENOMEM '
+                      "(Cannot allocate memory)")[0]
+    assert (mode, got["errno"]) == ("rocm.gpu-not-supported-by-kfd", "ENOMEM")
+    # OUT_OF_RESOURCES with the user in the group: not permissions, an unsupported GPU
+    assert [m for m, _ in parts(row("ROCm/rocminfo/issues/27")["text"])] == [
+        "rocm.gpu-not-supported-by-kfd"]
+    mode, got = parts("kfd kfd: amdgpu: PITCAIRN  not supported in kfd")[0]
+    assert (mode, got["chip"]) == ("rocm.gpu-not-supported-by-kfd", "PITCAIRN")
+    # ENOENT inside a container is the container family's (the device was not passed in)
+    assert parts("Unable to open /dev/kfd read-write: No such file or directory") == []
+
+
+def test_docker_without_a_kfd_on_the_host():
+    mode, got = parts(row("hydrian/stable-diffusion-webui-rocm/issues/17")["text"])[0]
+    assert (mode, got["device"]) == ("rocm.kfd-device-missing", "/dev/kfd")
+
+
+def test_miopen_database_file_and_reason():
+    mode, got = parts(row("ROCm/MIOpen/issues/1878")["text"])[0]
+    assert (mode, got["reason"]) == ("cache.miopen-db-shared-fs",
+                                     "database disk image is malformed")
+    mode, got = parts(row("ROCm/MIOpen/issues/114")["text"])[0]
+    assert got["database"] == "/public/home/facepp1/.config/miopen//gfx906_64.HIP.2_0_0.ufdb.txt"
+    mode, got = parts("MIOpen Error: filesystem error: cannot create directories: Permission "
+                      "denied [/tmp/miopen-cache/3.5.2.]")[0]
+    assert (mode, got["database"], got["reason"]) == (
+        "cache.miopen-db-shared-fs", "/tmp/miopen-cache/3.5.2.", "permission denied")
+
+
+def test_amdgpu_ids_is_named_only_alone():
+    assert [m for m, _ in parts("amdgpu.ids: No such file or directory")] == [
+        "rocm.amdgpu-ids-missing-benign"]
+    assert [m for m, _ in parts("amdgpu.ids: No such file or directory\n"
+                                "RuntimeError: HIP error: invalid device function")] == [
+        "gpu.rocm-gfx-unsupported"]
+
+
+def test_other_families_and_empty_text_give_no_reading():
+    assert rocm.read("") == []
+    assert rocm.read("RuntimeError: CUDA error: no kernel image is available for execution "
+                     "on the device") == []
+    assert rocm.read("nvidia-container-cli: initialization error: load library failed: "
+                     "libnvidia-ml.so.1: cannot open shared object file") == []
+    assert rocm.read("misc/socket.cc:480 NCCL WARN socketStartConnect: Connect to "
+                     "172.17.0.2<38847> failed : Software caused connection abort") == []
