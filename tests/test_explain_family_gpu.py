@@ -55,10 +55,17 @@ def test_too_old_warning_names_gpu_and_capability():
 
 def test_no_kernel_image_in_an_extension_is_its_arch_list():
     mode, got = parts(row("open-mmlab/mmcv/issues/2201")["text"])[0]
-    assert mode == "torch.arch-list-misses-gpu" and got["extension"] == "/ops/"
+    assert mode == "torch.arch-list-misses-gpu" and got["extension"] == "mmcv"
+    # an extension module's own call (not torch._C) in the frame above the error
+    mode, got = parts("    out = flash_attn_cuda.fwd(\nRuntimeError: CUDA error: no kernel image "
+                      "is available for execution on the device")[0]
+    assert (mode, got["extension"]) == ("torch.arch-list-misses-gpu", "flash_attn_cuda.fwd(")
     # plain torch failing: the wheel lacks the GPU
     mode, _ = parts("RuntimeError: CUDA error: no kernel image is available for execution on "
                     "the device")[0]
+    assert mode == "gpu.torch-build-lacks-arch"
+    mode, _ = parts("    torch._C._cuda_init()\nRuntimeError: CUDA error: no kernel image is "
+                    "available for execution on the device")[0]
     assert mode == "gpu.torch-build-lacks-arch"
     # a DeepSpeed op: the build family's, not read here
     assert gpu.read("deepspeed/ops/adam/fused_adam.py ... RuntimeError: CUDA error: no kernel "

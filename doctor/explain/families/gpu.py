@@ -77,7 +77,11 @@ NO_SLOT = re.compile(r"No slot '(?P<slot>\d+)' specified on host '?(?P<host>[\w.
 
 # Who else may own the same words.
 DEEPSPEED = re.compile(r"deepspeed|op_builder|fused_adam|DS_BUILD", IC)
-EXTENSION = re.compile(r"TORCH_CUDA_ARCH_LIST|cpp_extension|ext_module|\b_ext\b|/ops/|-gencode", IC)
+# A compiled extension in the traceback: its build flags, its ops folder, a *_cuda/_ext/_C
+# module that is not torch's own, or a package known to ship its own CUDA kernels.
+EXTENSION = re.compile(r"TORCH_CUDA_ARCH_LIST|cpp_extension|-gencode|ext_module|\b_ext\b|/ops/"
+                       r"|\b\w+_cuda\.\w+\(|(?<!torch)\._C\.\w+\(|flash_attn|xformers"
+                       r"|\bapex\b|mmcv|detectron2", IC)
 CONTAINER = re.compile(r"singularity|apptainer|docker|podman|enroot|\.sif\b", IC)
 
 SIMPLE = {"insufficient-driver": "gpu.driver-too-old",
