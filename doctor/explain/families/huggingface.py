@@ -40,6 +40,10 @@ _REMOVED = re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<module>hugg
 _FLOCK = re.compile(r"flock\(.*?\[Errno (?P<errno>\d+)\] (?P<why>[\w /]+)", re.S)
 _LOCK_DENIED = re.compile(r"Permission denied: '(?P<path>[^']*(?:\.lock|/\.locks/[^']*|"
                           r"/(?:hub|huggingface)/(?:models|datasets)--[^']*))'")
+_OTHER_CACHE = re.compile(r"\.triton\b|/triton/|torch_extensions", re.I)  # their own modes
+_HOME_DENIED = re.compile(r"problem when trying to write in your cache folder \((?P<path>[^)]*)\)"
+                          r"|Permission denied: '(?P<path2>(?:[^']*/)?\.cache(?:/huggingface"
+                          r"(?:/hub)?)?/?)'")
 _DATASETS_SCRIPT = re.compile(r"Couldn't reach https://raw\.githubusercontent\.com/huggingface/"
                               r"datasets/(?P<version>[\w.]+)/(?:datasets|metrics)/(?P<name>[\w-]+)/")
 # The generic loaders later datasets releases bundle (a dataset's own script, xsum.py, still
@@ -104,9 +108,18 @@ def read(message: str) -> list[Reading]:
         return found
     # Another user's lock or repository folder in a shared cache (Triton's and torch
     # extensions' locks are their own modes).
-    if (m := _LOCK_DENIED.search(message)) and not re.search(r"triton|torch_extensions",
-                                                              m["path"], re.I):
+    if (m := _LOCK_DENIED.search(message)) and not _OTHER_CACHE.search(m["path"]):
         add("cache.hub-shared-lock-perms", m[0], path=m["path"])
+        return found
+    # The cache home itself cannot be created or written (HOME unset so ~ is /, a container
+    # user without a home, a read-only image): transformers' warning or the PermissionError.
+    if m := _HOME_DENIED.search(message):
+        add("cache.hf-home-not-writable", m[0], path=m["path"] or m["path2"])
+        return found
+    # A weight file cut short by an interrupted download: safetensors cannot read its header.
+    if m := re.search(r"Error while deserializing header: (MetadataIncompleteBuffer|"
+                      r"HeaderTooLarge|InvalidHeaderDeserialization)", message):
+        add("cache.hf-truncated-download", m[0], header=m[1])
         return found
     # The Hub answered: gated (401/403 with the gated wording), rate limit, server error.
     if re.search(r"GatedRepoError|Cannot access gated repo for url|Access to model \S+ is "
