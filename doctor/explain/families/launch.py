@@ -1,0 +1,154 @@
+"""Launchers and rendezvous, read by structure: torch.distributed's env:// and TCPStore
+(the variable it wanted, the host:port a client could not reach and the errno), torchrun's
+elastic rendezvous (RendezvousConnectionError / RendezvousTimeoutError, the store barrier's
+world_size and worker_count), the deepspeed runner (hostfile, pdsh, MPI discovery,
+`hostname -I`) and ssh's own failures (resolution, refused port, host key, public key).
+
+Each rule names the part it read and the catalogue mode that part means (doctor/modes/
+launch.toml), so a new torch wording, another port or another host still reads the same.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dsenv.doctor.explain.families import Reading, reading
+
+FAMILY = "launch"
+FLAGS = re.IGNORECASE | re.MULTILINE
+
+# The launcher's variables: env:// names the one it wanted; a script's os.environ[...] too.
+_ENV_VAR = re.compile(r"environment variable (\w+) expected, but not set"
+                      r"|_env_error\(\"(\w+)\"\)"
+                      r"|KeyError: '(RANK|WORLD_SIZE|LOCAL_RANK|MASTER_ADDR|MASTER_PORT)'", FLAGS)
+_MPI4PY = re.compile(r"No module named '?mpi4py'?", FLAGS)
+_MPI_DISCOVERY = re.compile(r"mpi_discovery|detect MPI environment", FLAGS)
+_HOSTNAME_I = re.compile(r"hostname: (?:invalid|illegal) option -- '?I'?"
+                         r"|Command '\['(hostname -I)'\]' (?:returned non-zero exit status (\d+)"
+                         r"|died with)", FLAGS)
+_LOCAL_RANK = re.compile(r"unrecognized arguments:.*?(--local[-_]rank)", FLAGS)
+_LIBUV = re.compile(r"use_libuv was requested but PyTorch was buil[dt] without libuv", FLAGS)
+# c10d's client: "failed to connect to [host]:port (errno: 110 - Connection timed out)",
+# "timed out after 60s while trying to connect to (host, port)", gai's "addresses of (host,
+# port) cannot be retrieved (gai error: -2 - Name or service not known)".
+_CLIENT = re.compile(r"client socket has (?:timed out after \S+ while trying to connect|failed"
+                     r" to connect) to (?:any network address of )?(?:\[([^\]]+)\]:(\d+)"
+                     r"|\(([^,\s]+), (\d+)\)|([\w.-]+):(\d+))(?:.*?errno: (\d+) - ([^)]*))?", FLAGS)
+_GAI = re.compile(r"network addresses of \((\S+), (\d+)\) cannot be retrieved \(gai error: "
+                  r"(-?\d+) - ([^)]*)\)|host not found: Name or service not known", FLAGS)
+_BIND = re.compile(r"failed to bind to (\S+?) \(errno: 98|port: (\d+), useIpv6: \S+ code: -(?:98|48)"
+                   r"|\bEADDRINUSE\b|Address already in use", FLAGS)
+_RDZV_CONN = re.compile(r"RendezvousConnectionError|connection to the C10d store has failed", FLAGS)
+_RDZV_TIMEOUT = re.compile(r"RendezvousTimeoutError|Timed out after \d+ seconds waiting for "
+                           r"clients\. (\d+)/(\d+) clients joined", FLAGS)
+_BARRIER = re.compile(r"store based barrier.*?world_size=(\d+), worker_count=(\d+)", FLAGS)
+# ssh, directly or through pdsh ("pdsh@host: node: ssh exited with exit code 255").
+_SSH_RESOLVE = re.compile(r"ssh: Could not resolve hostname ([^:\s]+)", FLAGS)
+_SSH_CONNECT = re.compile(r"ssh: connect to host (\S+) port (\d+): ([A-Za-z ]+)", FLAGS)
+_SSH_HOSTKEY = re.compile(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED"
+                          r"|No \S+ host key is known for (\S+)", FLAGS)
+_SSH_PUBKEY = re.compile(r"(\S+@\S+: )?Permission denied \((publickey[\w,-]*)\)"
+                         r"|Permission denied, please try again", FLAGS)
+_SSH_CHECK = re.compile(r"host=(\S+) was not reachable via ssh"
+                        r"|Command '\[?'?ssh (?:-o \S+ )*(\S+) hostname(?: -I)?'?\]?' returned "
+                        r"non-zero exit status 255", FLAGS)
+_PDSH_EXIT = re.compile(r"pdsh@\S+: (\S+): ssh exited with exit code (\d+)", FLAGS)
+_PDSH_MISSING = re.compile(r"launcher '(\S+)' not installed|(pdsh): command not found", FLAGS)
+_PDSH_RCMD = re.compile(r"rcmd: socket: Permission denied|(mcmd): xpoll: protocol failure", FLAGS)
+_NO_HOSTFILE = re.compile(r"Unable to find hostfile", FLAGS)
+_REMOTE_PATH = re.compile(r"bash: line 0: cd: (\S+): No such file or directory"
+                          r"|bash: (\S+/bin/python3?): No such file or directory"
+                          r"|\b(orted|prted): command not found", FLAGS)
+_PDSH_CMD = re.compile(r"cmd = pdsh .*?-w (\S+) ((?:export \w+=[^;]*; )+)", FLAGS)
+
+
+def read(message: str) -> list[Reading]:
+    found: list[Reading] = []
+
+    def add(mode: str, match: re.Match, **parts: str) -> None:
+        found.append(reading(FAMILY, mode, match.group(0), **parts))
+
+    if m := _ENV_VAR.search(message):  # only a launcher sets these: none ran
+        add("launch.env-vars-no-launcher", m,
+            variable=next(g for g in m.groups() if g))
+    if m := _MPI4PY.search(message):  # DeepSpeed's fallback when no launcher set them
+        add("launch.ds-mpi-discovery-fallback", m, module="mpi4py",
+            fallback="mpi_discovery" if _MPI_DISCOVERY.search(message) else "")
+    if m := _HOSTNAME_I.search(message):  # the hostname here has no -I
+        add("launch.hostname-i-unsupported", m, command="hostname -I",
+            exit_status=m.group(2) or "")
+    if m := _LOCAL_RANK.search(message):  # launch.py passes it, the script does not take it
+        add("launch.local-rank-arg", m, argument=m.group(1))
+    if m := _LIBUV.search(message):
+        add("launch.tcpstore-no-libuv", m, backend="libuv")
+    _read_rendezvous(message, add)
+    _read_ssh(message, add)
+    _read_runner(message, add)
+    return found
+
+
+def _read_rendezvous(message: str, add) -> None:
+    if m := _BARRIER.search(message):
+        # fewer workers than world_size: a node never came; more: another run shares it
+        size, count = int(m.group(1)), int(m.group(2))
+        mode = "launch.store-shared" if count > size else "launch.rdzv-timeout"
+        add(mode, m, world_size=str(size), worker_count=str(count))
+    elif m := _RDZV_TIMEOUT.search(message):
+        add("launch.rdzv-timeout", m, joined=m.group(1) or "", expected=m.group(2) or "")
+    if m := _RDZV_CONN.search(message):  # torchrun's agent never reached its C10d store
+        client = _CLIENT.search(message)
+        add("launch.rdzv-wrong-interface", m, endpoint=_endpoint(client))
+        return
+    if m := _BIND.search(message):  # the server side: the port is someone else's
+        port = m.group(2) or (m.group(1) or "").rpartition(":")[2]
+        add("launch.port-in-use", m, port=port, errno="98 EADDRINUSE")
+        return
+    if m := _GAI.search(message):  # the rendezvous name does not resolve here
+        add("launch.master-addr-other-hosts", m, host=m.group(1) or "", port=m.group(2) or "",
+            error=m.group(4) or "Name or service not known")
+        return
+    if m := _CLIENT.search(message):  # a client reached no store: address, firewall, rank 0
+        add("launch.store-unreachable", m, endpoint=_endpoint(m),
+            errno=" ".join(g for g in m.group(7, 8) if g) or "timed out")
+
+
+def _endpoint(m: re.Match | None) -> str:
+    if not m:
+        return ""
+    host, port = [g for g in m.group(1, 2, 3, 4, 5, 6) if g] or ("", "")
+    return f"{host}:{port}"
+
+
+def _read_ssh(message: str, add) -> None:
+    # The most specific ssh failure wins; pdsh's "exit code 255" only says ssh failed.
+    if m := _SSH_HOSTKEY.search(message):
+        add("launch.ssh-host-key", m, host=m.group(1) or "")
+    elif m := _SSH_PUBKEY.search(message):
+        add("launch.ssh-publickey", m, methods=m.group(2) or "password")
+    elif m := _SSH_RESOLVE.search(message):
+        add("launch.host-unreachable", m, host=m.group(1), error="does not resolve")
+    elif m := _SSH_CONNECT.search(message):
+        refused = m.group(3).strip().lower() == "connection refused"
+        add("launch.sshd-refused" if refused else "launch.host-unreachable", m,
+            host=m.group(1), port=m.group(2), error=m.group(3).strip())
+    elif m := _SSH_CHECK.search(message):  # the runner's ssh check of the first host
+        add("launch.host-unreachable", m, host=m.group(1) or m.group(2) or "",
+            exit_status="255")
+    elif (m := _PDSH_EXIT.search(message)) and m.group(2) in ("255", "127"):
+        # 255: ssh itself failed; 127: the remote shell found no such command
+        mode = "launch.host-unreachable" if m.group(2) == "255" else "launch.remote-paths-missing"
+        add(mode, m, host=m.group(1), exit_status=m.group(2))
+
+
+def _read_runner(message: str, add) -> None:
+    if m := _PDSH_MISSING.search(message):
+        add("launch.ds-pdsh-missing", m, launcher=m.group(1) or m.group(2))
+    elif m := _PDSH_RCMD.search(message):  # pdsh's default rcmd module is not ssh
+        add("launch.ds-pdsh-missing", m, rcmd_module=m.group(1) or "not ssh")
+    if m := _NO_HOSTFILE.search(message):
+        add("launch.ds-no-hostfile", m, hostfile="(none)")
+    if m := _REMOTE_PATH.search(message):  # the same absolute path is run on every host
+        add("launch.remote-paths-missing", m, path=next(g for g in m.groups() if g))
+    if m := _PDSH_CMD.search(message):  # pdsh carries only what it exports
+        names = re.findall(r"export (\w+)=", m.group(2))
+        add("launch.ds-env-not-forwarded", m, hosts=m.group(1), exported=",".join(names))

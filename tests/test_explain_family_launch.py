@@ -1,0 +1,98 @@
+"""The launcher and rendezvous family parser (doctor/explain/families/launch.py) on real texts:
+the symptom fixtures of the launch table (tests/fixtures/explain_symptoms/launch.jsonl) read
+into their parts and mode; texts of other families and empty text give no reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor.explain.families import launch
+
+SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
+ROWS = [json.loads(line) for line in (SYMPTOMS / "launch.jsonl").read_text().splitlines()
+        if line.strip()]
+
+
+def _text(url_end: str) -> str:
+    return next(r["text"] for r in ROWS if r["url"].endswith(url_end))
+
+
+def _parts(text: str, mode: str) -> dict[str, str]:
+    found = [r for r in launch.read(text) if r.mode == mode]
+    assert found, [r.mode for r in launch.read(text)]
+    return dict(found[0].parts)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
+def test_symptom_reads_into_its_mode(row):
+    assert row["mode"] in [r.mode for r in launch.read(row["text"])]
+
+
+def test_the_missing_variable_is_named():
+    assert _parts(_text("meta-llama/llama/issues/391"),
+                  "launch.env-vars-no-launcher")["variable"] == "RANK"
+    assert _parts('raise _env_error("MASTER_ADDR")',
+                  "launch.env-vars-no-launcher")["variable"] == "MASTER_ADDR"
+
+
+def test_the_store_barrier_counts_tell_a_missing_node_from_a_shared_store():
+    missing = _parts(_text("NVIDIA/Megatron-LM/issues/782"), "launch.rdzv-timeout")
+    assert (missing["world size"], missing["worker count"]) == ("2", "1")
+    shared = _parts(_text("tczhangzhi/pytorch-distributed/issues/18"), "launch.store-shared")
+    assert (shared["world size"], shared["worker count"]) == ("2", "4")
+    assert "launch.rdzv-timeout" not in [r.mode for r in launch.read(
+        _text("tczhangzhi/pytorch-distributed/issues/18"))]
+
+
+def test_the_client_endpoint_and_errno_are_read():
+    parts = _parts(_text("hpcaitech/Open-Sora/issues/667"), "launch.store-unreachable")
+    assert parts["endpoint"] == "::ffff:0.104.99.143:47389"
+    assert parts["errno"] == "110 Connection timed out"
+    conn = _parts(_text("pytorch/pytorch/issues/107021"), "launch.rdzv-wrong-interface")
+    assert conn["endpoint"] == "192.0.0.1:1234"
+    # the same client line under torchrun's agent is the rendezvous, not env://
+    assert "launch.store-unreachable" not in [r.mode for r in launch.read(
+        _text("pytorch/pytorch/issues/107021"))]
+
+
+def test_the_errno_decides_between_a_busy_port_and_a_name():
+    assert _parts(_text("open-mmlab/mmpretrain/issues/960"), "launch.port-in-use")["port"] == "22"
+    parts = _parts(_text("nyu-systems/Grendel-GS/issues/9"), "launch.master-addr-other-hosts")
+    assert (parts["host"], parts["port"]) == ("user", "53821")
+
+
+def test_ssh_failures_are_told_apart():
+    assert _parts(_text("DeepSpeed/issues/438"), "launch.sshd-refused")["port"] == "2222"
+    assert _parts(_text("TsinghuaAI/CPM-2-Finetune/issues/42"),
+                  "launch.host-unreachable")["host"] == "node0"
+    # pdsh's exit code 255 only says that ssh failed; the publickey line says why
+    modes = [r.mode for r in launch.read(_text("deepspeedai/DeepSpeed/issues/5709"))]
+    assert modes == ["launch.ssh-publickey"]
+
+
+def test_the_deepspeed_runner_lines():
+    parts = _parts(_text("deepspeedai/DeepSpeed/issues/1481"), "launch.ds-env-not-forwarded")
+    assert parts["exported"] == "PYTHONUNBUFFERED,NCCL_VERSION,PYTHONPATH"
+    assert _parts(_text("Megatron-DeepSpeed/issues/125"),
+                  "launch.remote-paths-missing")["path"] == "/data/asc23/src_zero3"
+    assert _parts(_text("xtuner/issues/592"),
+                  "launch.ds-mpi-discovery-fallback")["fallback"] == "mpi_discovery"
+
+
+@pytest.mark.parametrize("text", [
+    "include/socket.h:344 WARN Socket creation failed : Address family not supported by protocol",
+    "ImportError: libcudart.so.10.1: cannot open shared object file: No such file or directory",
+    "RuntimeError: [enforce fail at .../gloo/transport/tcp/device.cc:84]\n"
+    "  ifa != nullptr. Unable to find address for: ^lo",
+    "RuntimeError: Expected all tensors to be on the same device, but found at least two "
+    "devices, cuda:0 and cpu!",
+])
+def test_other_families_give_no_reading(text):
+    assert launch.read(text) == []
+
+
+def test_empty_text_gives_no_reading():
+    assert launch.read("") == []
