@@ -12,7 +12,12 @@ Four shapes, whatever program printed them and whatever library they name:
 - ``ld: cannot find -lcurand`` (a link step: it wants the unversioned libcurand.so).
 
 The library is mapped to what provides it (libraries.toml: CUDA runtime, cuBLAS, cuDNN,
-NCCL, the driver's libcuda and NVML, rdma-core, libaio, MPI, ROCm, libstdc++...). With
+NCCL, the driver's libcuda and NVML, rdma-core, libaio, MPI, ROCm, libstdc++...), and the
+row links the finding to the catalogue mode it is (Finding.mode): by its kind, and by the
+shape of the message where the same library has several causes (an executable that cannot
+start: its folder is off the run-time path; an extension module's import: built for another
+release; an undefined C++ symbol with the std::string ABI tag: the other _GLIBCXX_USE_CXX11_ABI).
+With
 ``--here``, look_here() says whether this node and environment have it:
 LD_LIBRARY_PATH, the ldconfig cache (dsenv/facts/python/sharedlibs.py), the environment's
 site-packages (the nvidia/* wheels and torch/lib), LIBRARY_PATH and CUDA_HOME for links.
