@@ -38,6 +38,10 @@ CUDA_VERSIONS = re.compile(
     r"with|torch version)(?: ([\d.]+))?"
     r"|The detected CUDA version \(([\d.]+)\) mismatches the version that was used to "
     r"compile\s+PyTorch \(([\d.]+)\)", FLAGS)
+STD_REFUSED = re.compile(r"Value [`'‘]((?:c|gnu)\+\+\d\d)['’] is not defined for option "
+                         r"[`'‘]std|nvcc fatal\s*: Unknown option [`'‘](-*std)['’]", FLAGS)
+PACK_HEADER = re.compile(r"/c\+\+/(\d+)/[\w/.]+:\d+:\d+: error: parameter packs not "
+                         r"expanded", FLAGS)
 GCC_MAX = re.compile(r"unsupported GNU version! gcc versions later than (\d+)", FLAGS)
 HEADER = re.compile(r"fatal error: ([\w/.+-]+\.(?:h|hpp|cuh)): No such file or directory", FLAGS)
 EXTENSION = re.compile(r"Error building extension '(\w+)'", FLAGS)
@@ -72,6 +76,10 @@ ROOT_LAST = re.compile(r"Using\s+(\S+) as PyTorch extensions root\.\.\.\s*\Z")
 # Messages whose one pattern names the mode; the groups become the parts.
 SIMPLE = (
     (GCC_MAX, "jit.gcc-too-new-for-nvcc", ("newest_gcc_nvcc_accepts",)),
+    # nvcc refusing the -std torch passes: an nvcc older than torch's CUDA.
+    (STD_REFUSED, "toolkit.nvcc-too-old-for-torch", ("standard", "option")),
+    # The libstdc++ header (/usr/include/c++/<gcc major>/...) nvcc's front end cannot parse.
+    (PACK_HEADER, "toolkit.gcc-headers-break-nvcc", ("gcc",)),
     # A name the code imports from deepspeed that this release does not have yet.
     (DS_IMPORT, "deepspeed.version-too-old", ("name", "module")),
     # An op's binary in the shared cache that this environment's torch cannot link.
@@ -217,7 +225,7 @@ def read(message: str) -> list[Reading]:
     for pattern, mode, names in SIMPLE:
         hit = pattern.search(message)
         if hit:
-            parts = dict(zip(names, hit.groups(), strict=True))
+            parts = {n: g or "" for n, g in zip(names, hit.groups(), strict=True)}
             found.append(reading(FAMILY, mode, hit.group(0), **parts))
     return found + _compile_readings(message) + _deepspeed_readings(message) + \
         _jit_readings(message)
