@@ -22,7 +22,7 @@ PARSED = {"comm.no-bootstrap-interface", "comm.ibverbs-unloadable",
           "comm.nvls-fabric-manager", "comm.p2p-peer-access-unsupported", "comm.gdr-disabled",
           "comm.roce-gid-index", "comm.socket-ifname-missing", "comm.memlock-low",
           "comm.nccl-newer-than-driver", "comm.ib-link-errors", "comm.efa-unavailable",
-          "comm.slingshot-no-ofi-plugin"}
+          "comm.slingshot-no-ofi-plugin", "comm.socket-virtual-interfaces"}
 
 
 def _modes(text: str) -> list[str]:
@@ -89,3 +89,10 @@ def test_a_port_error_explains_the_completion_errors_after_it():
             "h2:3:4 [4] transport/net_ib.cc:1238 NCCL WARN NET/IB : Got completion from peer h1<1> "
             "with error 12, opcode 2, len 1, vendor err 129")
     assert _modes(text) == ["comm.ib-link-errors"]
+
+
+def test_the_chosen_interfaces_are_parts():
+    text = next(r["text"] for r in ROWS if r["url"].endswith("pytorch/pytorch/issues/68893"))
+    found = [r for r in nccl.read(text) if r.mode == "comm.socket-virtual-interfaces"]
+    assert found and dict(found[0].parts) == {"result": "", "interface": "ens5",
+                                              "virtual": "vethe2e6725"}

@@ -30,7 +30,9 @@ _IBV_CALL = re.compile(r"(?:Call to )?(?P<call>ibv_\w+)(?:\([^)]*\))? failed(?: 
 _COMPLETION = re.compile(r"Got completion (?:from peer \S+ )?with (?:error |status=)(?P<status>\d+)")
 _PROVIDER = re.compile(r"libibverbs: Warning: couldn't load driver '(?P<provider>[^']+)': "
                        r"(?P<why>[^\n]*)")
-_SOCKET_IF = re.compile(r"NET/Socket : Using \[0\](?P<iface>[\w.-]+):")
+_SOCKET_LIST = re.compile(r"NET/Socket : Using(?:\s+\[\d+\][\w.-]+:\S*)+")
+_IFACE = re.compile(r"\[\d+\]([\w.-]+):")
+_VIRTUAL = ("veth", "br-", "virbr", "docker", "cni", "flannel", "cali")
 _PLUGIN = re.compile(r"NET/Plugin ?: (?:Plugin load \((?P<lib>libnccl-net[\w.-]*)\) returned \d+|"
                      r"No plugin found|Could not find: (?P<lib2>libnccl-net[\w.-]*))"
                      r"|Unable to load (?P<lib3>libnccl-net[\w.-]*)")
@@ -118,9 +120,15 @@ def read(message: str) -> list[Reading]:
     if m := re.search(r"no userspace device-specific driver found for \S+|couldn't open config "
                       r"directory '/etc/libibverbs\.d'", message):
         add("comm.ibverbs-unloadable", m.group(0), why="no provider for the device")
-    # Socket transport over Slingshot's hsn interfaces: the OFI plugin is missing.
-    if (m := _SOCKET_IF.search(message)) and m["iface"].startswith("hsn"):
-        add("comm.slingshot-no-ofi-plugin", m.group(0), interface=m["iface"])
+    # The interfaces NCCL's socket transport chose: TCP over Slingshot's hsn means the OFI
+    # plugin is missing; a bridge/veth next to the real NIC is unreachable from other nodes.
+    if m := _SOCKET_LIST.search(message):
+        names = _IFACE.findall(m.group(0))
+        if names and names[0].startswith("hsn"):
+            add("comm.slingshot-no-ofi-plugin", m.group(0), interface=names[0])
+        elif (virtual := [n for n in names[1:] if n.startswith(_VIRTUAL)]) and not out:
+            add("comm.socket-virtual-interfaces", m.group(0), interface=names[0],
+                virtual=",".join(virtual))
     # The plugin loader's notice is normal unless something else failed; named only when the
     # message has no other NCCL reading.
     if not out and (m := _PLUGIN.search(message)):
