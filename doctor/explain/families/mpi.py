@@ -99,7 +99,12 @@ _OMPI = (
                 r"root"), "mpi.run-as-root"),
     # openib probing a port it leaves to UCX: a warning, not the failure.
     (re.compile(r"There was an error initializing an OpenFabrics device\.?"
-                r"(?: Local host: \S+ Local device: (?P<device>\S+))?"), "mpi.openib-warning"),
+                r"(?: Local host: \S+ Local device: (?P<device>\S+))?"
+                # the same fallback for a BTL with no usable interface here (help-mpi-btl-base
+                # btl:no-nics): "Another transport will be used instead"
+                r"|was unable to find any relevant network interfaces"
+                r"(?::? Module: (?P<module>[\w ]+?) *\()?"),
+     "mpi.openib-warning"),
     # vader's single copy (process_vm_readv) refused with EPERM (errno 1): a container's seccomp.
     (re.compile(r"Read -1, expected (?P<n>\d+), errno = 1\b"), "mpi.vader-cma-container"),
 )
