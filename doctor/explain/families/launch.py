@@ -23,6 +23,7 @@ _ENV_VAR = re.compile(r"environment variable (\w+) expected, but not set"
                       r"|KeyError: '(RANK|WORLD_SIZE|LOCAL_RANK|MASTER_ADDR|MASTER_PORT)'", FLAGS)
 _MPI4PY = re.compile(r"No module named '?mpi4py'?", FLAGS)
 _MPI_DISCOVERY = re.compile(r"mpi_discovery|detect MPI environment", FLAGS)
+_MPI_RUN = re.compile(r"\bmpirun\b|\bmpiexec\b|-m mpi4py", FLAGS)
 _HOSTNAME_I = re.compile(r"hostname: (?:invalid|illegal) option -- '?I'?"
                          r"|Command '\['(hostname -I)'\]' (?:returned non-zero exit status (\d+)"
                          r"|died with)", FLAGS)
@@ -71,9 +72,11 @@ def read(message: str) -> list[Reading]:
     if m := _ENV_VAR.search(message):  # only a launcher sets these: none ran
         add("launch.env-vars-no-launcher", m,
             variable=next(g for g in m.groups() if g))
-    if m := _MPI4PY.search(message):  # DeepSpeed's fallback when no launcher set them
+    discovery = _MPI_DISCOVERY.search(message)
+    if (m := _MPI4PY.search(message)) and (discovery or not _MPI_RUN.search(message)):
+        # DeepSpeed's fallback when no launcher set them; under mpirun mpi4py is wanted
         add("launch.ds-mpi-discovery-fallback", m, module="mpi4py",
-            fallback="mpi_discovery" if _MPI_DISCOVERY.search(message) else "")
+            fallback="mpi_discovery" if discovery else "")
     if m := _HOSTNAME_I.search(message):  # the hostname here has no -I
         add("launch.hostname-i-unsupported", m, command="hostname -I",
             exit_status=m.group(2) or "")
