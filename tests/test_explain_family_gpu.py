@@ -119,6 +119,9 @@ def test_container_texts_are_left_to_the_container_family():
     "ImportError: libcudart.so.10.1: cannot open shared object file: No such file or directory",
     "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB",
     "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0.",
+    # a CUDA error of another kind first: the 'invalid device ordinal' after it is a consequence
+    "enqueue.cc:802 NCCL WARN Cuda failure 'API call is not supported in the installed CUDA "
+    "driver'\ninit.cc:895 NCCL WARN Cuda failure 'invalid device ordinal'",
 ])
 def test_other_families_give_no_reading(text):
     assert gpu.read(text) == []

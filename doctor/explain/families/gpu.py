@@ -53,6 +53,10 @@ CODE_FRAME = re.compile(
     r"|cudaGetDevice\w*\(\)[^\n]*? Error (\d+):|Return value (\d+) from '(?:cu\w+)"
     r"|code=(\d+)\(cuda\w+\)", IC)
 
+# A CUDA error quoted with its text (NCCL's "Cuda failure '...'", torch's "CUDA error: ..."):
+# when the first one is not a kind read here, later CUDA errors are its consequences.
+QUOTED = re.compile(r"Cuda failure\s+'(?P<q>[^'\n]+)'|CUDA error:\s*(?P<c>[^\n]+)", IC)
+
 # torch's own words around a kernel or a driver problem.
 INCOMPATIBLE = re.compile(r"(?P<gpu>[^\n]*?) with CUDA capability sm_(?P<arch>\d+) is not "
                           r"compatible with the current PyTorch installation", IC)
@@ -106,6 +110,10 @@ def _kind(message: str) -> tuple[str, str, str] | None:
             found.append((m.start(), CODES[int(code)], m.group(0), code))
     if not found:
         return None
+    first = QUOTED.search(message)
+    if first and first.start() < min(found)[0] and not any(
+            p.search(first["q"] or first["c"]) for _, p in KIND_TEXT):
+        return None  # an error of another kind came first (NCCL's unsupported driver API ...)
     # The first error reported is the kind; its words say it best, its number adds to them.
     _, kind, text, _ = min(found)
     text = next((t for _, k, t, c in found if k == kind and not c), text)
