@@ -58,7 +58,7 @@ _CASCADE = re.compile(
 # libdrm's "amdgpu.ids: No such file or directory" is printed before any ROCm error: never one.
 _NOISE = re.compile(r"\bNCCL INFO\b|\bRCCL INFO\b|\[INFO\]|\bINFO[:\] ]|\bDEBUG\b"
                     r"|^\S*amdgpu\.ids: No such file or directory\s*$")
-_WARNING = re.compile(r"\[WARNING\]|\bWARNING\b|\w+Warning:|\bwarn(?:ing)?:", re.IGNORECASE)
+_WARNING = re.compile(r"\[WARN(?:ING)?\]|\bWARNING\b|\w+Warning:|\bwarn(?:ing)?:", re.IGNORECASE)
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 _FRAME_FILE = re.compile(r'^\s+File "')
 _EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b:")

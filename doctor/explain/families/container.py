@@ -40,6 +40,10 @@ ACTION_NOT_FOUND = re.compile(r"\.singularity\.d/actions/(?P<action>\w+): (?:lin
 USERNS = re.compile(r"Failed to create (?:user|mount) namespace: (?P<why>[^\n]+)"
                     r"|user namespaces? (?:is |are )?(?:disabled|not enabled)", IC)
 BIND_DEST = re.compile(r"destination (?P<dest>\S+) doesn't exist in container", IC)
+# The node's nvidia_uvm module (and so /dev/nvidia-uvm) is absent: unprivileged runtimes
+# cannot load it.
+UVM = re.compile(r"Kernel module nvidia_uvm is not loaded|/dev/nvidia-uvm\S*: no such file or "
+                 r"directory|Could not load UVM kernel module", IC)
 # Inside the container.
 NVML = re.compile(r"Failed to initialize NVML: (?P<why>Unknown Error|Insufficient Permissions)",
                   IC)
@@ -75,6 +79,10 @@ def read(message: str) -> list[Reading]:
         # The same mount error when the hook's name was cut off by the wrapping of the line
         found.append(reading(FAMILY, "container.image-ships-driver-libs",
                              EXISTS.search(message).group(0), path=EXISTS.search(message)["path"]))
+    uvm = UVM.search(message)
+    if uvm:
+        found.append(reading(FAMILY, "container.nvidia-uvm-not-loaded", uvm.group(0),
+                             module="nvidia_uvm", device="/dev/nvidia-uvm"))
     daemon = NO_GPU_DRIVER.search(message)
     runtime = NO_RUNTIME.search(message)
     if daemon or (runtime and "nvidia" in runtime["runtime"].lower()):
