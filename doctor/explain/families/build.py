@@ -42,6 +42,7 @@ STD_REFUSED = re.compile(r"Value [`'‘]((?:c|gnu)\+\+\d\d)['’] is not defined
                          r"[`'‘]std|nvcc fatal\s*: Unknown option [`'‘](-*std)['’]", FLAGS)
 PACK_HEADER = re.compile(r"/c\+\+/(\d+)/[\w/.]+:\d+:\d+: error: parameter packs not "
                          r"expanded", FLAGS)
+NO_OP_HANDLE = re.compile(r"'DeepSpeedCPU(\w+)' object has no attribute '(ds_opt_\w+)'", FLAGS)
 GCC_MAX = re.compile(r"unsupported GNU version! gcc versions later than (\d+)", FLAGS)
 HEADER = re.compile(r"fatal error: ([\w/.+-]+\.(?:h|hpp|cuh)): No such file or directory", FLAGS)
 EXTENSION = re.compile(r"Error building extension '(\w+)'", FLAGS)
@@ -76,6 +77,8 @@ ROOT_LAST = re.compile(r"Using\s+(\S+) as PyTorch extensions root\.\.\.\s*\Z")
 # Messages whose one pattern names the mode; the groups become the parts.
 SIMPLE = (
     (GCC_MAX, "jit.gcc-too-new-for-nvcc", ("newest_gcc_nvcc_accepts",)),
+    # A CPU optimizer without its op handle: its op's build or load raised before.
+    (NO_OP_HANDLE, "deepspeed.cpu-adam-build-failed", ("optimizer", "handle")),
     # nvcc refusing the -std torch passes: an nvcc older than torch's CUDA.
     (STD_REFUSED, "toolkit.nvcc-too-old-for-torch", ("standard", "option")),
     # The libstdc++ header (/usr/include/c++/<gcc major>/...) nvcc's front end cannot parse.
