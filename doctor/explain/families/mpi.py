@@ -97,6 +97,9 @@ _OMPI = (
                 r"(?:.*?(?P<n>\d+) singletons will be started)?"), "mpi.srun-singletons"),
     (re.compile(r"(?P<launcher>mpirun|mpiexec|prterun|orterun) has detected an attempt to run as "
                 r"root"), "mpi.run-as-root"),
+    # PMIx's own error log names the source file: the ds12 store's process-shared locks.
+    (re.compile(r"PMIX ERROR: (?P<error>[\w-]+) in file (?P<file>\S*gds_ds12_lock\w*\.c)"),
+     "mpi.pmix-gds-ds12"),
     # openib probing a port it leaves to UCX: a warning, not the failure.
     (re.compile(r"There was an error initializing an OpenFabrics device\.?"
                 r"(?: Local host: \S+ Local device: (?P<device>\S+))?"
