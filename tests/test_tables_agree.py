@@ -17,10 +17,12 @@ drift reported), so none of them can pass by not looking.
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import importlib
 import json
 import re
+import sys
 import types
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -385,3 +387,59 @@ def test_jit_drift_is_reported():
         "workloads/training/engine.py: deepspeed_shm_comm has a time of its own "
         "('\"deepspeed_shm_comm\": 6')",
         f"fused_lamb is named by a run or the doctor and has no time in {HOME}"]
+
+
+# -- what each workload imports ---------------------------------------------------------------
+# Imported by the workload's modules but not asked of the job's environment: mpi4py only for
+# the MPI launchers (mpi.mpi4py checks it), rich and tomli are dsenv's own (tomli only on
+# Python < 3.11), numpy comes with torch.
+NOT_ASKED = {"mpi4py", "rich", "tomli", "numpy"}
+DISTRIBUTION = {"rouge_score": "rouge-score"}
+
+
+def third_party_imports(module: Path, seen: set | None = None) -> set[str]:
+    """The top-level third-party modules ``module`` and the dsenv.workloads modules it
+    imports (transitively) import."""
+    seen = set() if seen is None else seen
+    if module in seen:
+        return set()
+    seen.add(module)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+        for name in names:
+            if name.startswith("dsenv.workloads."):
+                parts = name.split(".")[2:]
+                for path in (ROOT / "workloads").joinpath(*parts).with_suffix(".py"), \
+                        (ROOT / "workloads").joinpath(*parts, "__init__.py"):
+                    if path.is_file():
+                        found |= third_party_imports(path, seen)
+            elif not name.startswith(("dsenv", "__future__")):
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names:
+                    found.add(DISTRIBUTION.get(top, top))
+    return found
+
+
+def imports_drift(entries: Mapping[str, registry.Entry]) -> list[str]:
+    found = []
+    for name, entry in entries.items():
+        module = ROOT / "workloads" / (entry.module.rsplit(".", 1)[1] + ".py")
+        used = third_party_imports(module) - NOT_ASKED
+        found += _diff(f"workloads.toml {name} imports", sorted(entry.imports), sorted(used),
+                       f"what {module.name} imports")
+    return found
+
+
+def test_workload_imports_have_one_home():
+    assert imports_drift(registry.entries()) == []
+
+
+def test_workload_imports_drift_is_reported():
+    table = load_table("dsenv.workloads", "workloads.toml")
+    doctored = copy.deepcopy(table)
+    doctored["workload"]["t5-xsum"]["imports"].remove("rouge-score")
+    assert imports_drift(registry.read(doctored)) == [
+        "workloads.toml t5-xsum imports lacks 'rouge-score' of what t5_xsum.py imports"]

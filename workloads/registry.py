@@ -31,12 +31,14 @@ class Entry:
     full: str = ""  # the full run's help line ("": no full run)
     assets: tuple[str, ...] = ()  # names in workloads/assets.toml
     references: dict[str, str] = field(default_factory=dict)  # mode -> references.toml key
+    imports: tuple[str, ...] = ()  # distributions the run imports in the job's environment
 
 
 def read(table: dict) -> dict[str, Entry]:
     """name -> Entry of a parsed workloads.toml (tests pass a doctored copy)."""
     return {name: Entry(name, row["module"], row.get("smoke", ""), row.get("full", ""),
-                        tuple(row.get("assets", ())), dict(row.get("references", {})))
+                        tuple(row.get("assets", ())), dict(row.get("references", {})),
+                        tuple(row.get("imports", ())))
             for name, row in table["workload"].items()}
 
 

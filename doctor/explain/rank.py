@@ -88,18 +88,89 @@ class Match:
         return self.mode.id if self.mode else self.finding.id
 
 
+@cache
+def _pattern(p: str) -> re.Pattern:
+    """Compiled once: the catalogue has more patterns than re's own cache keeps (512)."""
+    return re.compile(p, FLAGS)
+
+
+# Compiling every catalogue pattern costs more than reading a 10,000-line log, so a pattern
+# is compiled only when the text holds its needle: the longest literal run every match of it
+# contains (tests/test_explain_speed.py checks the needles against every symptom and message).
+_ESCAPED_LITERAL = frozenset(".^$*+?{}[]()|\\/-'\"`:,=<>!@#%&~ ")
+
+
+@cache
+def needle(p: str) -> str:
+    """The longest literal run (3+ characters, lowercased) that every match of ``p`` contains,
+    '' when there is none (a top-level alternation, only classes)."""
+    runs: list[str] = []
+    run: list[str] = []
+    depth, i, n, top_alt = 0, 0, len(p), False
+
+    def cut() -> None:
+        if run:
+            runs.append("".join(run))
+            run.clear()
+
+    while i < n:
+        c = p[i]
+        if c == "\\" and i + 1 < n:
+            i += 2
+            if p[i - 1] not in _ESCAPED_LITERAL:  # \s \d \w \b ...: a class or an assertion
+                cut()
+                continue
+            c = p[i - 1]
+        elif c == "[":  # a character class: skip to its end
+            j = i + 1 + (p[i + 1:i + 2] == "^")
+            j += p[j:j + 1] == "]"
+            while j < n and p[j] != "]":
+                j += 2 if p[j] == "\\" else 1
+            i = j + 1
+            cut()
+            continue
+        elif c in "()|.^$":
+            depth += (c == "(") - (c == ")")
+            top_alt = top_alt or (c == "|" and depth == 0)
+            i += 1
+            cut()
+            continue
+        elif c in "*+?{":  # a quantifier: ? * {0 make the literal before it optional
+            if c in "?*" or p.startswith("{0", i):
+                if run:
+                    run.pop()
+            i = (p.find("}", i) + 1 or i + 1) if c == "{" else i + 1
+            cut()
+            continue
+        else:
+            i += 1
+        if depth == 0:
+            run.append(c)
+        else:
+            cut()
+    cut()
+    best = "" if top_alt else max(runs, key=len, default="")
+    return best.lower() if len(best) >= 3 else ""
+
+
+def _search(p: str, text: str, low: str) -> bool:
+    found = needle(p)
+    return (not found or found in low) and _pattern(p).search(text) is not None
+
+
 def score_modes(message: str, around: str) -> list[Match]:
     generic = _generic()
     who = component(message)
+    low, around_low = message.lower(), around.lower()
     found = []
     for mode in catalogue.modes():
-        hits = [p for p in mode.match if re.search(p, message, FLAGS)]
-        also = [p for p in mode.also if re.search(p, message, FLAGS)]
+        hits = [p for p in mode.match if _search(p, message, low)]
+        also = [p for p in mode.also if _search(p, message, low)]
         if not hits and not also:
             continue
         score = sum(GENERIC if p in generic else SPECIFIC for p in hits) + SPECIFIC * len(also)
         why = [f"message: {p!r}" + (" (generic)" if p in generic else "") for p in hits + also]
-        against = [p for p in mode.against if re.search(p, message, FLAGS)]
+        against = [p for p in mode.against if _search(p, message, low)]
         if against:
             score -= SPECIFIC * len(against)
             why.append(f"against: {against[0]!r}")
@@ -110,7 +181,7 @@ def score_modes(message: str, around: str) -> list[Match]:
             elif who[0] in STRICT:
                 score -= 2
                 why.append(f"printed by {who[0]}, not {mode.area}")
-        ctx = [p for p in mode.match if p not in hits and re.search(p, around, FLAGS)]
+        ctx = [p for p in mode.match if p not in hits and _search(p, around, around_low)]
         if ctx:
             score += min(1.0, 0.5 * len(ctx))
             why.append(f"context: {ctx[0]!r}")

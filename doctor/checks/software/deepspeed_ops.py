@@ -20,11 +20,13 @@ REBUILD = ("rebuild the ops for this torch: `dsenv provision`, or `DS_BUILD_CPU_
 @check("deepspeed.install", "DeepSpeed installed and built for this torch")
 def install(ctx: Context):
     ds, torch = dsi.installs(ctx)
-    if ds is None:
-        return (fail if ctx.is_compute else warn)(
-            f"DeepSpeed is not installed in {target_env.environment(ctx).prefix} (the "
-            "environment judged)",
-            "install the training stack: `dsenv provision` (or `pip install deepspeed`)")
+    if ds is None:  # the job's `import deepspeed` fails: not ready, on any target
+        env = target_env.environment(ctx)
+        return fail(f"DeepSpeed is not installed in {env.prefix}, the environment judged "
+                    f"({env.why}): the job's `import deepspeed` fails",
+                    "install the training stack: `dsenv provision` (or `pip install "
+                    "deepspeed`)" + ("" if ctx.is_compute else ", or judge the environment "
+                                     "the job will use: `dsenv doctor --env PREFIX`"))
     evidence = [f"installed at {ds.folder}"]
     if not torch.installed:
         return fail(f"DeepSpeed {ds.version} is installed but torch is not",

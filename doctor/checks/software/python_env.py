@@ -15,6 +15,8 @@ from dsenv.facts.python import deepspeed_info, imports, pyenv, target_env
 from dsenv.provision import ProvisionError
 from dsenv.provision.record import manifest as env_manifest
 from dsenv.verdicts.findings import fail, ok, skip, warn
+from dsenv.workloads import registry
+from dsenv.workloads.errors import WorkloadError
 
 
 @check("python.interpreter", "Interpreter and environment")
@@ -217,6 +219,27 @@ def requirements(ctx: Context):
             *(p.describe() for p in report.problems))
     return ok(f"{len(report.checked)} training packages and direct requirements consistent",
               ", ".join(report.checked))
+
+
+@check("python.workload-packages", "Packages the workload imports")
+def workload_packages(ctx: Context):
+    workload = ctx.options.workload
+    if not workload:
+        return skip("no --for WORKLOAD given")
+    try:
+        wanted = registry.entry(workload).imports
+    except WorkloadError as exc:
+        return skip(str(exc))
+    env = target_env.environment(ctx)
+    installed = env_manifest.installed_versions(pyenv.search_path(ctx))
+    missing = [name for name in wanted if env_manifest.canonical(name) not in installed]
+    if missing:  # the run stops at its first import: not ready, on any target
+        return fail(f"{', '.join(missing)} not installed in {env.prefix}, the environment "
+                    f"judged ({env.why}): `dsenv run {workload}` stops at its imports",
+                    "build the environment with `dsenv provision` (its lock has them), or "
+                    f"`{env.python or 'python'} -m pip install {' '.join(missing)}`")
+    return ok(f"{len(wanted)} packages {workload} imports are installed",
+              ", ".join(f"{n} {installed[env_manifest.canonical(n)]}" for n in wanted))
 
 
 @check("python.env-drift", "Environment matches its dsenv lock")

@@ -27,14 +27,16 @@ def build(ctx: Context):
     found = tp.torch_build(ctx)
     gpus = gpu_probe.visible_gpus(ctx)
     if not found.installed:
+        # a job started from this environment dies at its first import, on a login node's
+        # verdict as in the job: not ready either way
         env = target_env.environment(ctx)
-        summary = f"torch is not installed in {env.prefix} (the environment judged)"
+        summary = (f"torch is not installed in {env.prefix}, the environment judged "
+                   f"({env.why}): the job's first import fails")
         if ctx.is_compute:
             return fail(summary, "install the training stack: `dsenv provision` (or "
-                        f"`{_wheel_fix(ctx, gpus)}`)", f"judged: {env.why}")
-        return warn(summary, "install it with `dsenv provision`, or judge the environment that "
-                    "has it: `dsenv doctor --env PREFIX` (or activate it first)",
-                    f"judged: {env.why}")
+                        f"`{_wheel_fix(ctx, gpus)}`)")
+        return fail(summary, "judge the environment the job will use: `dsenv doctor --env "
+                    "PREFIX` (or activate it first), or build one with `dsenv provision`")
     evidence = [f"read from {found.location}/version.py"]
     if found.kind == "cpu" and gpus:
         vendor = "AMD" if gpus[0].vendor == "amd" else "NVIDIA"
