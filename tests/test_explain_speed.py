@@ -31,7 +31,7 @@ def test_every_needle_is_in_every_real_text_its_pattern_matches():
     lost = []
     for p in sorted(patterns):
         compiled, found = re.compile(p, FLAGS), needle(p)
-        lost += [(p, found) for t, low in zip(texts, lowered)
+        lost += [(p, found) for t, low in zip(texts, lowered, strict=True)
                  if found and found not in low and compiled.search(t)]
     assert not lost, lost[:5]
     assert sum(bool(needle(p)) for p in patterns) > 0.8 * len(patterns)  # it does prefilter
