@@ -80,6 +80,12 @@ def test_missing_header_names_the_package_without_its_development_files():
                       "'async_io'")[0]
     assert (mode, got["op"]) == ("deepspeed.async-io-no-libaio", "async_io")
     assert not parts("fatal error: myproject/config.h: No such file or directory")
+    # The op ninja was building and the object that failed go with the first error.
+    mode, got = parts("FAILED: cpu_adam.o\n/x/torch/csrc/python_headers.h:12:10: fatal error: "
+                      "Python.h: No such file or directory\nRuntimeError: Error building "
+                      "extension 'cpu_adam'")[0]
+    assert (mode, got["op"], got["file"]) == ("toolkit.python-headers-missing", "cpu_adam",
+                                              "cpu_adam.o")
 
 
 def test_compiler_killed_missing_or_too_new():

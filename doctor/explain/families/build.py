@@ -46,6 +46,7 @@ NO_OP_HANDLE = re.compile(r"'DeepSpeedCPU(\w+)' object has no attribute '(ds_opt
 GCC_MAX = re.compile(r"unsupported GNU version! gcc versions later than (\d+)", FLAGS)
 HEADER = re.compile(r"fatal error: ([\w/.+-]+\.(?:h|hpp|cuh)): No such file or directory", FLAGS)
 EXTENSION = re.compile(r"Error building extension '(\w+)'", FLAGS)
+FAILED_OBJECT = re.compile(r"^FAILED: (\S+)", FLAGS)
 KILLED = re.compile(r"Killed signal terminated program ([\w+]+)|'([\w+]+)' died due to "
                     r"signal 9|internal compiler error: Killed \(program ([\w+]+)\)", FLAGS)
 NO_COMPILER = re.compile(
@@ -145,8 +146,11 @@ def _cuda_home_reading(message: str) -> Reading | None:
 
 
 def _compile_readings(message: str) -> list[Reading]:
+    # Which op was being built (ninja's "Error building extension") and which object failed
+    # ("FAILED: x.o"): said with whatever first error the build printed.
+    op, failed = EXTENSION.search(message), FAILED_OBJECT.search(message)
+    where = {"op": op.group(1) if op else "", "file": failed.group(1) if failed else ""}
     found = []
-    op = EXTENSION.search(message)
     header = HEADER.search(message)
     if header:
         name = header.group(1).rsplit("/", 1)[-1]
@@ -155,16 +159,15 @@ def _compile_readings(message: str) -> list[Reading]:
                 else "toolkit.cuda-headers-missing" if name in CUDA_HEADERS
                 else "deepspeed.async-io-no-libaio" if name == "libaio.h" else "")
         if mode:
-            found.append(reading(FAMILY, mode, header.group(0), header=name,
-                                 op=op.group(1) if op else ""))
+            found.append(reading(FAMILY, mode, header.group(0), header=name, **where))
     killed = KILLED.search(message)
     if killed:  # signal 9 to a compiler: the OOM killer during a parallel build
         found.append(reading(FAMILY, "jit.build-oom-parallel", killed.group(0),
-                             killed=next(g for g in killed.groups() if g)))
+                             killed=next(g for g in killed.groups() if g), **where))
     compiler = NO_COMPILER.search(message)
     if compiler:
         found.append(reading(FAMILY, "toolkit.cxx-compiler-missing", compiler.group(0),
-                             compiler=next(g for g in compiler.groups() if g)))
+                             compiler=next(g for g in compiler.groups() if g), **where))
     return found
 
 
