@@ -28,6 +28,8 @@ _WHAT = re.compile(r"(?P<what>Batch job submission failed|Unable to allocate res
                    r"|Unable to create step for job \S+?(?=:)"
                    r"|Job \d+ step creation (?:temporarily|still) disabled, retrying)"
                    r"(?:: *(?P<reason>.+)| *\((?P<why>[^)]+)\))", re.I)
+# ``scontrol show node/job``: ``Reason=<why the node is drained>``.
+_SCONTROL = re.compile(r"\bReason=(?P<text>.+)")
 # slurmstepd's end of a job or step: who, where, when, why.
 _CANCELLED = re.compile(r"\*\*\* (?P<kind>JOB|STEP) (?P<job>\S+) ON (?P<node>\S+) CANCELLED AT "
                         r"(?P<at>\S+)(?: DUE TO (?P<reason>[A-Z_ ]+?))? \*\*\*")
@@ -55,7 +57,9 @@ _REASONS = (
     (r"time limit is invalid|Time limit specification required", "slurm.time-limit-invalid"),
     # The step's memory cgroup killed a process: host RAM over --mem.
     (r"oom[-_]kill event|Out Of Memory\b|OOM Killed", "slurm.oom-kill"),
+    # slurmstepd's "CANCELLED ... DUE TO TIME LIMIT": the job ran past its --time.
     (r"\bTIME LIMIT\b", "slurm.time-limit"),
+    # The controller lost the node (or cancelled the job for it): not the job's environment.
     (r"\bNODE[ _]FAIL|Node failure on", "slurm.node-fault"),
     # slurmd cannot find the GPUs its gres.conf/slurm.conf lists.
     (r"gres\.conf file|gres/gpu count reported lower than configured",
@@ -114,13 +118,9 @@ _OMPI = (
 # Every rank printing that it is rank 0 of a world of 1 (the same words before "0 of 1" on
 # several lines): the launcher's PMI was not the one the MPI library speaks, so each rank
 # initialised as a singleton. One such line alone is an ordinary single-process run.
-_SINGLETON = re.compile(r"^\W*(?P<lead>[A-Za-z][\w ]*?)\s0 of 1\b", re.M)
+_SINGLETON = re.compile(r"^\W*(?:\d+: *)?(?P<lead>[A-Za-z][\w ]*?)\s0 of 1\b", re.M)
 # mpi4py's extension asking its MPI library for a symbol that library does not have.
 _MPI4PY = re.compile(r"mpi4py/MPI\.\S*?\.so: undefined symbol: (?P<symbol>\w+)")
-
-
-# ``scontrol show node/job``: ``Reason=<why the node is drained>``.
-_SCONTROL = re.compile(r"\bReason=(?P<text>.+)")
 
 
 def _records(message: str):
