@@ -51,6 +51,14 @@ def test_nvidia_container_cli_stage_decides():
                                                       "nvidia-smi")
 
 
+def test_device_request_and_driver_not_loaded():
+    mode, got = parts(row("DeepLabCut/Docker4DeepLabCut2.0/issues/39")["text"])[0]
+    assert (mode, got["stage"], got["device"]) == (
+        "container.requested-gpu-not-present", "device", "1")
+    mode, got = parts(row("HonuRobotics/dockwater/pull/10")["text"])[0]
+    assert (mode, got["nvml"]) == ("container.host-driver-missing", "driver not loaded")
+
+
 def test_docker_daemon_without_the_toolkit():
     mode, got = parts(row("NVIDIA/dcgm-exporter/issues/33")["text"])[0]
     assert (mode, got["driver"]) == ("container.nvidia-toolkit-broken", "")

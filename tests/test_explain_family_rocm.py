@@ -83,6 +83,16 @@ def test_amdgpu_ids_is_named_only_alone():
         "gpu.rocm-gfx-unsupported"]
 
 
+def test_miopen_missing_system_db_is_named_only_alone():
+    mode, got = parts(row("ssube/onnx-web/issues/293")["text"])[0]
+    assert (mode, got["database"]) == ("rocm.miopen-system-db-missing-benign",
+                                       "gfx1030_40.kdb")
+    assert [m for m, _ in parts(
+        "MIOpen(HIP): Warning [SQLiteBase] Unable to read system database file:gfx906_60.kdb "
+        "Performance may degrade\nMIOpen Error: /src/sqlite_db.cpp:229: Internal error while "
+        "accessing SQLite database: locking protocol")] == ["cache.miopen-db-shared-fs"]
+
+
 def test_other_families_and_empty_text_give_no_reading():
     assert rocm.read("") == []
     assert rocm.read("RuntimeError: CUDA error: no kernel image is available for execution "

@@ -55,9 +55,11 @@ _CASCADE = re.compile(
     r"|NCCL communicator was aborted|Process group watchdog thread terminated"
     r"|^\S+ FAILED\s*$|ssh exited with exit code (?!255\b)\d+",
     re.IGNORECASE)
-# libdrm's "amdgpu.ids: No such file or directory" is printed before any ROCm error: never one.
+# libdrm's "amdgpu.ids: No such file or directory" and MIOpen's "Performance may degrade" are
+# printed before any ROCm error: never one.
 _NOISE = re.compile(r"\bNCCL INFO\b|\bRCCL INFO\b|\[INFO\]|\bINFO[:\] ]|\bDEBUG\b"
-                    r"|^\S*amdgpu\.ids: No such file or directory\s*$")
+                    r"|^\S*amdgpu\.ids: No such file or directory\s*$"
+                    r"|\[SQLiteBase\] (?:Unable to read|Missing) system database file")
 _WARNING = re.compile(r"\[WARN(?:ING)?\]|\bWARNING\b|\w+Warning:|\bwarn(?:ing)?:", re.IGNORECASE)
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 _FRAME_FILE = re.compile(r'^\s+File "')

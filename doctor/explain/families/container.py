@@ -27,6 +27,7 @@ IC = re.IGNORECASE
 CLI = re.compile(r"nvidia-container-cli: (?P<stage>[a-z]+) error: (?P<what>[^\n]*)", IC)
 LOAD_FAILED = re.compile(r"load library failed: (?P<lib>lib[\w.+-]+\.so[.\d]*)", IC)
 REQUIRE = re.compile(r"unsatisfied condition: (?P<cond>cuda ?>= ?(?P<cuda>[0-9.]+))", IC)
+UNKNOWN_DEVICE = re.compile(r"(?P<device>[^\s:]+): unknown device", IC)
 EXISTS = re.compile(r"file creation failed: (?P<path>\S+): file exists", IC)
 # Docker's daemon has no driver for --gpus, or no runtime called nvidia.
 NO_GPU_DRIVER = re.compile(r"could not select device driver \"(?P<driver>[^\"]*)\" with "
@@ -66,6 +67,14 @@ def read(message: str) -> list[Reading]:
             # The hook loads the HOST's NVML before anything else: no driver on the host
             found.append(reading(FAMILY, "container.host-driver-missing", cli.group(0),
                                  stage=stage, library=lib["lib"]))
+        elif stage == "initialization" and "driver not loaded" in what.lower():
+            # NVML answers but the host's kernel module is not loaded
+            found.append(reading(FAMILY, "container.host-driver-missing", cli.group(0),
+                                 stage=stage, nvml="driver not loaded"))
+        elif stage == "device" and UNKNOWN_DEVICE.search(what):
+            # A GPU index/UUID the host's NVML does not list (--gpus 2 on a one-GPU node)
+            found.append(reading(FAMILY, "container.requested-gpu-not-present", cli.group(0),
+                                 stage=stage, device=UNKNOWN_DEVICE.search(what)["device"]))
         elif stage == "requirement" and req:
             # The image's NVIDIA_REQUIRE_CUDA is newer than what the host driver supports
             found.append(reading(FAMILY, "container.driver-too-old-for-image", cli.group(0),

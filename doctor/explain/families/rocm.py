@@ -57,8 +57,10 @@ SQLITE_REASON = re.compile(
 MIOPEN_DIR_DENIED = re.compile(r"MIOpen Error: filesystem error: cannot create directories: "
                                r"Permission denied \[(?P<dir>[^\]]+)\]", IC)
 
-# libdrm's device-name table: its absence is only a warning.
+# libdrm's device-name table and MIOpen's precompiled kernels: their absence is only a warning.
 AMDGPU_IDS = re.compile(r"amdgpu\.ids: No such file or directory", IC)
+SYSTEM_DB = re.compile(r"\[SQLiteBase\] (?:Unable to read|Missing) system database file:? ?"
+                       r"(?P<file>\S+?) Performance may degrade", IC)
 
 
 def _errno(match: re.Match) -> tuple[str, str]:
@@ -118,4 +120,9 @@ def read(message: str) -> list[Reading]:
         # Only when nothing else is wrong: the missing name table is never the failure.
         found.append(reading(FAMILY, "rocm.amdgpu-ids-missing-benign",
                              AMDGPU_IDS.search(message).group(0)))
+    sysdb = SYSTEM_DB.search(message)
+    if not found and sysdb:
+        # The same for MIOpen's missing per-gfx kernel database: slower, not failed.
+        found.append(reading(FAMILY, "rocm.miopen-system-db-missing-benign", sysdb.group(0),
+                             database=sysdb["file"]))
     return found
