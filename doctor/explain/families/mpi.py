@@ -19,9 +19,11 @@ FAMILY = "mpi"
 
 # A Slurm client or daemon record (slurmd[pid] too): the program, the level, the text up to the
 # next record (a log line may hold several once its continuation lines are joined).
-_SLURM = re.compile(r"\b(?P<program>srun|sbatch|salloc|slurmstepd|slurmd)(?:\.bin)?(?:\[\d+\])?: +"
+_SLURM = re.compile(r"\b(?P<program>srun|sbatch|salloc|slurmstepd|slurmd)(?:\.bin|-[\w.-]+)?"
+                    r"(?:\[\d+\])?: +"
                     r"(?:(?P=program): +)?(?:(?P<level>error|fatal): +)?(?P<text>.+?)"
-                    r"(?=\s+\S*\b(?:srun|sbatch|salloc|slurmstepd|slurmd)(?:\[\d+\])?: |\n|$)", re.I)
+                    r"(?=\s+\S*\b(?:srun|sbatch|salloc|slurmstepd|slurmd)(?:\.bin|-[\w.-]+)?"
+                    r"(?:\[\d+\])?: |\n|$)", re.I)
 # What Slurm says failed, before the reason: ``<what>: <reason>``.
 _WHAT = re.compile(r"(?P<what>Batch job submission failed|Unable to allocate resources"
                    r"|Job submit/allocate failed"
@@ -56,7 +58,10 @@ _REASONS = (
     # --time above the partition's MaxTime, or missing where required.
     (r"time limit is invalid|Time limit specification required", "slurm.time-limit-invalid"),
     # The step's memory cgroup killed a process: host RAM over --mem.
-    (r"oom[-_]kill event|Out Of Memory\b|OOM Killed", "slurm.oom-kill"),
+    # (older Slurm: "Step N exceeded memory limit (used > limit), being killed"; not the bare
+    # "Exceeded ... memory limit at some point", which page cache alone can trigger)
+    (r"oom[-_]kill event|Out Of Memory\b|OOM Killed|exceeded memory limit \(\d+ > \d+\)"
+     r"|Exceeded job memory limit(?! at some point)", "slurm.oom-kill"),
     # slurmstepd's "CANCELLED ... DUE TO TIME LIMIT": the job ran past its --time.
     (r"\bTIME LIMIT\b", "slurm.time-limit"),
     # The controller lost the node (or cancelled the job for it): not the job's environment.
