@@ -37,7 +37,9 @@ ERRNO = (("permission", re.compile(r"EACCES|EPERM|Permission denied|Operation no
          ("unsupported", re.compile(r"ENOMEM|Cannot allocate memory", IC)),
          ("missing", re.compile(r"ENOENT|No such file or directory", IC)))
 NOT_MEMBER = re.compile(r"(?P<user>\S+) is not member of \"?(?P<group>render|video)\"? group", IC)
-OUT_OF_RESOURCES = re.compile(r"HSA_STATUS_ERROR_OUT_OF_RESOURCES", IC)
+# rocminfo's (or any tool's) hsa_init failing: "hsa api call failure ... Call returned ...".
+OUT_OF_RESOURCES = re.compile(r"(?:Call returned|hsa_init\S*\s*(?:failed|returned)\S*)\s*"
+                              r"HSA_STATUS_ERROR_OUT_OF_RESOURCES", IC)
 KFD_UNSUPPORTED = re.compile(r"(?P<chip>\w+)\s+not supported in kfd|kfd not supported on "
                              r"this ASIC", IC)
 # Docker could not pass /dev/kfd: the host itself has none.
