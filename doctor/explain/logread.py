@@ -40,7 +40,9 @@ _FAILURE = re.compile(
     r"|^F(?:\d{4} [\d:.]+(?: +\d+)?)? [\w./-]+\.(?:cc|cpp|h):\d+\] "
     # torch's warning that its build has no kernels for this GPU: the cause of the
     # 'no kernel image' error that follows it
-    r"|no longer supports this GPU|is not compatible with the current PyTorch installation",
+    r"|no longer supports this GPU|is not compatible with the current PyTorch installation"
+    # Open MPI/PRRTE's refusals to start ranks: their help boxes carry no "error" word
+    r"|not enough slots available in the system|has detected an attempt to run as root",
     re.IGNORECASE)
 # Lines that only say that something else failed.
 _CASCADE = re.compile(
@@ -60,7 +62,10 @@ _CASCADE = re.compile(
 _NOISE = re.compile(r"\bNCCL INFO\b|\bRCCL INFO\b|\[INFO\]|\bINFO[:\] ]|\bDEBUG\b"
                     r"|^\S*amdgpu\.ids: No such file or directory\s*$"
                     r"|\[SQLiteBase\] (?:Unable to read|Missing) system database file")
-_WARNING = re.compile(r"\[WARN(?:ING)?\]|\bWARNING\b|\w+Warning:|\bwarn(?:ing)?:", re.IGNORECASE)
+# (Open MPI's "... was unable to find any relevant network interfaces ... Another transport
+# will be used instead" is a fallback, not the job's failure.)
+_WARNING = re.compile(r"\[WARN(?:ING)?\]|\bWARNING\b|\w+Warning:|\bwarn(?:ing)?:"
+                      r"|unable to find any relevant network interfaces", re.IGNORECASE)
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 _FRAME_FILE = re.compile(r'^\s+File "')
 _EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b:")
