@@ -104,3 +104,21 @@ def test_what_it_does_not_read():
     # (Open MPI's own lines in another table's symptom may be read, as that row's mode.)
     assert not [r["url"] for r in others
                 if any(x.mode != r["mode"] for x in mpi.read(r["text"]))]
+
+
+def test_in_a_job_log_the_refusal_is_read_and_the_fallback_box_is_not():
+    """Open MPI's refusal boxes carry no "error" word, and its btl:no-nics box says "unable to"
+    about a fallback: in a log, the refusal is the failure read, the fallback only a warning."""
+    from dsenv.doctor.explain.command import explain_text
+
+    launcher = ("[2024-01-01 00:00:00,000] [INFO] [runner.py:555:main] cmd = mpirun -n 2 "
+                "python train.py\n")
+    exit_line = ("\n[2024-01-01 00:00:01,000] [ERROR] [launch.py:321:sigkill_handler] "
+                 "['mpirun'] exits with return code = 1")
+    for url, mode in (("QuantumPackage/qp2/issues/217", "mpi.run-as-root"),
+                      ("mpitutorial/mpitutorial/issues/77", "mpi.not-enough-slots")):
+        _, line, sure, _ = explain_text(launcher + row(url)["text"] + exit_line)
+        assert sure and sure[0].id == mode and line is not None, url
+    log = row("3dem/relion/issues/179")["text"] + "\n" + row("uqfoundation/pyina/issues/63")["text"]
+    _, line, sure, _ = explain_text(log)
+    assert sure[0].id == "mpi.mpi4py-other-mpi" and "undefined symbol" in line.text
