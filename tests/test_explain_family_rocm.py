@@ -40,6 +40,11 @@ def test_missing_code_object_names_the_gfx_target_and_the_override():
                                                    "gfx1032:xnack-", "10.3.0")
 
 
+def test_rocblas_without_a_tensile_library_for_the_arch():
+    mode, got = parts(row("brknsoul/ROCmLibs/issues/4")["text"])[0]
+    assert (mode, got["gfx"]) == ("gpu.rocm-gfx-unsupported", "gfx1103")
+
+
 def test_the_kfd_errno_decides():
     mode, got = parts(row("ROCm/ROCm-docker/issues/116")["text"])[0]
     assert (mode, got["errno"]) == ("rocm.kfd-permission-denied", "Permission denied")

@@ -24,6 +24,9 @@ NO_CODE_OBJECT = re.compile(
     r"HIP error: invalid device function|hipErrorInvalidDeviceFunction|hipErrorNoBinaryForGpu"
     r"|Unable to find code object for all current devices|Cou?l?dn.t find binary for current "
     r"devices|HSA_STATUS_ERROR_INVALID_ISA", IC)
+# rocBLAS's form: no Tensile library for the GPU's arch in the build.
+TENSILE = re.compile(r"Cannot read [^\n]*?TensileLibrary\S*: No such file or directory for GPU arch ?"
+                     r": ?(?P<gfx>gfx\w+)", IC)
 GFX = re.compile(r"\bgfx(?P<target>[0-9a-f]{3,4})\b(?P<features>(?::[\w+-]+)*)", IC)
 OVERRIDE = re.compile(r"HSA_OVERRIDE_GFX_VERSION=?(?P<value>[0-9.]*)", IC)
 
@@ -75,7 +78,7 @@ def read(message: str) -> list[Reading]:
     if not message:
         return []
     found: list[Reading] = []
-    code = NO_CODE_OBJECT.search(message)
+    code = NO_CODE_OBJECT.search(message) or TENSILE.search(message)
     if code:  # the build has no kernels for this GPU's target
         gfx = GFX.search(message)
         override = OVERRIDE.search(message)
