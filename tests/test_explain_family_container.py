@@ -90,6 +90,10 @@ def test_kfd_missing_in_the_container_and_bind_points():
         "container.apptainer-no-nv", "/dev/kfd", "yes")
     mode, got = parts(row("apptainer/apptainer/issues/728")["text"])[0]
     assert (mode, got["destination"]) == ("container.bind-destination-missing", "/data")
+    # Singularity 2.x without overlay: --nv's bind points missing in the image
+    mode, got = parts(row("apptainer/singularity/issues/1182")["text"])[0]
+    assert (mode, got["destination"]) == ("container.bind-destination-missing",
+                                          "/usr/bin/nvidia-smi")
 
 
 def test_other_families_and_empty_text_give_no_reading():

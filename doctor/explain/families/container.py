@@ -40,7 +40,9 @@ ACTION_NOT_FOUND = re.compile(r"\.singularity\.d/actions/(?P<action>\w+): (?:lin
                               r"(?P<command>\S+): not found", IC)
 USERNS = re.compile(r"Failed to create (?:user|mount) namespace: (?P<why>[^\n]+)"
                     r"|user namespaces? (?:is |are )?(?:disabled|not enabled)", IC)
-BIND_DEST = re.compile(r"destination (?P<dest>\S+) doesn't exist in container", IC)
+BIND_DEST = re.compile(r"destination (?P<dest>\S+) doesn't exist in container|Skipping user bind, "
+                       r"non existent bind point (?:\(\w+\) )?in container: '?(?P<point>[^'\s]+)"
+                       r"|(?P<libs>Library bind directory) not present in container", IC)
 # The node's nvidia_uvm module (and so /dev/nvidia-uvm) is absent: unprivileged runtimes
 # cannot load it.
 UVM = re.compile(r"Kernel module nvidia_uvm is not loaded|/dev/nvidia-uvm\S*: no such file or "
@@ -119,7 +121,8 @@ def read(message: str) -> list[Reading]:
     dest = BIND_DEST.search(message)
     if dest:
         found.append(reading(FAMILY, "container.bind-destination-missing", dest.group(0),
-                             destination=dest["dest"]))
+                             destination=dest["dest"] or dest["point"] or
+                             ("/.singularity.d/libs" if dest["libs"] else "")))
     nvml = NVML.search(message)
     if nvml:
         # NVML inside a container: "Unknown Error" once the device cgroup lost the GPUs,
