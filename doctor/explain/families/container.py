@@ -139,5 +139,6 @@ def read(message: str) -> list[Reading]:
         # rocminfo only gets to /dev/kfd when the kernel module is loaded: the node has it, the
         # container's /dev does not (no --rocm, --containall without binding /dev/kfd)
         found.append(reading(FAMILY, "container.apptainer-no-nv", kfd.group(0), device="/dev/kfd",
-                             no_user_name="yes" if NO_USER_NAME.search(message) else ""))
+                             inside=("a container (its uid is not in the image's passwd)"
+                                     if NO_USER_NAME.search(message) else "")))
     return found
