@@ -75,6 +75,11 @@ def test_apptainer_flag_after_the_image_and_nothing_bound():
     assert parts("/.singularity.d/actions/exec: line 9: exec: train.py: not found") == []
 
 
+def test_apptainer_build_dir_full():
+    mode, got = parts(row("sheynkman-lab/LRP2/issues/144")["text"])[0]
+    assert (mode, got["temp dir"]) == ("container.apptainer-tmpdir-full", "/tmp/")
+
+
 def test_nvml_inside_the_container():
     assert parts(row("NVIDIA/nvidia-docker/issues/1671")["text"])[0][0] == (
         "container.gpu-lost-after-daemon-reload")

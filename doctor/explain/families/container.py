@@ -40,6 +40,9 @@ ACTION_NOT_FOUND = re.compile(r"\.singularity\.d/actions/(?P<action>\w+): (?:lin
                               r"(?P<command>\S+): not found", IC)
 USERNS = re.compile(r"Failed to create (?:user|mount) namespace: (?P<why>[^\n]+)"
                     r"|user namespaces? (?:is |are )?(?:disabled|not enabled)", IC)
+# Apptainer's pull/build temp dirs (bundle-temp-*, build-temp-*) on a file system that is full.
+BUILD_ENOSPC = re.compile(r"(?P<dir>/\S*?/)(?:bundle|build|oci)-temp-\S*[^\n]*?no space left on "
+                          r"device", IC)
 BIND_DEST = re.compile(r"destination (?P<dest>\S+) doesn't exist in container|Skipping user bind, "
                        r"non existent bind point (?:\(\w+\) )?in container: '?(?P<point>[^'\s]+)"
                        r"|(?P<libs>Library bind directory) not present in container", IC)
@@ -118,6 +121,10 @@ def read(message: str) -> list[Reading]:
     if userns:
         found.append(reading(FAMILY, "container.apptainer-userns-disabled", userns.group(0),
                              why=(userns["why"] or "").strip()))
+    enospc = BUILD_ENOSPC.search(message)
+    if enospc:  # the image is unpacked under APPTAINER_TMPDIR: that file system is too small
+        found.append(reading(FAMILY, "container.apptainer-tmpdir-full", enospc.group(0),
+                             temp_dir=enospc["dir"]))
     dest = BIND_DEST.search(message)
     if dest:
         found.append(reading(FAMILY, "container.bind-destination-missing", dest.group(0),
