@@ -80,6 +80,12 @@ def test_apptainer_build_dir_full():
     assert (mode, got["temp dir"]) == ("container.apptainer-tmpdir-full", "/tmp/")
 
 
+def test_pyxis_squashfs_without_room():
+    mode, got = parts(row("NVIDIA/pyxis/issues/41")["text"])[0]
+    assert (mode, got["squashfs"]) == ("container.pyxis-runtime-path-full",
+                                       "/run/pyxis/1000/7.0.squashfs")
+
+
 def test_nvml_inside_the_container():
     assert parts(row("NVIDIA/nvidia-docker/issues/1671")["text"])[0][0] == (
         "container.gpu-lost-after-daemon-reload")

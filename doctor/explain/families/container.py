@@ -43,6 +43,10 @@ USERNS = re.compile(r"Failed to create (?:user|mount) namespace: (?P<why>[^\n]+)
 # Apptainer's pull/build temp dirs (bundle-temp-*, build-temp-*) on a file system that is full.
 BUILD_ENOSPC = re.compile(r"(?P<dir>/\S*?/)(?:bundle|build|oci)-temp-\S*[^\n]*?no space left on "
                           r"device", IC)
+# pyxis/enroot writing the image's squashfs (mksquashfs) where there is no room.
+SQUASHFS_ENOSPC = re.compile(r"Write failed because No space left on device|Failed to write to "
+                             r"output filesystem", IC)
+SQUASHFS_TARGET = re.compile(r"Creating [0-9.]+ filesystem on (?P<path>[^,\s]+)", IC)
 BIND_DEST = re.compile(r"destination (?P<dest>\S+) doesn't exist in container|Skipping user bind, "
                        r"non existent bind point (?:\(\w+\) )?in container: '?(?P<point>[^'\s]+)"
                        r"|(?P<libs>Library bind directory) not present in container", IC)
@@ -125,6 +129,12 @@ def read(message: str) -> list[Reading]:
     if enospc:  # the image is unpacked under APPTAINER_TMPDIR: that file system is too small
         found.append(reading(FAMILY, "container.apptainer-tmpdir-full", enospc.group(0),
                              temp_dir=enospc["dir"]))
+    if SQUASHFS_ENOSPC.search(message) and re.search(r"pyxis|enroot", message, IC):
+        # mksquashfs inside pyxis/enroot ran out of space where the image is unpacked
+        target = SQUASHFS_TARGET.search(message)
+        found.append(reading(FAMILY, "container.pyxis-runtime-path-full",
+                             SQUASHFS_ENOSPC.search(message).group(0),
+                             squashfs=target["path"] if target else ""))
     dest = BIND_DEST.search(message)
     if dest:
         found.append(reading(FAMILY, "container.bind-destination-missing", dest.group(0),
