@@ -86,6 +86,15 @@ def test_pyxis_squashfs_without_room():
                                        "/run/pyxis/1000/7.0.squashfs")
 
 
+def test_enroot_uri_with_a_registry_host_before_a_slash():
+    mode, got = parts(row("NVIDIA/pyxis/issues/39")["text"])[0]
+    assert (mode, got["registry"], got["write"]) == (
+        "container.enroot-registry-uri-without-hash", "nvcr.io", "nvcr.io#nvidia/pytorch")
+    # A Docker Hub repository (no dots in its namespace) is not this
+    assert parts("[ERROR] URL https://registry-1.docker.io/v2/library/ubuntu/manifests/22.04 "
+                 "returned error code: 404 Not Found") == []
+
+
 def test_nvml_inside_the_container():
     assert parts(row("NVIDIA/nvidia-docker/issues/1671")["text"])[0][0] == (
         "container.gpu-lost-after-daemon-reload")

@@ -47,6 +47,10 @@ BUILD_ENOSPC = re.compile(r"(?P<dir>/\S*?/)(?:bundle|build|oci)-temp-\S*[^\n]*?n
 SQUASHFS_ENOSPC = re.compile(r"Write failed because No space left on device|Failed to write to "
                              r"output filesystem", IC)
 SQUASHFS_TARGET = re.compile(r"Creating [0-9.]+ filesystem on (?P<path>[^,\s]+)", IC)
+# enroot asked Docker Hub for a repository whose first component is a host name: the URI
+# used '/' after another registry where enroot wants '#' (Docker Hub names hold no dots).
+HUB_WITH_HOST = re.compile(r"registry-1\.docker\.io/v2/(?P<registry>[a-z0-9-]+(?:\.[a-z0-9-]+)+"
+                           r"(?::\d+)?)/(?P<image>\S*?)/manifests/", IC)
 BIND_DEST = re.compile(r"destination (?P<dest>\S+) doesn't exist in container|Skipping user bind, "
                        r"non existent bind point (?:\(\w+\) )?in container: '?(?P<point>[^'\s]+)"
                        r"|(?P<libs>Library bind directory) not present in container", IC)
@@ -135,6 +139,11 @@ def read(message: str) -> list[Reading]:
         found.append(reading(FAMILY, "container.pyxis-runtime-path-full",
                              SQUASHFS_ENOSPC.search(message).group(0),
                              squashfs=target["path"] if target else ""))
+    hub = HUB_WITH_HOST.search(message)
+    if hub:
+        found.append(reading(FAMILY, "container.enroot-registry-uri-without-hash", hub.group(0),
+                             registry=hub["registry"], image=hub["image"],
+                             write=f"{hub['registry']}#{hub['image']}"))
     dest = BIND_DEST.search(message)
     if dest:
         found.append(reading(FAMILY, "container.bind-destination-missing", dest.group(0),
