@@ -32,6 +32,8 @@ EXISTS = re.compile(r"file creation failed: (?P<path>\S+): file exists", IC)
 # Docker's daemon has no driver for --gpus, or no runtime called nvidia.
 NO_GPU_DRIVER = re.compile(r"could not select device driver \"(?P<driver>[^\"]*)\" with "
                            r"capabilities: \[\[(?P<caps>[^\]]*)", IC)
+NO_HOOK = re.compile(r"(?P<binary>nvidia-container-(?:runtime-hook|runtime|cli))\W{0,8}: executable "
+                     r"file not found in \$PATH|couldn't find binary (?P<cli>nvidia-container-cli)", IC)
 NO_RUNTIME = re.compile(r"Unknown runtime specified (?P<runtime>[\w.-]+?)\.?(?:[\s\"']|$)", IC)
 # Apptainer/Singularity.
 NV_NOTHING = re.compile(r"Could not find any (?:nv files|NVIDIA (?:libraries|binaries)) on this "
@@ -107,11 +109,15 @@ def read(message: str) -> list[Reading]:
                              module="nvidia_uvm", device="/dev/nvidia-uvm"))
     daemon = NO_GPU_DRIVER.search(message)
     runtime = NO_RUNTIME.search(message)
-    if daemon or (runtime and "nvidia" in runtime["runtime"].lower()):
-        # dockerd knows no GPU device driver / no nvidia runtime: the toolkit is not set up
-        found.append(reading(FAMILY, "container.nvidia-toolkit-broken", (daemon or runtime)
-                             .group(0), driver=daemon["driver"] if daemon else "",
-                             runtime=runtime["runtime"] if runtime else ""))
+    hook = NO_HOOK.search(message)
+    if daemon or hook or (runtime and "nvidia" in runtime["runtime"].lower()):
+        # dockerd knows no GPU device driver / no nvidia runtime, or the toolkit's binaries it
+        # is configured to call are gone: the toolkit is not set up
+        found.append(reading(FAMILY, "container.nvidia-toolkit-broken",
+                             (daemon or hook or runtime).group(0),
+                             driver=daemon["driver"] if daemon else "",
+                             runtime=runtime["runtime"] if runtime else "",
+                             missing=(hook["binary"] or hook["cli"]) if hook else ""))
     if NV_NOTHING.search(message):
         found.append(reading(FAMILY, "container.nv-host-libs-not-found",
                              NV_NOTHING.search(message).group(0)))
