@@ -118,7 +118,7 @@ def dispatch(args, argv: list[str]) -> int:
 
         return run_doctor(args)
     if args.command in ("smoke", "run"):
-        return run_workload_command(args)
+        return run_workload_command(args, argv)
     if args.command == "fetch":
         return run_fetch(args)
     if args.command in ("provision", "lock"):

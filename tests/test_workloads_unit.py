@@ -192,6 +192,9 @@ def test_cpu_uses_torch_adam_but_offload_keeps_cpu_adam():
     gpu = build(on_gpu=True).config
     assert "torch_adam" not in gpu["optimizer"]["params"]
     assert dsconfig.required_ops(gpu, on_gpu=True) == ["fused_adam"]
+    # one rank on a CPU has no peer to reduce with: no shm_comm (issue 24)
+    assert dsconfig.required_ops(build().config, on_gpu=False, world_size=1) == []
+    assert dsconfig.required_ops(offload, on_gpu=False, world_size=1) == ["cpu_adam"]
 
 
 def test_scheduler_added_with_the_effective_lr():

@@ -19,7 +19,7 @@ import sys
 from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
 from dsenv.errors import run_command
 from dsenv.suggest import Parser
-from dsenv.workloads import registry
+from dsenv.workloads import registry, target
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.smoke_all import run_all
 from dsenv.workloads.training import runtime
@@ -27,7 +27,7 @@ from dsenv.workloads.training.dsconfig import LR_SCALINGS
 
 # The workloads' names, modules and help lines: workloads/workloads.toml (registry.py).
 SMOKE_WORKLOADS = {name: registry.entry(name).smoke for name in registry.smoke_names()}
-SMOKE_ALL = "all"  # `dsenv smoke all`: every smoke in turn, one table
+SMOKE_ALL = registry.SMOKE_ALL
 FULL_WORKLOADS = {name: registry.entry(name).full for name in registry.full_names()}
 # each module satisfies workloads/contract.py's Workload: run(args, mode) and FULL
 WORKLOAD_MODULES = {name: e.module for name, e in registry.entries().items()}
@@ -39,6 +39,11 @@ PRESETS_HELP = "fp32, fp16, bf16, zero1, zero2, zero3, zero3-offload (workloads/
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", dest="environment", metavar="PREFIX|PYTHON",
+                        help="the Python environment to exercise: a venv, conda or `dsenv "
+                             "provision` prefix, or a Python executable (default: as `dsenv "
+                             "doctor` picks it: the activated environment, else python3 on "
+                             "PATH, else dsenv's own)")
     parser.add_argument("--preset", default=DEFAULT_PRESET, metavar="NAME",
                         help=f"DeepSpeed preset: {PRESETS_HELP} (default fp32)")
     parser.add_argument("--deepspeed-config", "--deepspeed_config", metavar="FILE",
@@ -148,8 +153,11 @@ def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
                         help=argparse.SUPPRESS)
 
 
-def run_workload_command(args) -> int:
-    """Run what ``args`` asks for; WorkloadError (one line, exit 2) for bad input."""
+def run_workload_command(args, argv: list[str] | None = None) -> int:
+    """Run what ``args`` asks for, in the job's environment (target.py: this process, or
+    the environment's interpreter in its place); WorkloadError (one line, exit 2) for bad
+    input or an environment that cannot run it."""
+    target.prepare(args, sys.argv[1:] if argv is None else argv)
     mode = getattr(args, "workload_mode", args.command)
     args.output_dir = args.output_dir.format(workload=args.workload, mode=mode)
     if mode == "smoke" and args.workload == SMOKE_ALL:
@@ -165,9 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     add_launcher_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_workload_parsers(sub)
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     label = f"{getattr(args, 'workload_mode', args.command)} {args.workload}"
-    return run_command(label, lambda: run_workload_command(args))
+    return run_command(label, lambda: run_workload_command(args, argv))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from dsenv.data import load_table
 from dsenv.workloads.errors import WorkloadError
 
 MODES = ("smoke", "full")  # the registry's modes; `dsenv run` is the full one
+SMOKE_ALL = "all"  # `dsenv smoke all`: every smoke in turn, one table
 
 
 @dataclass(frozen=True)

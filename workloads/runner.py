@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from dsenv import targetlock
 from dsenv.staging import staged_dir
-from dsenv.workloads import efficiency, report
+from dsenv.workloads import efficiency, report, target
 from dsenv.workloads.contract import Workload
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.fetch import assets
@@ -399,7 +399,8 @@ def conclude(run: Run, stats, metrics: dict, *, data_info: dict, model_dir: Path
         report_path = Path(args.report) if args.report else run.out_dir / "report.json"
         doc = {
             "report_version": report.REPORT_VERSION, "workload": run.workload.NAME,
-            "mode": run.mode, "status": status, "versions": runtime.versions(),
+            "mode": run.mode, "status": status, "environment": target.current(),
+            "versions": runtime.versions(),
             "run": rt.describe(), "batch": planned.summary(), "ds_config": planned.config,
             "settings": dict(vars(s)), "seed": args.seed, "model": str(run.init_model),
             "data": data_info, "timings": run.timings,

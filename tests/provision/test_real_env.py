@@ -226,3 +226,35 @@ def test_an_op_that_does_not_compile_is_one_line_with_the_compiler_error(scratch
     assert message.startswith("DeepSpeed ops build (cpu_adagrad) failed after ")
     assert "fatal error: dsenv_missing_header.h: No such file or directory" in message
     assert message.endswith(f"full log: {log}")
+
+
+def test_a_new_users_journey_provisions_then_smokes_in_that_environment(cpu_env, tmp_path):
+    """Issue 24: provision with warm shared caches, activate, `dsenv smoke bert-squad`: the
+    smoke runs in the new environment's interpreter (its lock's transformers, its
+    precompiled ops, nothing JIT-built), the first line and the report say which environment
+    ran and why, and the whole journey takes at most 120 s on this machine."""
+    final, _manifest, _ = cpu_env
+    env_dir = tmp_path / "journey"
+    links = ["--find-links", str(LOCAL_TORCH)] if LOCAL_TORCH.is_dir() else []
+    start = time.monotonic()
+    built = _run([sys.executable, "-m", "dsenv", "provision", "--arch", "cpu", "--ops",
+                  "cpu_adam", "--no-bytecode", "--prefix", env_dir, "--ops-cache",
+                  final.parent.parent / "ops-cache", *links], timeout=1800)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    out = tmp_path / "smoke"
+    smoke = _run(["bash", "-c", f". {env_dir}/activate && {sys.executable} -m dsenv smoke "
+                  f"bert-squad --output-dir {out}"], timeout=600,
+                 env={k: v for k, v in os.environ.items()
+                      if k not in ("TORCH_EXTENSIONS_DIR", "VIRTUAL_ENV", "CONDA_PREFIX")})
+    seconds = time.monotonic() - start
+    assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
+    first = smoke.stdout.splitlines()[0]
+    assert first.startswith(f"environment {env_dir} (Python ") and "activate script" in first
+    report = json.loads((out / "report.json").read_text())
+    assert report["environment"]["prefix"] == str(env_dir)
+    assert Path(report["environment"]["running"]).parent == env_dir / "bin"
+    lock = (Path(__file__).resolve().parents[2] / "envs" / "locks" / "cpu.txt").read_text()
+    assert f"transformers=={report['versions']['transformers']} " in lock
+    assert "compiling DeepSpeed op" not in smoke.stdout
+    assert seconds <= 120, f"provision + smoke took {seconds:.0f} s"
+    print(f"\nprovision (warm caches) + smoke in the new environment: {seconds:.0f} s")

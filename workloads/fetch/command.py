@@ -20,7 +20,9 @@ Imports stay light: huggingface_hub and datasets load only when fetching.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 from dsenv.redact import Redactor
@@ -57,9 +59,19 @@ def add_fetch_parser(subparsers) -> None:
                             "exit 1 if any is missing or changed")
 
 
+# What fetch itself imports in dsenv's own interpreter (it downloads and checks the cache
+# there; the job's environment only reads the cache).
+FETCH_IMPORTS = ("huggingface_hub", "datasets")
+
+
 def run_fetch(args) -> int:
     out = Output(Redactor(os.environ))
     workloads = _chosen_workloads(args.workloads, required=not args.verify)
+    missing = [name for name in FETCH_IMPORTS if importlib.util.find_spec(name) is None]
+    if missing:
+        raise FetchError(f"{' and '.join(missing)} not installed in dsenv's own environment "
+                         f"({sys.prefix}): `pip install \"dsenv[train]\"` there (fetch "
+                         "downloads with the Hub client and checks data sets with datasets)")
     layout = CacheLayout.under(args.cache_dir) if args.cache_dir else CacheLayout.from_env()
     if args.verify:
         if args.from_dir:

@@ -268,9 +268,11 @@ def without_gradient_sync(planned: PlannedConfig) -> PlannedConfig:
     return replace(planned, config=config, outside_clipping=0.0)
 
 
-def required_ops(config: dict, on_gpu: bool) -> list[str]:
-    """The DeepSpeed C++ ops this config makes DeepSpeed load (JIT-built when missing)."""
-    ops = [] if on_gpu else ["deepspeed_shm_comm"]
+def required_ops(config: dict, on_gpu: bool, world_size: int = 2) -> list[str]:
+    """The DeepSpeed C++ ops this config makes DeepSpeed load (JIT-built when missing).
+    shm_comm speeds up CPU collectives between ranks of a node: one rank has none
+    (engine.init_distributed keeps DeepSpeed from building it then)."""
+    ops = [] if on_gpu or world_size < 2 else ["deepspeed_shm_comm"]
     optimizer = config.get("optimizer") or {}
     if str(optimizer.get("type", "")).lower() in _ADAMS:
         if (optimizer.get("params") or {}).get("torch_adam"):

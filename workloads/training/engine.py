@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -50,7 +51,7 @@ def _quiet_deepspeed(verbose: bool) -> None:
         logger.setLevel(logging.ERROR)
 
 
-def ops_to_build(config: dict, on_gpu: bool) -> list[tuple[str, Path]]:
+def ops_to_build(config: dict, on_gpu: bool, world_size: int = 2) -> list[tuple[str, Path]]:
     """DeepSpeed ops this config loads that are neither prebuilt nor in the JIT cache."""
     from torch.utils import cpp_extension  # torch: only once a run starts
 
@@ -59,7 +60,7 @@ def ops_to_build(config: dict, on_gpu: bool) -> list[tuple[str, Path]]:
     except ImportError:  # pragma: no cover - very old DeepSpeed
         installed_ops = {}
     missing = []
-    for op in required_ops(config, on_gpu):
+    for op in required_ops(config, on_gpu, world_size):
         if installed_ops.get(op.removeprefix("deepspeed_")) or installed_ops.get(op):
             continue
         build_dir = Path(cpp_extension._get_build_directory(op, verbose=False))
@@ -70,14 +71,36 @@ def ops_to_build(config: dict, on_gpu: bool) -> list[tuple[str, Path]]:
 
 def announce_builds(rt: Runtime, config: dict) -> list[str]:
     """Say, before it starts, that a first run JIT-compiles ops (else it looks hung)."""
-    missing = ops_to_build(config, rt.on_gpu)
+    missing = ops_to_build(config, rt.on_gpu, rt.world_size)
     cores = os.cpu_count() or 1
     for op, build_dir in missing:
         est = (jit_seconds(op) or UNMEASURED_BUILD_S) * 2 / min(max(cores, 2), 4)
-        rt.log(f"[yellow]compiling DeepSpeed op {op} for the first time, ~{est / 60:.0f}-"
-               f"{est * 1.5 / 60:.0f} min on {cores} cores[/] (into {build_dir.parent}; "
-               f"later runs load it in seconds)")
+        low, high = max(1, round(est / 60)), max(1, round(est * 1.5 / 60))
+        span = f"{low}" if low == high else f"{low}-{high}"
+        rt.log(f"[yellow]compiling DeepSpeed op {op} for the first time, ~{span} min on "
+               f"{cores} cores[/] (into {build_dir.parent}; later runs load it in seconds)")
     return [op for op, _ in missing]
+
+
+@contextlib.contextmanager
+def _no_shm_comm(skip: bool):
+    """DeepSpeed's TorchBackend builds the shm_comm op for every CPU run
+    (deepspeed/comm/torch.py build_shm_op, ~1.5 min of JIT on 2 cores); one rank has no peer
+    to reduce with, so a one-process run goes without it (build_shm_op's own 'not
+    compatible' answer: None)."""
+    if not skip:
+        yield
+        return
+
+    # by its sys.modules name: deepspeed.comm's `torch` attribute is torch itself
+    ds_torch = sys.modules["deepspeed.comm.torch"]
+    build = getattr(ds_torch, "build_shm_op", None)
+    ds_torch.build_shm_op = lambda: None
+    try:
+        yield
+    finally:
+        if build is not None:
+            ds_torch.build_shm_op = build
 
 
 def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
@@ -91,8 +114,9 @@ def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
     sink = io.StringIO()
     with (contextlib.redirect_stdout(sink) if not verbose else contextlib.nullcontext()), \
             reported():
-        deepspeed.init_distributed(dist_backend=rt.backend, auto_mpi_discovery=False,
-                                   timeout=datetime.timedelta(minutes=15))
+        with _no_shm_comm(not rt.on_gpu and rt.world_size == 1):
+            deepspeed.init_distributed(dist_backend=rt.backend, auto_mpi_discovery=False,
+                                       timeout=datetime.timedelta(minutes=15))
     import torch.distributed as dist  # torch: only once a run starts
 
     if dist.get_world_size() != rt.world_size:  # a silent singleton: refuse, never train alone

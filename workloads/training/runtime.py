@@ -20,6 +20,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 
+import dsenv
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.launch.env import RankInfo, apply, discover
 
@@ -201,7 +202,8 @@ def versions() -> dict:
     import torch  # torch: only once a run starts
 
     found = {"python": sys.version.split()[0], "platform": platform.platform()}
-    for dist in ("dsenv", "torch", "deepspeed", "transformers", "tokenizers", "datasets",
+    found["dsenv"] = dsenv.__version__  # in the job's environment it runs from an overlay
+    for dist in ("torch", "deepspeed", "transformers", "tokenizers", "datasets",
                  "numpy", "mpi4py"):
         try:
             found[dist] = md.version(dist)

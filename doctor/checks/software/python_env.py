@@ -14,6 +14,7 @@ from dsenv.doctor.registry import check
 from dsenv.facts.python import deepspeed_info, imports, pyenv, target_env
 from dsenv.provision import ProvisionError
 from dsenv.provision.record import manifest as env_manifest
+from dsenv.verdicts import job_env
 from dsenv.verdicts.findings import fail, ok, skip, warn
 from dsenv.workloads import registry
 from dsenv.workloads.errors import WorkloadError
@@ -231,15 +232,15 @@ def workload_packages(ctx: Context):
     except WorkloadError as exc:
         return skip(str(exc))
     env = target_env.environment(ctx)
-    installed = env_manifest.installed_versions(pyenv.search_path(ctx))
-    missing = [name for name in wanted if env_manifest.canonical(name) not in installed]
+    missing = job_env.missing_imports(ctx, wanted)
     if missing:  # the run stops at its first import: not ready, on any target
         return fail(f"{', '.join(missing)} not installed in {env.prefix}, the environment "
                     f"judged ({env.why}): `dsenv run {workload}` stops at its imports",
                     "build the environment with `dsenv provision` (its lock has them), or "
                     f"`{env.python or 'python'} -m pip install {' '.join(missing)}`")
+    have = job_env.installed(ctx)
     return ok(f"{len(wanted)} packages {workload} imports are installed",
-              ", ".join(f"{n} {installed[env_manifest.canonical(n)]}" for n in wanted))
+              ", ".join(f"{n} {have[job_env.canonical(n)]}" for n in wanted))
 
 
 @check("python.env-drift", "Environment matches its dsenv lock")
