@@ -6,6 +6,8 @@ first failure line that has one) is the mode the corpus gives for it (``mode``, 
 ``proposed_mode`` for a cause the catalogue did not have when the corpus was collected).
 It is *wrong* when explain gives another cause, *quiet* when it gives none. Environment
 messages should be named; NOT-ENVIRONMENT ones should stay quiet (a cause there is wrong).
+Two tables: every environment message, and those whose text can name the cause (no
+``evidence`` field: see the corpus README).
 
     python bench/explain_corpus.py [--misses]
 """
@@ -36,7 +38,9 @@ def main() -> int:
     rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
     if args.family:
         rows = [r for r in rows if r["family"] == args.family]
-    tally: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    tables = {"every message": collections.defaultdict(collections.Counter),
+              "messages whose text can name the cause": collections.defaultdict(
+                  collections.Counter)}
     misses = []
     start = time.perf_counter()
     for row in rows:
@@ -45,23 +49,30 @@ def main() -> int:
         env = row["family"] != "NOT-ENVIRONMENT"
         verdict = ("named" if got == want else "wrong" if got else "quiet") if env else (
             "wrong" if got else "quiet")
-        for fam in (row["family"], "all environment" if env else None):
-            if fam:
-                tally[fam][verdict] += 1
+        for name, tally in tables.items():
+            if name != "every message" and row.get("evidence"):
+                continue
+            for fam in (row["family"], "all environment" if env else None):
+                if fam:
+                    tally[fam][verdict] += 1
         if (env and verdict != "named") or (not env and got):
-            misses.append((row["id"], row["family"], want, got or "-", row["url"]))
+            misses.append((row["id"], row["family"], want, got or "-",
+                           (row.get("evidence") or "")[:12], row["url"]))
     took = time.perf_counter() - start
-    print(f"{'family':<22} {'n':>4} {'named':>6} {'recall':>7} {'wrong':>6} {'wrong%':>7}")
-    order = sorted(tally, key=lambda f: (f == "all environment", f == "NOT-ENVIRONMENT", f))
-    for fam in order:
-        c = tally[fam]
-        n = sum(c.values())
-        if fam == "NOT-ENVIRONMENT":
-            print(f"{fam:<22} {n:>4} {'quiet':>6} {c['quiet'] / n:>7.1%} {c['wrong']:>6} "
+    for name, tally in tables.items():
+        print(f"{name}:")
+        print(f"{'family':<22} {'n':>4} {'named':>6} {'recall':>7} {'wrong':>6} {'wrong%':>7}")
+        order = sorted(tally, key=lambda f: (f == "all environment", f == "NOT-ENVIRONMENT", f))
+        for fam in order:
+            c = tally[fam]
+            n = sum(c.values())
+            if fam == "NOT-ENVIRONMENT":
+                print(f"{fam:<22} {n:>4} {'quiet':>6} {c['quiet'] / n:>7.1%} {c['wrong']:>6} "
+                      f"{c['wrong'] / n:>7.1%}")
+                continue
+            print(f"{fam:<22} {n:>4} {c['named']:>6} {c['named'] / n:>7.1%} {c['wrong']:>6} "
                   f"{c['wrong'] / n:>7.1%}")
-            continue
-        print(f"{fam:<22} {n:>4} {c['named']:>6} {c['named'] / n:>7.1%} {c['wrong']:>6} "
-              f"{c['wrong'] / n:>7.1%}")
+        print()
     print(f"{len(rows)} messages in {took:.2f} s")
     if args.misses:
         for m in misses:
