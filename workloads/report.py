@@ -30,13 +30,18 @@ from dsenv.workloads import efficiency
 from dsenv.workloads.errors import WorkloadError
 
 PASS, FAIL, REPORTED = "PASS", "FAIL", "REPORTED"
+INCONCLUSIVE = "INCONCLUSIVE"  # below the reference while others used the node: no judgement
+# Others' share of the run's cores (CPU time they and the hypervisor took, over the cores'
+# capacity during the timed steps) above which a slow result is not the node's fault to
+# judge: a quarter of the cores is more than a CPU smoke's throughput can lose to noise.
+BUSY_SHARE = 0.25
 REPORT_VERSION = 1
 
 
 @dataclass(frozen=True)
 class Verdict:
     name: str  # sanity | performance
-    status: str  # PASS | FAIL | REPORTED
+    status: str  # PASS | FAIL | REPORTED | INCONCLUSIVE
     detail: str
     checks: tuple[dict, ...] = ()
 
@@ -136,8 +141,25 @@ def _names(value) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+def busy(contention) -> str:
+    """Why the node was too busy to judge a throughput ("" when it was not)."""
+    if contention is None:
+        return ""
+    reasons = []
+    if contention.others_share >= BUSY_SHARE:
+        top = ", ".join(f"{name} (pid {pid}, {cpu:.1f} s)" for name, pid, cpu in contention.top)
+        reasons.append(f"other processes took {contention.others_share:.0%} of the run's "
+                       f"{contention.cores} core(s) while it was timed ({contention.others_cpu_s:.1f}"
+                       f" CPU-s of {contention.seconds * contention.cores:.1f}; the run got "
+                       f"{contention.run_share:.0%})" + (f": {top}" if top else ""))
+    if contention.gpu_others:
+        reasons.append(f"other processes hold the run's GPU(s): {', '.join(contention.gpu_others)}")
+    return "; ".join(reasons)
+
+
 def performance_verdict(samples_per_s: float, world_size: int, device_type: str,
-                        preset: str, key: str, references: dict) -> Verdict:
+                        preset: str, key: str, references: dict,
+                        contention=None) -> Verdict:
     per_device = samples_per_s / max(world_size, 1)
     ref = find_reference(references, key, device_type, world_size, preset)
     measured = f"{samples_per_s:.1f} samples/s ({per_device:.1f} per device)"
@@ -154,15 +176,30 @@ def performance_verdict(samples_per_s: float, world_size: int, device_type: str,
              "tolerance": tolerance, "threshold": floor, "ok": ok,
              "reference_source": ref.get("source"), "reference_basis": basis,
              "reference_method": ref.get("method")}
+    against = (f"{floor:.1f} (reference {reference:g} - {tolerance:.0%} for "
+               f"{matched_device(ref, device_type)}, {basis}: {ref.get('source')})")
+    if contention is not None:
+        check["contention"] = contention.to_json()
+    crowded = busy(contention)
+    if not ok and crowded:  # a slow idle node still fails; a busy one cannot be judged
+        return Verdict("performance", INCONCLUSIVE,
+                       f"{measured} < {against}, but the node was busy: {crowded}; run it "
+                       "again on an idle or exclusive node (e.g. `srun --exclusive`) to judge "
+                       "the throughput", (check,))
     return Verdict("performance", PASS if ok else FAIL,
-                   f"{measured} {'>=' if ok else '<'} {floor:.1f} (reference {reference:g} "
-                   f"- {tolerance:.0%} for {matched_device(ref, device_type)}, {basis}: "
-                   f"{ref.get('source')})",
-                   (check,))
+                   f"{measured} {'>=' if ok else '<'} {against}", (check,))
 
 
 def overall(verdicts: list[Verdict]) -> str:
-    return FAIL if any(v.status == FAIL for v in verdicts) else PASS
+    """FAIL if a verdict failed, else INCONCLUSIVE if one could not judge, else PASS."""
+    statuses = {v.status for v in verdicts}
+    return FAIL if FAIL in statuses else INCONCLUSIVE if INCONCLUSIVE in statuses else PASS
+
+
+def exit_code(status: str) -> int:
+    """0 unless a verdict failed: an inconclusive throughput with a passed sanity is no
+    failure of the stack."""
+    return 1 if status == FAIL else 0
 
 
 # ----------------------------------------------------------------------------- report
@@ -197,6 +234,12 @@ def print_summary(console, report: dict) -> None:
                   f"loss {train['loss_first']:.3f} -> {train['loss_last']:.3f}")
     table.add_row("throughput", f"{train['samples_per_s']:.1f} samples/s after "
                   f"{train['warmup_steps']} warm-up steps")
+    load = train.get("contention")
+    if load:  # what else ran on the node while the steps were timed
+        table.add_row("node load", f"others took {load['others_share']:.0%} of the run's "
+                      f"{load['cores']} core(s), the run {load['run_share']:.0%}"
+                      + (f"; {len(load['gpu_others'])} other process(es) on the GPUs"
+                         if load["gpu_others"] else ""))
     if train.get("efficiency"):
         table.add_row("efficiency", efficiency.describe(train["efficiency"]))
     table.add_row("metrics", ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"

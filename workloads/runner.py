@@ -389,7 +389,8 @@ def conclude(run: Run, stats, metrics: dict, *, data_info: dict, model_dir: Path
                                    thresholds(s, run.workload.THRESHOLDS))
     perf = report.performance_verdict(stats.samples_per_s, rt.world_size, rt.device_type,
                                       planned.preset, s.perf_key,
-                                      report.load_references(args.references))
+                                      report.load_references(args.references),
+                                      stats.contention)
     verdicts = [sanity, perf]
     status = report.overall(verdicts)
     if rt.is_main:
@@ -413,6 +414,8 @@ def conclude(run: Run, stats, metrics: dict, *, data_info: dict, model_dir: Path
                              stats.samples_per_s / rt.world_size,
                              tf32=rt.on_gpu and efficiency.torch_allows_tf32()),
                          "split_ms": stats.split,
+                         "contention": (stats.contention.to_json()
+                                        if stats.contention else None),
                          "loss_first": first, "loss_last": last, "loss_drop": drop,
                          "loss_curve": stats.loss_curve},
             "metrics": metrics, **(extra or {}),
@@ -424,4 +427,4 @@ def conclude(run: Run, stats, metrics: dict, *, data_info: dict, model_dir: Path
         report.print_summary(rt.console, doc)
     status = runtime.broadcast(rt, status)
     runtime.shutdown()
-    return 0 if status == report.PASS else 1
+    return report.exit_code(status)

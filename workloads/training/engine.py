@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsenv.envs.training_stack import jit_seconds
+from dsenv.facts.host import contention
 from dsenv.staging import staged_dir
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.training.dsconfig import required_ops
@@ -122,7 +123,9 @@ def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
     if dist.get_world_size() != rt.world_size:  # a silent singleton: refuse, never train alone
         raise WorkloadError(f"{rt.ranks.launcher} said world size {rt.world_size} but "
                             f"torch.distributed has {dist.get_world_size()}")
-    rt.hosts = gather(rt, socket.gethostname())  # the run report lists every rank's host
+    # the run report lists every rank's host; the contention probe knows the run's processes
+    rt.hosts, rt.pids = (list(x) for x in zip(*gather(rt, (socket.gethostname(),
+                                                            os.getpid())), strict=True))
     return {"init_distributed_s": time.perf_counter() - started, "ops_built": building,
             **({"arch_list": arch_list} if arch_list else {})}
 
@@ -203,6 +206,7 @@ class TrainStats:
     samples_per_s: float  # global samples/s after warm-up
     train_batch_size: int
     split: dict = field(default_factory=dict)  # ms per step by phase (phases.PhaseClock)
+    contention: contention.Contention | None = None  # others on the node while timed (rank 0)
 
 
 def _sync(rt: Runtime) -> None:
@@ -231,6 +235,7 @@ def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps
     grad_accum = engine.gradient_accumulation_steps()
     train_batch = engine.train_batch_size()
     warmup_steps = min(warmup_steps, max(steps - 1, 0))
+    before = None  # the contention sample at the first timed step (rank 0)
     engine.train()
     losses = []
     clock = PhaseClock(rt.on_gpu)
@@ -249,6 +254,7 @@ def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps
             if step == warmup_steps:
                 _sync(rt)
                 timed_from = time.perf_counter()
+                before = contention.sample() if rt.is_main else None
             total = None
             timed = step >= warmup_steps
             for _ in range(grad_accum):
@@ -277,13 +283,27 @@ def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps
                        f"({time.perf_counter() - begin:.1f} s)")
     _sync(rt)
     end = time.perf_counter()
+    busy = _contention(rt, before) if before is not None else None
     curve = torch.stack(losses).float().cpu().tolist() if losses else []
     timed = end - timed_from
     timed_steps = steps - warmup_steps
     split = clock.summary(grad_accum)
     return TrainStats(steps, warmup_steps, curve, end - begin, timed,
                       timed_steps * train_batch / timed if timed > 0 else 0.0, train_batch,
-                      split)
+                      split, busy)
+
+
+def _contention(rt: Runtime, before) -> contention.Contention:
+    """Who else used this node's cores (and GPUs) during the timed steps."""
+    here = socket.gethostname()
+    pids = {pid for host, pid in zip(rt.hosts, rt.pids, strict=True) if host == here}
+    pids = pids or {os.getpid()}
+    gpus = []
+    if rt.on_gpu:
+        gpus = [f"{pid} {name}" for pid, name in contention.gpu_processes(
+            os.environ.get("CUDA_VISIBLE_DEVICES") or None) if pid not in pids]
+    return contention.between(before, contention.sample(before.cores), pids,
+                              gpu_others=tuple(gpus))
 
 
 def _share(n: int, rank: int, world: int) -> list[int]:

@@ -36,6 +36,7 @@ class Runtime:
     threads: int = 1
     notes: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)  # each rank's host name, in rank order
+    pids: list[int] = field(default_factory=list)  # each rank's process id, in rank order
 
     @property
     def rank(self) -> int:
