@@ -7,8 +7,10 @@ from here, so it imports none of them.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from dsenv.verdicts.findings import Finding
 
@@ -44,6 +46,23 @@ def check(check_id: str, title: str):
         return func
 
     return register
+
+
+def named(check_id: str) -> Check | None:
+    """One check, importing only the module that defines it (`dsenv explain --here` runs
+    one check: the other ~20 modules are not needed); every check when that module is not
+    found by its ``@check("ID"`` line."""
+    if check_id in CHECKS:
+        return CHECKS[check_id]
+    folder = Path(__file__).parent / "checks"
+    marker = f'@check("{check_id}"'
+    for path in sorted(folder.rglob("*.py")):
+        if marker in path.read_text(encoding="utf-8", errors="replace"):
+            dotted = ".".join(path.relative_to(folder).with_suffix("").parts)
+            # dsenv.doctor.checks: the one module (the package imports them all: off --help)
+            importlib.import_module(f"dsenv.doctor.checks.{dotted}")
+            return CHECKS.get(check_id)
+    return next((c for c in all_checks() if c.id == check_id), None)
 
 
 def all_checks() -> list[Check]:

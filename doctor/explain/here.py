@@ -32,7 +32,7 @@ def context(environment: str | None = None) -> Context:
 
 
 def run(check_id: str, ctx: Context) -> Result | None:
-    check = next((c for c in registry.all_checks() if c.id == check_id), None)
+    check = registry.named(check_id)
     return None if check is None else runner.run_checks([check], ctx)[0]
 
 
