@@ -5,11 +5,13 @@ fix and the public sources. Read by `dsenv explain` and `dsenv doctor --list`.""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
 from dsenv.data import load_table
+from dsenv.verdicts.findings import Finding, FixAction
 
 # The areas a mode belongs to (the first part of its id); explain's ranking knows which
 # component's lines belong to which areas (doctor/explain/rank.py COMPONENTS).
@@ -76,3 +78,35 @@ def explain(text: str) -> list[tuple[Mode, list[str]]]:
     hits = [(m, m.matches(text)) for m in modes()]
     hits = [(m, found) for m, found in hits if found]
     return sorted(hits, key=lambda hit: -len(hit[1]))
+
+
+# -- one fix per mode -----------------------------------------------------------------------------
+# A doctor finding that reports a catalogue mode takes the mode's fix from here, never its own
+# copy: the doctor, `dsenv explain` and `dsenv explain --here` print the same text. What the
+# check knows about this node (a path, the exact command) goes after it as "here: ..." lines.
+# tests/test_tables_agree.py finds every call by AST and checks the ids against the catalogue.
+
+
+def fix_for(mode_id: str) -> str:
+    """The catalogue's fix for ``mode_id`` (KeyError for an id the catalogue lacks)."""
+    found = mode(mode_id)
+    if found is None:
+        raise KeyError(f"no catalogue mode {mode_id!r} in doctor/modes/")
+    return found.fix
+
+
+def here_lines(here) -> tuple[str, ...]:
+    """``here`` (a line, lines, or nothing) as "here: ..." evidence lines."""
+    if not here:
+        return ()
+    lines = (here,) if isinstance(here, str) else tuple(here)
+    return tuple(f"here: {line}" for line in lines if line)
+
+
+def mode_finding(verdict: Callable[..., Finding], mode_id: str, summary: str, *evidence: str,
+                 here=(), action: FixAction | None = None) -> Finding:
+    """``verdict`` (findings.fail or findings.warn) for the catalogue mode ``mode_id``: its fix
+    the mode's, ``here`` (this node's specifics) added as "here: ..." evidence lines."""
+    found = verdict(summary, fix_for(mode_id), *evidence, *here_lines(here), action=action)
+    return replace(found, mode=mode_id)
+

@@ -23,7 +23,7 @@ def run_check(check: Check, ctx: Context) -> Result:
             raise TypeError(f"check returned {type(finding).__name__}, not a Finding")
         return Result(check.id, check.area, check.title, finding.status, finding.summary,
                       list(finding.evidence), finding.fix, time.monotonic() - start,
-                      action=finding.action)
+                      action=finding.action, mode=finding.mode)
     except Exception as exc:  # the doctor never crashes because one check did
         return Result(check.id, check.area, check.title, Status.ERROR,
                       f"the check raised {type(exc).__name__}: {exc}",

@@ -6,20 +6,26 @@ and envs/mpi_launch.toml. The srun x MPI matrix below is the one measured on a r
 (tests/test_doctor_mpi_slurm.py measures it again).
 """
 
+import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+from dsenv.doctor import catalogue
 from dsenv.doctor.checks.job import mpi as mpi_checks
+from dsenv.doctor.verdict import short_reason
 from dsenv.facts.launch import slurm
 from dsenv.facts.mpi import installation as mpi
 from dsenv.facts.mpi import mpi4py_abi
 from dsenv.facts.python import sharedlibs
 from dsenv.verdicts.findings import Status
 from tests.harness import pyenvs
+from tests.harness.cli import dsenv
+from tests.harness.findings import advice, here
 from tests.harness.recorded import FIXTURES, fixture_text
 
 HAVE_OMPI = shutil.which("mpirun") is not None and shutil.which("ompi_info") is not None
@@ -193,7 +199,28 @@ def test_open_mpi_5_has_pmix_built_in(make_ctx, run_one, fake_mpi):
 
 def test_ompi_support_skips_for_mpich(make_ctx, run_one, fake_mpi):
     env = fake_mpi("mpi/mpich-5.0.2-wheel.mpiexec-version.txt")
-    assert run_one("mpi.ompi-support", make_ctx(env=env)).status is Status.SKIP
+    result = run_one("mpi.ompi-support", make_ctx(env=env))
+    assert result.status is Status.SKIP
+    assert result.summary == "the MPI on PATH is MPICH 5.0.2, not Open MPI"
+
+
+def test_without_mpi_every_mpi_skip_says_there_is_none(fake_bin, tmp_path):
+    """The mpi area said "no MPI on PATH", then folded checks as "the MPI on PATH is not Open
+    MPI": a fold reason that contradicts its own area. With no MPI (srun alone on PATH, so
+    mpi.launch gets as far as looking for one) the skips give the area's reason."""
+    folder = fake_bin("srun", "exit 1\n")
+    env = {"PATH": str(folder), "HOME": str(tmp_path)}
+    args = ("doctor", "--only", "mpi", "--target", "login")
+    screen = dsenv(*args, env=env, drop=("SLURM_",), timeout=120)
+    report = json.loads(dsenv(*args, "--json", env=env, drop=("SLURM_",), timeout=120).stdout)
+    found = {r["id"]: r for r in report["results"]}
+    assert found["mpi.implementation"]["summary"].startswith(mpi.NO_MPI + " ")
+    for check_id in ("mpi.ompi-support", "mpi.launch"):
+        assert found[check_id]["status"] == "skip", found[check_id]
+        assert short_reason(found[check_id]["summary"]) == mpi.NO_MPI, found[check_id]
+    assert "not Open MPI" not in screen.stdout, screen.stdout
+    assert re.search(r"2 checks do not apply here +no MPI on PATH$", screen.stdout, re.M), \
+        screen.stdout
 
 
 # -- mpi.srun-plugins -------------------------------------------------------------------------------------
@@ -254,7 +281,9 @@ def test_srun_matrix(make_ctx, run_one, fake_mpi, tmp_path, mpi_outputs, plugin,
     result = run_one("mpi.launch", make_ctx(env=env, target="compute", launcher="srun"))
     assert result.status is status, result
     assert says in result.summary
-    assert (fix is None and result.fix is None) or fix in result.fix
+    assert (fix is None and result.fix is None) or fix in advice(result)
+    if result.mode:  # a cause the catalogue knows: its fix, this node's command as "here:"
+        assert result.fix == catalogue.fix_for(result.mode)
 
 
 def test_mpidefault_from_slurm_conf_is_judged(make_ctx, run_one, fake_mpi, tmp_path):
@@ -291,8 +320,9 @@ def test_open_mpi_mpirun_as_root_without_the_allow_variables_warns(make_ctx, run
         env = fake_mpi(*outputs, SLURM_JOB_ID="42", OMPI_ALLOW_RUN_AS_ROOT="1")
         result = run_one("mpi.launch", make_ctx(env=env, target="compute", launcher="mpirun"))
         assert result.status is Status.WARN and "refuses" in result.summary, result
-        assert "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in result.fix
-        assert "OMPI_ALLOW_RUN_AS_ROOT=1" not in result.fix.replace("_CONFIRM=1", "")
+        assert result.mode == "mpi.run-as-root"
+        assert "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in here(result)
+        assert "OMPI_ALLOW_RUN_AS_ROOT=1" not in here(result).replace("_CONFIRM=1", "")
     env = fake_mpi(*MPICH, SLURM_JOB_ID="42")  # Hydra has no such rule
     assert run_one("mpi.launch", make_ctx(env=env, target="compute",
                                           launcher="mpirun")).status is Status.OK
@@ -318,7 +348,9 @@ def test_real_debian_open_mpi_with_srun_pmi2_is_the_crash(make_ctx, run_one):
     env = {"PATH": os.environ["PATH"], "SLURM_MPI_TYPE": "pmi2"}
     result = run_one("mpi.launch", make_ctx(env=env, launcher="srun"))
     assert result.status is Status.FAIL and "OMPI was not built" in result.summary
-    assert result.fix.startswith("`srun --mpi=pmix`")
+    assert result.mode == "mpi.ompi-no-slurm-pmi"
+    assert result.fix == catalogue.fix_for(result.mode) and "`srun --mpi=pmix`" in result.fix
+    assert "here: `srun --mpi=pmix`" in "\n".join(result.evidence)
 
 
 def test_matrix_file_names_only_known_outcomes():
@@ -351,9 +383,9 @@ def test_mpi4py_against_an_mpich_mpirun_fails(make_ctx, run_one, fake_mpi):
     assert result.status is Status.FAIL and "MPICH 5.0.2" in result.summary
     found = mpi4py_abi.mpi4py_info(make_ctx(env=env, environment=sys.executable))
     if found.multi_abi:  # the 4.x wheel ships an mpich variant: selecting it is the fix
-        assert result.fix.startswith("export MPI4PY_MPIABI=mpich")
+        assert here(result).startswith("export MPI4PY_MPIABI=mpich")
     else:
-        assert "--no-binary mpi4py" in result.fix
+        assert "--no-binary=mpi4py" in result.fix and not here(result)
 
 
 @real_mpi4py

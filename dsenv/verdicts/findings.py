@@ -54,13 +54,18 @@ class FixAction:
 @dataclass(frozen=True)
 class Finding:
     """A check's verdict: status, one-line summary, evidence lines and one concrete fix
-    (``fix`` for people; ``action`` the same as data, for `dsenv doctor --fix`)."""
+    (``fix`` for people; ``action`` the same as data, for `dsenv doctor --fix`).
+
+    ``mode``: the failure-catalogue mode (doctor/modes/*.toml) this finding reports, "" when
+    none; a finding that names a mode carries that mode's fix (doctor/catalogue.py
+    mode_finding), what this node adds to it as "here: ..." evidence lines."""
 
     status: Status
     summary: str
     evidence: tuple[str, ...] = ()
     fix: str | None = None
     action: FixAction | None = None
+    mode: str = ""
 
 
 def ok(summary: str, *evidence: str) -> Finding:
@@ -98,6 +103,7 @@ class Result:
     seconds: float = 0.0
     traceback: str | None = None
     action: FixAction | None = None
+    mode: str = ""  # the catalogue mode the finding reports (Finding.mode)
 
     def to_json(self) -> dict:
         data = asdict(self)

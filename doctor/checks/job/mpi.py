@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
+from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.envs.mpi_launch import (
@@ -41,7 +42,7 @@ def implementation(ctx: Context):
             return _severe(ctx)("--launcher mpirun but no mpirun/mpiexec on PATH",
                                 "`module load openmpi` (or your site's MPI module), or "
                                 "`dsenv provision openmpi`")
-        return info("no MPI on PATH (mpirun/mpiexec not found, no cray-mpich module)")
+        return info(f"{mpi.NO_MPI} (mpirun/mpiexec not found, no cray-mpich module)")
     if install.family == "unknown":
         return warn(f"{install.launcher} is not an MPI dsenv recognises",
                     "put Open MPI, MPICH or Intel MPI first on PATH (`module load openmpi`)",
@@ -136,7 +137,7 @@ def launch(ctx: Context):
         if launcher == "mpirun":
             return _severe(ctx)("--launcher mpirun but no mpirun on PATH",
                                 "`module load openmpi`, or `dsenv provision openmpi`")
-        return skip("no MPI on PATH: srun starts plain processes")
+        return skip(f"{mpi.NO_MPI}: srun starts plain processes")
     table = launch_table()
     parsed = mpi.ompi_info(ctx)[0] if install.family == "openmpi" else None
     profile = mpi_profile(install, parsed)
@@ -150,10 +151,12 @@ def launch(ctx: Context):
         fix = "`dsenv provision openmpi` (Open MPI configured --with-slurm --with-pmix)"
         missing = _root_refusal(ctx, row)
         if status == "ok" and missing:
-            return warn(f"{subject} as root: mpirun refuses to start ranks unless "
-                        f"{' and '.join(missing)} are set (or --allow-run-as-root is given)",
-                        "`export " + " ".join(f"{m}=1" for m in missing) + "` in the job, or "
-                        "run as a normal user", f"launcher chosen: {why}")
+            return mode_finding(warn, "mpi.run-as-root",
+                                f"{subject} as root: mpirun refuses to start ranks unless "
+                                f"{' and '.join(missing)} are set (or --allow-run-as-root is "
+                                "given)", f"launcher chosen: {why}",
+                                here="`export " + " ".join(f"{m}=1" for m in missing)
+                                + "` in the job, or run as a normal user")
         return _verdict(ctx, status, explicit)(f"{subject}: {says}", *([fix] if status != "ok" else []),
                                                f"launcher chosen: {why}")
     return _srun_verdict(ctx, install, parsed, row, table, explicit, subject, why)
@@ -190,8 +193,13 @@ def _srun_verdict(ctx, install, parsed, row, table, explicit, subject, why) -> F
     summary = f"{subject} --mpi={chosen}: {says}"
     if spec["status"] == "ok":
         return ok(summary, *evidence)
-    return _verdict(ctx, spec["status"], explicit)(summary, _srun_fix(row, parsed, plugin, offered),
-                                                   *evidence)
+    verdict = _verdict(ctx, spec["status"], explicit)
+    fix = _srun_fix(row, parsed, plugin, offered)
+    if outcome == "crash":  # "OMPI was not built with SLURM's PMI support"
+        return mode_finding(verdict, "mpi.ompi-no-slurm-pmi", summary, *evidence, here=fix)
+    if outcome == "singletons":
+        return mode_finding(verdict, "mpi.srun-singletons", summary, *evidence, here=fix)
+    return verdict(summary, fix, *evidence)
 
 
 def _srun_fix(row: dict, parsed, plugin: str, offered) -> str:
@@ -268,16 +276,18 @@ def mpi4py_check(ctx: Context):
     install = mpi.mpi_install(ctx)
     lib = f"{found.libmpi} ({found.abi} ABI)" if found.libmpi else f"{found.abi} ABI"
     if found.libmpi is None:
-        return _severe(ctx)(f"{name} loads no libmpi ({found.abi} variant: not found)",
-                            REBUILD_FIX, *evidence)
+        return mode_finding(_severe(ctx), "loader.mpi-other-abi",
+                            f"{name} loads no libmpi ({found.abi} variant: not found)", *evidence)
     if install is None or install.abi is None:
         return info(f"{name} uses {lib}; no mpirun on PATH to compare with", *evidence)
     evidence.append(f"mpirun: {install.describe()} in {install.prefix or '?'}")
     if found.abi != install.abi:
-        fix = (f"export MPI4PY_MPIABI={install.abi} (with {install.prefix or 'the MPI'}/lib on "
-               "LD_LIBRARY_PATH)" if install.abi in found.variants else REBUILD_FIX)
-        return _severe(ctx)(f"{name} loads {lib} but mpirun is {install.describe()}: ranks "
-                            "start as singletons or crash in MPI_Init", fix, *evidence)
+        here = (f"export MPI4PY_MPIABI={install.abi} (with {install.prefix or 'the MPI'}/lib on "
+                "LD_LIBRARY_PATH): this mpi4py has that variant"
+                if install.abi in found.variants else ())
+        return mode_finding(_severe(ctx), "mpi.mpi4py-other-mpi",
+                            f"{name} loads {lib} but mpirun is {install.describe()}: ranks "
+                            "start as singletons or crash in MPI_Init", *evidence, here=here)
     real = os.path.realpath(found.libmpi)
     if install.prefix and not real.startswith(install.prefix.rstrip("/") + "/"):
         return warn(f"{name} loads {real}, outside {install.describe()}'s prefix "
