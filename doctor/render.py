@@ -31,6 +31,7 @@ from dsenv.doctor.verdict import (
     Folded,
     exit_code,
     fold_skipped,
+    skipped_note,
     summary_line,
     verdict_line,
 )
@@ -141,7 +142,7 @@ def render_text(results: list[Result], ctx: Context, *, color: bool | None = Non
     screen.add(redactor.scrub(target_env.header_line(ctx)))
 
     areas: list[tuple[str, list[Result | Folded]]] = []
-    folded = 0
+    folded = folded_lines = 0
     for area in AREAS:
         area_results = [r for r in results if r.area == area]
         if not area_results:
@@ -152,6 +153,7 @@ def render_text(results: list[Result], ctx: Context, *, color: bool | None = Non
         rows, n = fold_skipped(area_results)
         areas.append((area, rows))
         folded += n
+        folded_lines += sum(isinstance(r, Folded) for r in rows)
     titles = [r.title for _, rows in areas for r in rows]
     title_width = max(TITLE_MIN, min(TITLE_MAX, max(map(len, titles), default=0)))
     for area, rows in areas:
@@ -187,10 +189,7 @@ def render_text(results: list[Result], ctx: Context, *, color: bool | None = Non
                 screen.add(INDENT + line)
 
     screen.add()
-    counts = summary_line(results)
-    if folded:
-        counts += f" (--verbose lists the {folded} folded above)"
-    screen.add(counts)
+    screen.add(summary_line(results) + skipped_note(results, folded, folded_lines))
     screen.add(screen.paint(verdict, verdict_style))
     return redactor.scrub(screen.text())
 

@@ -36,6 +36,18 @@ def summary_line(results: list[Result]) -> str:
     return ", ".join(parts) or "no checks ran"
 
 
+def skipped_note(results: list[Result], folded: int, lines: int) -> str:
+    """What the screen did with the skipped checks, for the counts line: `` (4 shown, 33
+    folded into 9 lines; --verbose lists each)``, the two adding up to the skipped count;
+    "" when none was folded."""
+    if not folded:
+        return ""
+    shown = sum(r.status is Status.SKIP for r in results) - folded
+    into = f"folded into {lines} line{'s' if lines != 1 else ''}"
+    parts = ([f"{shown} shown"] if shown else []) + [f"{folded} {into}" if shown else into]
+    return f" ({', '.join(parts)}; --verbose lists each)"
+
+
 def verdict_line(results: list[Result], target: str, strict: bool = False) -> str:
     """``ready to submit: 0 failures, 2 warnings`` / ``not ready: 2 failures, 1 warning``.
 

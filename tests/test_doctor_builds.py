@@ -287,7 +287,7 @@ def test_extensions_dir_skips_without_torch(tmp_path, run_one):
     # skipped for the one reason that holds here: the environment has no torch to JIT-build
     # with (dsenv's own interpreter has one, and must not be the one judged)
     assert found.status == Status.SKIP, found
-    assert found.summary == "torch is not installed in the environment: nothing is JIT-built", \
+    assert found.summary == "torch is not installed: nothing is JIT-built", \
         found
 
 

@@ -15,8 +15,12 @@ def ompi_support(node: Node) -> Finding:
     """The verdict on the Open MPI first on ``node``'s PATH (fail on a compute node that will
     direct-launch with srun, warn elsewhere)."""
     install = mpi.mpi_install(node)
-    if install is None or install.family != "openmpi":
-        return skip("the MPI on PATH is not Open MPI")
+    if install is None:
+        return skip(mpi.NO_MPI)
+    if install.family != "openmpi":
+        what = (install.describe() if install.family in mpi.FAMILY_NAMES
+                else install.launcher or "an MPI dsenv does not recognise")
+        return skip(f"the MPI on PATH is {what}, not Open MPI")
     parsed, how = mpi.ompi_info(node)
     if parsed is None:
         return warn(f"cannot read how Open MPI was built: {how}",

@@ -23,7 +23,7 @@ def _finding(ctx: Context):
 def nccl(ctx: Context):
     build = torch_info.torch_build(ctx)
     if not build.installed:
-        return skip("torch is not installed")
+        return skip(torch_info.NOT_INSTALLED)
     if build.kind == "cpu":
         return skip(f"CPU torch: gloo is used ({build.describe()})")
     lib = fabric.comm_library(ctx)

@@ -85,7 +85,7 @@ def _extensions_target(ctx: Context) -> str:
 def extensions_dir(ctx: Context):
     root = ext.extensions_root(ctx)
     if root.path is None:
-        return skip("torch is not installed in the environment: nothing is JIT-built")
+        return skip(f"{tp.NOT_INSTALLED}: nothing is JIT-built")
     folder = cachefs.CacheFolder("extensions folder", root.path, "TORCH_EXTENSIONS_DIR",
                                  root.source)
     state = cachefs.inspect(ctx, folder)
@@ -129,7 +129,7 @@ def _installed_ninja(ctx: Context, env) -> Path | None:
 @check("toolkit.ninja", "ninja on the job's PATH")
 def ninja(ctx: Context):
     if not tp.torch_build(ctx).installed:
-        return skip("torch is not installed in the environment: nothing is JIT-built")
+        return skip(f"{tp.NOT_INSTALLED}: nothing is JIT-built")
     env = target_env.environment(ctx)
     python = env.python or "python"
     found = ctx.which("ninja")
@@ -159,7 +159,9 @@ def ninja(ctx: Context):
 @check("torch.library-path", "CUDA libraries on LD_LIBRARY_PATH")
 def library_path(ctx: Context):
     torch = tp.torch_build(ctx)
-    if not torch.installed or not torch.cuda:
+    if not torch.installed:
+        return skip(f"{tp.NOT_INSTALLED}: no CUDA libraries from pip wheels to shadow")
+    if not torch.cuda:
         return skip(f"{torch.describe()}: no CUDA libraries from pip wheels to shadow")
     shadows, count = libshadow.find_shadows(Path(torch.location), ctx.env)
     if not count:

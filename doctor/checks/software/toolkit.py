@@ -21,7 +21,7 @@ def _compiler_check(ctx: Context, tool: tk.Tool, kind: str, torch_version: str |
     label = {"cuda": "CUDA", "hip": "ROCm/HIP"}[kind]
     where = f"{tool.path} (found via {tool.how})" if tool.found else tool.how
     if build.kind == "none":
-        return skip("torch is not installed: see torch.build")
+        return skip(f"{tp.NOT_INSTALLED}: see torch.build")
     if build.kind == "cpu":
         state = f"{tool.name} {tool.version} at {tool.path}" if tool.found else f"no {tool.name}"
         return info(f"torch is a CPU build, so {tool.name} is not used ({state})")
@@ -62,6 +62,8 @@ HOME_VARIABLES = {"cuda": (("CUDA_HOME", "CUDA_PATH"), "nvcc", tk.nvcc),
 @check("toolkit.cuda-home", "CUDA_HOME / ROCM_PATH")
 def cuda_home(ctx: Context):
     build = tp.torch_build(ctx)
+    if not build.installed:
+        return skip(f"{tp.NOT_INSTALLED}: no GPU toolkit needed")
     if build.kind not in HOME_VARIABLES:
         return skip(f"{build.describe()}: no GPU toolkit needed")
     variables, binary, locate = HOME_VARIABLES[build.kind]

@@ -57,6 +57,8 @@ def _gpu_torch(ctx: Context):
     found = tp.torch_build(ctx)
     tp.start_runtime(ctx)
     gpus = gpu_probe.visible_gpus(ctx)
+    if not found.installed:
+        return skip(f"{tp.NOT_INSTALLED}: see torch.build")
     if found.kind not in ("cuda", "hip"):
         return skip(f"{found.describe()}: see torch.build")
     if not gpus:

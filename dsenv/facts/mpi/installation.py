@@ -21,6 +21,8 @@ from dsenv.facts.node import Node, probe
 
 ABI = {"openmpi": "openmpi", "mpich": "mpich", "intelmpi": "mpich", "craympich": "mpich",
        "mvapich": "mpich"}
+# The one reason every check gives when no MPI is found (the screen folds them as one).
+NO_MPI = "no MPI on PATH"
 FAMILY_NAMES = {"openmpi": "Open MPI", "mpich": "MPICH", "intelmpi": "Intel MPI",
                 "craympich": "Cray MPICH", "mvapich": "MVAPICH"}
 

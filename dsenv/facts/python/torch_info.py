@@ -31,6 +31,10 @@ from dsenv.facts.python import target_env
 from dsenv.facts.python.pyfiles import package_dir, read_assignments
 from dsenv.facts.toolchain import fatbin
 
+# The one reason a check gives when the judged environment has no torch: the same words
+# everywhere, so the doctor's screen folds those skips into one reason.
+NOT_INSTALLED = "torch is not installed"
+
 
 @dataclass(frozen=True)
 class TorchBuild:
