@@ -176,7 +176,8 @@ def test_stdin_and_files_read_the_same():
 ])
 def test_a_generic_symptom_alone_stays_below_the_bar(text):
     """These named a cause before issue 23 (jit.extensions-dir-shared,
-    deepspeed.cpu-ops-sigill, comm.slingshot-no-ofi-plugin) on one generic phrase."""
+    deepspeed.cpu-ops-sigill, since merged into system.cpu-lacks-isa,
+    comm.slingshot-no-ofi-plugin) on one generic phrase."""
     assert rank.confident(rank.rank(text)) == []
 
 
@@ -189,7 +190,7 @@ def test_evidence_names_real_modes_and_every_rule_has_a_source():
     assert set(table["generic"]) <= patterns  # verbatim catalogue patterns
     assert "mode" not in table  # per-mode evidence lives in the mode's row (doctor/modes/)
     sigill = "DeepSpeedCPUAdam step: Illegal instruction (core dumped)"
-    assert rank.confident(rank.rank(sigill))[0].id == "deepspeed.cpu-ops-sigill"
+    assert rank.confident(rank.rank(sigill))[0].id == "system.cpu-lacks-isa"
 
 
 TORCHRUN = """\
