@@ -46,6 +46,11 @@ class Site:
     default_stack: str  # a stacks.toml name, "" to choose from the target
     modules: tuple[str, ...] = ()  # `module <entry>`; a bare name means `module load <name>`
     launcher: str = ""
+    # #SBATCH --account/--partition/--time of the job scripts `dsenv launch` writes ("" = none:
+    # Slurm's defaults, and launch says so); --account/--partition/--time override them
+    account: str = ""
+    partition: str = ""
+    time: str = ""
     srun_mpi: str = ""  # srun --mpi=<plugin> for srun-launched steps
     hf_home: str = ""  # "" = leave HF_HOME as the user has it
     offline_on_compute: bool = True
@@ -107,6 +112,9 @@ def _problems(name: str, raw: dict) -> list[str]:
                          "secrets")
         if not isinstance(value, str):
             found.append(f"[env] {key} must be a string")
+    for key in ("account", "partition", "time"):
+        if not isinstance(raw.get(key, ""), str):
+            found.append(f"{key} must be a string (#SBATCH --{key} of `dsenv launch`)")
     if not isinstance(raw.get("ops_cache", ""), str):
         found.append("ops_cache must be a folder path (a string)")
     busbw = raw.get("expect_busbw_gbps") or {}
@@ -144,6 +152,8 @@ def load_site(name: str | None = None) -> Site:
         vendor=raw.get("vendor", ""), default_arch=raw.get("default_arch", ""),
         default_kind=raw["default_kind"], default_stack=raw.get("default_stack", ""),
         modules=tuple(raw.get("modules", ())), launcher=raw.get("launcher", ""),
+        account=raw.get("account", ""), partition=raw.get("partition", ""),
+        time=raw.get("time", ""),
         srun_mpi=raw.get("srun_mpi", ""), hf_home=raw.get("hf_home", ""),
         offline_on_compute=bool(raw.get("offline_on_compute", True)),
         env_root=raw.get("env_root", ""), ops_cache=raw.get("ops_cache", ""),

@@ -23,6 +23,7 @@ from dsenv.argtypes import positive_float, positive_int
 from dsenv.envs.launchers import LAUNCHERS
 from dsenv.envs.mpi_launch import mpi_profile, working_plugins
 from dsenv.envs.sites import Container, load_site
+from dsenv.facts.host import mounts
 from dsenv.facts.mpi import installation as mpi
 from dsenv.facts.node import Node
 from dsenv.redact import Redactor
@@ -36,6 +37,12 @@ from dsenv.workloads.launch.mpijob import render_mpijob, to_yaml
 _TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}|UNLIMITED|INFINITE", re.IGNORECASE)
 _SLURM_NAME = re.compile(r"[A-Za-z0-9_.,@+-]+")
 DEFAULT_SCRIPT_DIR = "dsenv-launch"
+SLURM_OPTIONS = ("time", "account", "partition")
+# sbatch reads these from the environment it runs in when the script has no such line
+SBATCH_VARIABLES = {"time": "SBATCH_TIMELIMIT", "account": "SBATCH_ACCOUNT",
+                    "partition": "SBATCH_PARTITION"}
+# Folders that are node-local whatever the mount table says: a compute node has its own.
+NODE_LOCAL_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
 
 
 def add_launch_parser(subparsers) -> None:
@@ -177,14 +184,22 @@ def build_plan(args, env=None):
         raise LaunchError(f"--launcher {launcher} on {args.nodes} nodes reaches the other nodes "
                           "over pdsh/ssh, which cannot enter the container: use --launcher "
                           "mpirun, srun or torchrun")
-    for name in ("account", "partition"):
+    slurm = {}  # --account/--partition/--time, else the site profile's
+    for name in SLURM_OPTIONS:
         value = getattr(args, name)
-        if value is not None and not _SLURM_NAME.fullmatch(value):
-            raise LaunchError(f"--{name} {value!r} is not a Slurm {name} name (letters, digits, "
+        given = f"--{name} {value!r}"
+        if value is None and getattr(site, name):
+            value = getattr(site, name)
+            given = f"{name} = {value!r} of envs/sites/{site.name}.toml"
+        if value is None or value == "":
+            continue
+        if name == "time" and not _TIME.fullmatch(value):
+            raise LaunchError(f"{given} is not a Slurm time: minutes, MM:SS, HH:MM:SS or "
+                              "D-HH[:MM[:SS]]")
+        if name != "time" and not _SLURM_NAME.fullmatch(value):
+            raise LaunchError(f"{given} is not a Slurm {name} name (letters, digits, "
                               "_ . , @ + -)")
-    if args.time is not None and not _TIME.fullmatch(args.time):
-        raise LaunchError(f"--time {args.time!r} is not a Slurm time: minutes, MM:SS, HH:MM:SS "
-                          "or D-HH[:MM[:SS]]")
+        slurm[name] = value
     workload_args = list(getattr(args, "workload_args", None) or [])
     _check_workload_args(mode, args.workload, workload_args)
 
@@ -232,10 +247,65 @@ def build_plan(args, env=None):
         container=container, env_prefix=env_prefix, workload_args=tuple(workload_args),
         deepspeed_config=ds_config,
         job_name=args.job_name or f"dsenv-{args.workload}-{launcher}",
-        account=args.account, partition=args.partition, time=args.time,
+        account=slurm.get("account"), partition=slurm.get("partition"),
+        time=slurm.get("time"),
         srun_mpi=srun_mpi, srun_mpi_origin=origin,
         command_line=Redactor(env).scrub(shlex.join(["dsenv", *getattr(args, "argv", [])])),
         extra_binds=binds, doctor_python=sys.executable if env_prefix else "")
+
+
+def _or_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+
+
+def unset_slurm_line(plan: JobPlan, env) -> str | None:
+    """One line when the script asks Slurm for no time limit, account or partition (neither
+    the options nor the site profile gave one, nor sbatch's SBATCH_* variables here): the
+    cluster's defaults then decide, often a short time limit or a refusal."""
+    missing = [name for name in SLURM_OPTIONS
+               if not getattr(plan, name) and not env.get(SBATCH_VARIABLES[name])]
+    if not missing:
+        return None
+    flags = [f"--{name}" for name in missing]
+    return (f"dsenv launch: the job script sets no {_or_list(flags)} (site {plan.site.name} "
+            f"names none): Slurm applies the cluster's defaults, which may refuse the job or "
+            f"end it early; add {'/'.join(flags)} or set them in your site's profile "
+            f"(envs/sites/{plan.site.name}.toml)")
+
+
+def node_local(node: Node, path: str) -> str | None:
+    """Why ``path`` is node-local (a compute node has its own copy, out of reach after the
+    job), or None: under /tmp, /var/tmp or /dev/shm, or on a local file system by the mount
+    table (tmpfs, a local disk; not NFS, Lustre, GPFS, BeeGFS, ...)."""
+    for candidate in dict.fromkeys((path, os.path.realpath(path))):
+        for folder in NODE_LOCAL_FOLDERS:
+            if candidate == folder or candidate.startswith(folder + "/"):
+                return f"under {folder}"
+    mount = mounts.mount_for(node, path)
+    if mount is not None and not mount.shared:
+        return f"{mount.fstype} on {mount.point}, a local file system"
+    return None
+
+
+def node_local_line(plan: JobPlan, print_only: bool, env) -> str | None:
+    """One warning line naming the paths the job writes or reads that are node-local."""
+    node = Node(wanted_target="login", env=dict(env))
+    paths = [("job log (#SBATCH --output)", f"{plan.job_output_dir}/%x-%j.out",
+              "run --print from there" if print_only else "--out"),
+             ("output dir", plan.output_dir, "--output-dir")]
+    if plan.env_prefix:
+        paths.append(("environment", plan.env_prefix, "--env"))
+    if plan.deepspeed_config:
+        paths.append(("ds_config", plan.deepspeed_config, "--deepspeed-config"))
+    local = [(label, path, flag, why) for label, path, flag in paths
+             if (why := node_local(node, os.path.dirname(path) if "log" in label else path))]
+    if not local:
+        return None
+    named = ", ".join(f"{label} {path} ({why})" for label, path, _, why in local)
+    flags = list(dict.fromkeys(flag for _, _, flag, _ in local))
+    return (f"dsenv launch: warning: node-local paths, which a job on another node cannot "
+            f"share with you: {named}; keep them on a shared file system (home, project, "
+            f"scratch): {', '.join(flags)}")
 
 
 def submit(script: Path, timeout: float) -> str:
@@ -274,6 +344,10 @@ def run_launch(args, argv: list[str] | None = None) -> int:
         raise LaunchError("--submit runs sbatch; apply an MPIJob with `kubectl apply -f "
                           "FILE`")
     plan = build_plan(args)
+    notes = []  # said once the script is out: a command that fails ends in its one line
+    if not args.k8s:  # a manifest names paths inside the pods and asks Slurm nothing
+        notes = [line for line in (unset_slurm_line(plan, os.environ),
+                                   node_local_line(plan, args.print_only, os.environ)) if line]
     if args.k8s:
         text = to_yaml(render_mpijob(plan, args.output_dir, args.job_name))
         default = f"{plan.workload}-mpijob.yaml"
@@ -282,10 +356,13 @@ def run_launch(args, argv: list[str] | None = None) -> int:
         default = f"{plan.workload}-{plan.launcher}.sbatch"
     if args.print_only:
         sys.stdout.write(text)
-        return 0
-    path = Path(_absolute(args.out or f"{DEFAULT_SCRIPT_DIR}/{default}"))
-    write_file_atomically(path, text, 0o644 if args.k8s else 0o755)
-    print(path)
-    if args.submit:
-        print(f"submitted job {submit(path, args.sbatch_timeout)}")
+    else:
+        path = Path(_absolute(args.out or f"{DEFAULT_SCRIPT_DIR}/{default}"))
+        write_file_atomically(path, text, 0o644 if args.k8s else 0o755)
+        print(path)
+        if args.submit:
+            print(f"submitted job {submit(path, args.sbatch_timeout)}")
+    sys.stdout.flush()
+    for line in notes:
+        print(line, file=sys.stderr)
     return 0
