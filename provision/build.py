@@ -107,9 +107,12 @@ def provision(plan: Plan, argv: list[str], console: Console) -> dict:
                 _container_checks(plan, lock, python, staging, console)
             _ready_check(lock, python, console, timings)
             step.now = "writing the activate script and manifest"
+            # one description of what activating the env sets (record/settings.py): the
+            # activate script and the modulefile both render it
+            toolkit = cuda.settings(staging, plan.prefix)
             (staging / ACTIVATE_NAME).write_text(render_activation(
                 plan.prefix, plan.site, plan.target, plan.stack,
-                kind=_activation_kind(plan.kind)) + cuda.activation(staging, plan.prefix))
+                kind=_activation_kind(plan.kind), extra=toolkit))
             installed = built.installed_ops if built else _installed_ops(python)
             manifest = write_manifest(
                 staging, kind=plan.kind, site=plan.site.name, stack=plan.stack,

@@ -367,7 +367,7 @@ def test_cuda_build_names_the_final_prefix(tmp_path):
                                    cuda_toolkit.toolkit_wheels("13.0")),
         {}, str(staging / "lib/python3.11/site-packages/nvidia/cu13"))
     text = wheels.activation(staging, final)
-    assert "export CUDA_HOME='/apps/envs/cu13/lib/python3.11/site-packages/nvidia/cu13'" in text
+    assert "export CUDA_HOME=/apps/envs/cu13/lib/python3.11/site-packages/nvidia/cu13" in text
     assert str(staging) not in text
     record = wheels.manifest(staging, final)
     assert record["toolkit"]["source"] == "wheels"

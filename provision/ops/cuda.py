@@ -38,6 +38,8 @@ from dsenv.envs.targets import Target, sm_name
 from dsenv.facts.toolchain import fatbin
 from dsenv.facts.toolchain import toolkit as tk
 from dsenv.provision import ProvisionError
+from dsenv.provision.record.activation import sh_lines
+from dsenv.provision.record.settings import Group, Prepend, SetVar
 from dsenv.provision.shown import Command
 from dsenv.provision.uvcmd import Sources, run_logged, uv_command
 from dsenv.versions import major_minor, version_tuple
@@ -412,15 +414,21 @@ class CudaBuild:
                    if op in report.ops and report.ops[op].module}
         self.archs = verify_op_archs(python, ops, target, gpu, expected, log, modules)
 
-    def activation(self, staging: Path, prefix: Path) -> str:
-        """Lines for the activate script: CUDA_HOME of a toolkit installed into the env."""
+    def settings(self, staging: Path, prefix: Path) -> tuple[Group, ...]:
+        """What the activate script and the modulefile set for a toolkit installed into the
+        env (record/settings.py): CUDA_HOME, its bin/ first on PATH."""
         if self.choice.kind != "wheels" or not self.home:
-            return ""
+            return ()
         home = self.home.replace(str(staging), str(prefix))
-        return (f"\n# CUDA {self.choice.cuda} toolkit from NVIDIA's wheels, installed by dsenv "
-                f"provision ({self.choice.reason}): DeepSpeed's JIT builds use its nvcc.\n"
-                f"export CUDA_HOME='{home}'\n"
-                f'export PATH="$CUDA_HOME/bin:$PATH"\n')
+        return (Group((f"CUDA {self.choice.cuda} toolkit from NVIDIA's wheels, installed by "
+                       f"dsenv provision ({self.choice.reason}): DeepSpeed's JIT builds use "
+                       "its nvcc.",),
+                      (SetVar("CUDA_HOME", home), Prepend("PATH", f"{home}/bin"))),)
+
+    def activation(self, staging: Path, prefix: Path) -> str:
+        """The lines :meth:`settings` adds to the activate script ("" when none)."""
+        groups = self.settings(staging, prefix)
+        return "\n".join(sh_lines(list(groups))) if groups else ""
 
     def manifest(self, staging: Path, prefix: Path) -> dict:
         """``ops.toolkit`` and ``ops.archs`` (per op: elf and ptx archs) for the manifest."""
