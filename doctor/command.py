@@ -11,6 +11,8 @@ from dsenv.doctor.context import Context, Options
 from dsenv.doctor.distributed.command import validate_usage
 from dsenv.doctor.distributed.launch import run_distributed
 from dsenv.doctor.fix.command import run_fixes
+from dsenv.doctor.health import run_node_health
+from dsenv.doctor.health import validate_usage as validate_health_usage
 from dsenv.doctor.registry import AREAS, all_checks
 from dsenv.doctor.render import exit_code, render_json, render_text
 from dsenv.doctor.runner import run_checks
@@ -20,6 +22,9 @@ from dsenv.workloads.fetch.assets import WORKLOAD_NAMES
 
 
 def run_doctor(args) -> int:
+    validate_health_usage(args)
+    if getattr(args, "node_health", False):
+        return run_node_health(args)
     checks = all_checks()
     if args.list:
         modes, width = by_check(), max(len(c.title) for c in checks)

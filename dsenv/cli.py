@@ -76,6 +76,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show every non-ok result and tracebacks, and ask DeepSpeed's op "
                              "builders which ops are compatible (imports torch once: seconds; "
                              "the answer is cached)")
+    doctor.add_argument("--node-health", action="store_true",
+                        help="a node health check for Slurm's HealthCheckProgram, a prolog or "
+                             "NHC: only the checks about this node, within --budget; one "
+                             "'ERROR: dsenv: CHECK: REASON' line per failure, nothing when "
+                             "healthy; exit 1 on a failure (warnings: with --strict)")
+    doctor.add_argument("--drain", action="store_true",
+                        help="with --node-health: on a failure, `scontrol update` this node "
+                             "to DRAIN with the reason (never resumes; a node drained by "
+                             "someone else keeps its reason)")
+    doctor.add_argument("--budget", type=positive_float, metavar="S",
+                        help="with --node-health: seconds the run may take from its start "
+                             "(default 5); a check still running then fails")
     doctor.add_argument("--root", type=Path, default=Path("/"), help=argparse.SUPPRESS)
     add_distributed_arguments(doctor)
 

@@ -121,6 +121,11 @@ class Node:
 
         threading.Thread(target=ask, daemon=True, name=f"start {key}").start()
 
+    def pending_probes(self) -> list[str]:
+        """The keys of the probes that began and have not answered yet (a hung one)."""
+        with self._memo_lock:
+            return sorted(k for k, f in self._memo.items() if not f.done())
+
     def probe_times(self) -> list[tuple[str, float, float]]:
         """(probe key, started s after the node was made, seconds) of every probe run."""
         return sorted(((k, *v) for k, v in list(self._times.items())), key=lambda t: t[1])
