@@ -18,6 +18,7 @@ from dsenv.suggest import Parser
 from dsenv.workloads.cli import add_launcher_arguments, add_workload_parsers, run_workload_command
 from dsenv.workloads.fetch.command import add_fetch_parser, run_fetch
 from dsenv.workloads.launch.command import add_launch_parser, run_launch, split_workload_args
+from dsenv.workloads.reframe_checks import add_reframe_parser, run_reframe
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_provision_parsers(sub)
     add_launch_parser(sub)
     add_explain_parser(sub)
+    add_reframe_parser(sub)
     return parser
 
 
@@ -144,4 +146,6 @@ def dispatch(args, argv: list[str]) -> int:
         return run_launch(args, argv)
     if args.command == "explain":
         return run_explain(args)
+    if args.command == "reframe":
+        return run_reframe(args)
     raise UsageError(f"unknown command {args.command}")
