@@ -14,6 +14,7 @@ import pytest
 from dsenv.facts.toolchain.toolkit import arch_list_code
 from dsenv.verdicts.findings import Status
 from tests.harness.doctor_cli import printing, tool
+from tests.harness.findings import here
 
 TITANV_ADA = "gpu/nvidia_smi_titanv_ada.csv"  # a TITAN V (7.0, a V100's arch) and an Ada (8.9)
 H200 = "gpu/nvidia_smi_h200.csv"  # one H200 (9.0)
@@ -48,8 +49,8 @@ def test_a_list_without_the_volta_gpus_arch_fails_and_its_fix_passes(node, run_o
     assert "leaves out NVIDIA TITAN V (7.0)" in result.summary
     assert "no kernel image is available" in result.summary
     assert "Ada" not in result.summary  # sm_80 code runs on an 8.9 GPU (same major, newer minor)
-    assert result.fix.startswith("add the GPU's arch")
-    fixed = exported(result.fix)
+    assert here(result).startswith("add the GPU's arch")
+    fixed = exported(here(result))
     assert fixed == "7.0;8.0"
     twin = run_one("toolkit.arch-list", node(TITANV_ADA, fixed))
     assert twin.status is Status.OK, twin
@@ -59,7 +60,7 @@ def test_a_list_without_the_volta_gpus_arch_fails_and_its_fix_passes(node, run_o
 def test_an_older_arch_does_not_run_on_a_newer_major(node, run_one):
     result = run_one("toolkit.arch-list", node(H200, "7.0;8.0"))
     assert result.status is Status.FAIL and "NVIDIA H200 (9.0)" in result.summary, result
-    assert exported(result.fix) == "9.0;7.0;8.0"
+    assert exported(here(result)) == "9.0;7.0;8.0"
 
 
 @pytest.mark.parametrize("arch_list, how", [("9.0", "runs sm_90"), ("9.0a", "runs sm_90a"),

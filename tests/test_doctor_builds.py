@@ -18,6 +18,7 @@ from dsenv.doctor.fix import fixers as fixes
 from dsenv.facts.toolchain import extensions as ext
 from dsenv.verdicts.findings import Status
 from tests.harness.cli import dsenv
+from tests.harness.findings import here
 from tests.harness.mountns import (
     READ_ONLY,
     doctor_json,
@@ -87,7 +88,7 @@ def test_killed_build_leaves_a_stale_lock(tmp_path, run_one):
     stale = run_one("deepspeed.extension-locks", make(tmp_path, env))
     assert stale.status == Status.FAIL, stale
     assert "fused_adam" in stale.summary and "waits forever" in stale.summary
-    assert stale.fix == f"rm {lock}"
+    assert here(stale) == f"rm {lock}"
     assert stale.action.kind == "remove-stale-lock" and stale.action.applicable
     # torch's next build of the op cannot take the baton: it would wait() forever
     retry = subprocess.run([sys.executable, "-c", "import sys\nfrom torch.utils.file_baton "
@@ -142,8 +143,8 @@ def test_default_folder_of_another_env_is_scanned(tmp_path, run_one):
     lock.parent.mkdir(parents=True)
     lock.write_text("")
     found = run_one("deepspeed.extension-locks", make(tmp_path))
-    assert found.status == Status.FAIL and found.fix == f"rm {lock}"
-    subprocess.run(found.fix, shell=True, check=True)  # the command by hand, then again
+    assert found.status == Status.FAIL and here(found) == f"rm {lock}"
+    subprocess.run(here(found), shell=True, check=True)  # the command by hand, then again
     assert run_one("deepspeed.extension-locks", make(tmp_path)).status == Status.OK
 
 
@@ -154,7 +155,7 @@ def test_several_stale_locks_are_removed_together(tmp_path, run_one):
         lock.write_text("")
     found = run_one("deepspeed.extension-locks",
                     make(tmp_path, {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}))
-    assert found.status == Status.FAIL and found.fix == f"rm {locks[0]} {locks[1]}"
+    assert found.status == Status.FAIL and here(found) == f"rm {locks[0]} {locks[1]}"
     assert found.action.applicable and found.action.paths == tuple(map(str, locks))
     fixes.apply(found.action, make(tmp_path), found.id)
     assert not any(lock.exists() for lock in locks)
@@ -179,7 +180,7 @@ def test_lock_on_nfs_warns_while_young_and_fails_when_old(tmp_path, run_one):
     env = {"TORCH_EXTENSIONS_DIR": str(extdir)}
     young = run_one("deepspeed.extension-locks", make(tmp_path, env, root=root))
     assert young.status == Status.WARN and "another node" in young.summary, young
-    assert young.fix.startswith(f"rm {lock} once no job")
+    assert here(young).startswith(f"rm {lock} once no job")
     assert not young.action.applicable and "another node" in young.action.why_not
     old = time.time() - 2 * 3600
     os.utime(lock, (old, old))
@@ -195,7 +196,7 @@ def test_cli_reports_a_stale_lock(tmp_path):
                  "--json", env={"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")})
     found = result(doctor_json(done), "deepspeed.extension-locks")
     assert done.returncode != 0 and found["status"] == "fail", found
-    assert found["fix"] == f"rm {lock}"
+    assert here(found) == f"rm {lock}"
 
 
 # -- deepspeed.extensions-dir -----------------------------------------------------------------
@@ -227,7 +228,7 @@ def test_read_only_extensions_dir_fails_tmpfs_is_ok(tmp_path, read_only):
     found = result(doctor_json(done), "deepspeed.extensions-dir")
     if read_only:  # a read-only image or home: root cannot write either
         assert found["status"] == "fail" and "cannot be written" in found["summary"], found
-        assert found["fix"].startswith("export TORCH_EXTENSIONS_DIR=")
+        assert here(found).startswith("export TORCH_EXTENSIONS_DIR=")
         assert any("Read-only file system" in e for e in found["evidence"])
     else:
         assert found["status"] == "ok" and "(tmpfs)" in found["summary"], found
@@ -254,7 +255,7 @@ def test_default_folder_in_an_nfs_home_warns(tmp_path, run_one):
     assert found.status == Status.WARN and "nfs4" in found.summary, found
     assert str(home / ".cache" / "torch_extensions" / "py") in found.evidence[0]
     assert "TORCH_EXTENSIONS_DIR unset" in found.evidence[1]
-    assert found.fix.startswith("export TORCH_EXTENSIONS_DIR=")
+    assert here(found).startswith("export TORCH_EXTENSIONS_DIR=")
     twin = run_one("deepspeed.extensions-dir", make(tmp_path, root=fake_mounts(tmp_path)))
     assert twin.status == Status.OK, twin
 
@@ -303,7 +304,7 @@ def test_ninja_installed_but_not_on_path(tmp_path):
     args = ("doctor", "--only", "toolkit", "--env", sys.prefix, "--json")
     broken = result(doctor_json(dsenv(*args, env={"PATH": str(empty)})), "toolkit.ninja")
     assert broken["status"] == "fail" and "not on the job's PATH" in broken["summary"], broken
-    assert broken["fix"].startswith(f"export PATH={installed.parent}:$PATH")
+    assert here(broken).startswith(f"export PATH={installed.parent}:$PATH")
     fixed = result(doctor_json(dsenv(*args, env={"PATH": f"{installed.parent}:{empty}"})),
                    "toolkit.ninja")
     assert fixed["status"] == "ok" and str(installed) in fixed["summary"], fixed
@@ -324,7 +325,7 @@ def test_no_ninja_anywhere_warns(tmp_path, run_one):
     empty.mkdir()
     found = run_one("toolkit.ninja",
                     make(tmp_path, {"PATH": str(empty)}, prefix=fake_prefix(tmp_path)))
-    assert found.status == Status.WARN and found.fix.endswith("-m pip install ninja"), found
+    assert found.status == Status.WARN and here(found).endswith("-m pip install ninja"), found
 
 
 # -- torch.library-path -----------------------------------------------------------------------
@@ -392,7 +393,7 @@ def test_older_cublas_on_ld_library_path_breaks_import(tmp_path, cuda_wheel_env,
     assert found.status == Status.FAIL, found
     assert "undefined symbol: cublasLtGetStatusString" in found.summary
     assert "12.1.3.1" in found.evidence[0] and "12.4.5.8" in found.evidence[0]
-    assert found.fix == f"export LD_LIBRARY_PATH={other}"
+    assert here(found) == f"export LD_LIBRARY_PATH={other}"
     # the fix, then the check again
     fixed = run_one("torch.library-path", make(tmp_path, {"LD_LIBRARY_PATH": str(other)},
                                                 prefix=venv))
@@ -406,7 +407,7 @@ def test_cli_reports_the_import_error(tmp_path, cuda_wheel_env):
                  env={"LD_LIBRARY_PATH": str(lib64)})
     found = result(doctor_json(done), "torch.library-path")
     assert found["status"] == "fail" and "undefined symbol" in found["summary"], found
-    assert found["fix"] == "unset LD_LIBRARY_PATH"
+    assert here(found) == "unset LD_LIBRARY_PATH"
 
 
 def test_other_cublas_that_loads_is_still_taken_first(tmp_path, cuda_wheel_env, run_one):

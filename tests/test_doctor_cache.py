@@ -13,6 +13,7 @@ from dsenv.doctor.checks.software import cache as cache_checks
 from dsenv.facts.host import hfcache
 from dsenv.verdicts.findings import Status
 from dsenv.workloads.fetch.assets import CacheLayout, assets_for
+from tests.harness.findings import here
 
 CLOSED = "http://127.0.0.1:9"  # discard port: nothing listens, the connect is refused
 
@@ -60,14 +61,14 @@ def test_hf_dirs_unwritable_fails(tmp_path, make_ctx, run_one):
     result = run_one("cache.hf-dirs", make_ctx(env=env))
     assert result.status == Status.FAIL
     assert "/proc/dsenv-test/hub" in result.summary
-    assert result.fix.startswith("export HF_HUB_CACHE=")
+    assert here(result).startswith("export HF_HUB_CACHE=")
 
 
 def test_hf_dirs_below_a_file_fails(tmp_path, make_ctx, run_one):
     (tmp_path / "a-file").write_text("")
     env = {"HOME": str(tmp_path), "HF_HOME": str(tmp_path / "a-file" / "hf")}
     result = run_one("cache.hf-dirs", make_ctx(env=env))
-    assert result.status == Status.FAIL and result.fix.startswith("export HF_HOME=")
+    assert result.status == Status.FAIL and here(result).startswith("export HF_HOME=")
 
 
 def test_hf_dirs_low_space_warns(tmp_path, make_ctx, run_one, monkeypatch):
@@ -88,7 +89,7 @@ def test_offline_compute_unreachable_fails(make_ctx, run_one):
     ctx = make_ctx(env={"HF_ENDPOINT": CLOSED}, target="compute")
     result = run_one("cache.offline", ctx)
     assert result.status == Status.FAIL
-    assert result.fix == "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
+    assert here(result) == "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
     assert any("127.0.0.1:9" in e for e in result.evidence)
     assert result.seconds < 2.5
 
@@ -146,7 +147,7 @@ def test_assets_skip_without_workload(make_ctx, run_one):
 def test_assets_missing_fails_then_present_ok(tmp_path, make_ctx, run_one):
     env = {"HOME": str(tmp_path), "HF_HUB_CACHE": str(tmp_path / "hub")}
     result = run_one("cache.assets", make_ctx(env=env, workload="bert-squad"))
-    assert result.status == Status.FAIL and "dsenv fetch bert-squad" in result.fix
+    assert result.status == Status.FAIL and "dsenv fetch bert-squad" in here(result)
     assert any("google-bert/bert-base-uncased" in e for e in result.evidence)
 
     fill_offline_cache(CacheLayout.from_env(env), "bert-squad")

@@ -19,6 +19,7 @@ from dsenv.doctor.checks.software.builds import FILELOCK_SOFT_FALLBACK, lock_con
 from dsenv.doctor.context import Context, Options
 from dsenv.facts.host import mounts
 from dsenv.verdicts.findings import Status
+from tests.harness.findings import here
 from tests.harness.mountns import (
     FUSE_MOUNT,
     READ_ONLY,
@@ -140,7 +141,7 @@ def test_hub_cache_where_flock_is_not_implemented(tmp_path):
     found, library = _flock_run(tmp_path, "enosys", {"HF_HOME": str(tmp_path / "mnt" / "hf")})
     assert "[Errno 38] Function not implemented" in found["summary"], found
     assert "fuse.dsenvtest" in found["summary"]
-    assert found["fix"] == "export HF_HOME=/tmp/$USER/huggingface"
+    assert here(found) == "export HF_HOME=/tmp/$USER/huggingface"
     # what the library the hub uses does there, and what the doctor says it does
     if _new_filelock():
         assert library == "acquired"
@@ -155,7 +156,7 @@ def test_datasets_cache_without_lock_manager_fails(tmp_path):
     found, library = _flock_run(tmp_path, "enolck",
                                 {"HF_DATASETS_CACHE": str(tmp_path / "mnt" / "datasets")})
     assert found["status"] == "fail" and "[Errno 37] No locks available" in found["summary"]
-    assert found["fix"] == "export HF_DATASETS_CACHE=/tmp/$USER/huggingface/datasets"
+    assert here(found) == "export HF_DATASETS_CACHE=/tmp/$USER/huggingface/datasets"
     if _new_filelock():
         assert library == "OSError: [Errno 37] No locks available"
         assert "raises OSError" in found["summary"], found
@@ -215,7 +216,7 @@ def test_triton_cache_on_nfs_warns_local_is_ok(tmp_path, run_one):
     root = fake_root(tmp_path, f"40 27 0:40 / {cache} rw - nfs4 srv:/home rw,vers=4.2")
     found = run_one("cache.triton-dir", make(tmp_path, env, root, prefix))
     assert found.status == Status.WARN and "nfs4" in found.summary, found
-    assert found.fix == "export TRITON_CACHE_DIR=/tmp/$USER/triton"
+    assert here(found) == "export TRITON_CACHE_DIR=/tmp/$USER/triton"
     twin = run_one("cache.triton-dir", make(tmp_path, env, fake_root(tmp_path), prefix))
     assert twin.status == Status.OK, twin
 
@@ -283,7 +284,7 @@ def test_miopen_in_an_nfs_home_warns_local_is_ok(tmp_path, run_one):
     found = run_one("cache.miopen-db", make(tmp_path, root=root))
     assert found.status == Status.WARN and "MIOpen user database" in found.summary, found
     assert f"{home}/.config/miopen (default, MIOPEN_USER_DB_PATH unset)" in found.evidence[0]
-    assert found.fix.startswith("export MIOPEN_USER_DB_PATH=/tmp/$USER/miopen ")
+    assert here(found).startswith("export MIOPEN_USER_DB_PATH=/tmp/$USER/miopen ")
     twin = run_one("cache.miopen-db", make(tmp_path, root=fake_root(tmp_path, kfd=True)))
     assert twin.status == Status.OK, twin
 

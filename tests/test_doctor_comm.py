@@ -13,6 +13,7 @@ from dsenv.facts.comm import fabric
 from dsenv.facts.python import torch_info
 from dsenv.facts.python.torch_info import TorchBuild
 from dsenv.verdicts.findings import Status
+from tests.harness.findings import here
 from tests.harness.recorded import fixture_text
 from tests.harness.sysfs import (
     IB,
@@ -159,14 +160,14 @@ def test_roce_without_gid_index_warns_with_the_computed_index(make_ctx, run_one,
     gids_to_sysfs(ibv_devinfo_gids(fixture_text("comm/ibv_devinfo-gids-roce.txt")), roce_root, "mlx5_0")
     result = run_one("comm.roce-gid", make_ctx(root=roce_root))
     assert result.status is Status.WARN
-    assert result.fix == "export NCCL_IB_GID_INDEX=3"  # what fixed NVIDIA/nccl#769
+    assert here(result) == "export NCCL_IB_GID_INDEX=3"  # what fixed NVIDIA/nccl#769
     assert any("200.0.209.6" in e for e in result.evidence)
 
 
 def test_roce_gid_index_from_show_gids_in_a_pod(make_ctx, run_one, roce_root):
     gids_to_sysfs(show_gids_rows(fixture_text("comm/show_gids-k8s.txt")), roce_root, "mlx5_0")
     result = run_one("comm.roce-gid", make_ctx(root=roce_root))
-    assert result.fix == "export NCCL_IB_GID_INDEX=7"
+    assert here(result) == "export NCCL_IB_GID_INDEX=7"
 
 
 def test_roce_with_the_right_gid_index_passes(make_ctx, run_one, roce_root):
@@ -180,7 +181,7 @@ def test_roce_gid_index_pointing_at_roce_v1_warns(make_ctx, run_one, roce_root):
     gids_to_sysfs(ibv_devinfo_gids(fixture_text("comm/ibv_devinfo-gids-roce.txt")), roce_root, "mlx5_0")
     ctx = make_ctx(env={"PATH": "/usr/bin", "NCCL_IB_GID_INDEX": "0"}, root=roce_root)
     result = run_one("comm.roce-gid", ctx)
-    assert result.status is Status.WARN and result.fix == "export NCCL_IB_GID_INDEX=3"
+    assert result.status is Status.WARN and here(result) == "export NCCL_IB_GID_INDEX=3"
 
 
 def test_infiniband_only_skips_gid_check(make_ctx, run_one, tmp_path):
@@ -203,7 +204,7 @@ def test_slingshot_without_ofi_plugin_fails_on_compute(make_ctx, run_one, slings
     env = {"PATH": "/usr/bin", "LD_LIBRARY_PATH": ""}
     result = run_one("comm.slingshot", make_ctx(env=env, root=slingshot_root, target="compute"))
     assert result.status is Status.FAIL and "4 cxi" in result.summary
-    assert "aws-ofi-" in result.fix and "FI_PROVIDER=cxi" in result.fix
+    assert "aws-ofi-" in here(result) and "FI_PROVIDER=cxi" in here(result)
 
 
 def test_slingshot_with_the_plugin_on_ld_library_path_passes(make_ctx, run_one, slingshot_root,
@@ -244,7 +245,7 @@ def test_socket_ifname_prefix_matching_passes(make_ctx, run_one, h100_root):
 def test_socket_ifname_naming_a_missing_interface_fails_on_compute(make_ctx, run_one, h100_root):
     ctx = make_ctx(env=env_with(NCCL_SOCKET_IFNAME="=eth0"), root=h100_root, target="compute")
     result = run_one("comm.socket-ifname", ctx)
-    assert result.status is Status.FAIL and "ibp26s0" in result.fix
+    assert result.status is Status.FAIL and "ibp26s0" in here(result)
     ctx = make_ctx(env=env_with(NCCL_SOCKET_IFNAME="=eth0"), root=h100_root, target="login")
     assert run_one("comm.socket-ifname", ctx).status is Status.WARN
 
@@ -279,7 +280,7 @@ def test_ib_hca_naming_a_missing_port_fails(make_ctx, run_one, h100_root):
 def test_ib_disable_while_infiniband_is_up_warns(make_ctx, run_one, tmp_path):
     ibstat_to_sysfs(fixture_text("comm/ibstat-ib-active.txt"), tmp_path / "root")
     result = run_one("comm.ib-disable", make_ctx(env=env_with(NCCL_IB_DISABLE="1")))
-    assert result.status is Status.WARN and result.fix == "unset NCCL_IB_DISABLE"
+    assert result.status is Status.WARN and here(result) == "unset NCCL_IB_DISABLE"
 
 
 def test_ib_disable_without_active_ports_is_fine(make_ctx, run_one, tmp_path):

@@ -12,6 +12,7 @@ from dsenv.facts.comm.ncclconf import nccl_settings, parse_conf
 from dsenv.facts.gpu.modes import parse_topology_nvlinks
 from dsenv.verdicts.findings import Status
 from tests.harness.doctor_cli import clean_env, doctor, fake_nvidia_smi
+from tests.harness.findings import here
 from tests.harness.recorded import fixture_text
 from tests.harness.sysfs import ibstat_to_sysfs
 
@@ -51,7 +52,7 @@ def test_p2p_disabled_on_an_nvlink_node_warns(make_ctx, run_one, tmp_path):
     result = run_one("comm.nccl-env", make_ctx(env=env_with(tmp_path, NVLINK, NCCL_P2P_DISABLE="1")))
     assert result.status is Status.WARN, result
     assert "NVLink" in result.summary and "NV12" in result.summary
-    assert result.fix.startswith("`unset NCCL_P2P_DISABLE`")
+    assert here(result).startswith("`unset NCCL_P2P_DISABLE`")
 
 
 def test_p2p_disabled_on_a_pcie_node_is_only_a_note(make_ctx, run_one, tmp_path):
@@ -74,7 +75,7 @@ def test_p2p_level_loc_from_the_users_nccl_conf_warns_and_names_the_file(make_ct
     conf.write_text("NCCL_P2P_LEVEL=LOC\n")
     result = run_one("comm.nccl-env", make_ctx(env=env))
     assert result.status is Status.WARN and "NCCL_P2P_LEVEL=LOC" in result.summary
-    assert str(conf) in result.fix
+    assert str(conf) in here(result)
     # the environment wins over the file: NVL is a pinned cutoff, not P2P off
     result = run_one("comm.nccl-env", make_ctx(env={**env, "NCCL_P2P_LEVEL": "NVL"}))
     assert result.status is Status.INFO, result

@@ -13,6 +13,7 @@ from dsenv.facts.gpu import inventory as probe
 from dsenv.facts.gpu.inventory import Gpu
 from dsenv.facts.python.torch_info import TorchBuild, torch_build
 from dsenv.verdicts.findings import Status
+from tests.harness.findings import here
 from tests.harness.recorded import FIXTURES, fixture_text
 
 
@@ -278,12 +279,12 @@ def test_a_gpu_job_without_a_visible_gpu_fails(make_ctx, run_one, torch, setup, 
     assert result.status is Status.FAIL, result
     assert "the job expects GPUs (" in result.summary and reason in result.summary
     expected_fix = "exclude" if reason.startswith("SLURM") else "--gpus-per-node 0"
-    assert expected_fix in result.fix
+    assert expected_fix in here(result)
 
 
 def test_nothing_says_what_the_job_runs_on_warns(make_ctx, run_one):
     result = run_one("gpu.devices", no_gpu_job(make_ctx, TorchBuild(None)))
-    assert result.status is Status.WARN and "`--gpus-per-node G` (0 for a CPU job)" in result.fix
+    assert result.status is Status.WARN and "`--gpus-per-node G` (0 for a CPU job)" in here(result)
 
 
 @pytest.mark.parametrize("torch, setup", [(CUDA_TORCH, {"gpus_per_node": 4}), (CPU_TORCH, {})])

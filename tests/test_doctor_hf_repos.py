@@ -29,6 +29,7 @@ from dsenv.doctor.registry import CHECKS, all_checks
 from dsenv.doctor.runner import run_check
 from dsenv.facts.host import hfrepos
 from dsenv.verdicts.findings import Status
+from tests.harness.findings import here
 from tests.harness.hubserver import HubServer
 from tests.harness.mountns import ChildRaised, as_user, needs_root_and
 
@@ -111,8 +112,8 @@ def test_a_repository_another_user_downloaded_fails_where_the_download_dies(shar
     assert f"the lock folder {lock_dir} (owner uid " in repos.summary
     assert "(nobody)) cannot be written by you (uid " in repos.summary
     assert f"PermissionError on {lock_dir}/<etag>.lock" in repos.summary
-    assert repos.fix.startswith("use a hub cache of your own (export HF_HUB_CACHE=")
-    assert str(lock_dir) in repos.fix and str(hub / FOLDER / "blobs") in repos.fix
+    assert here(repos).startswith("use a hub cache of your own (export HF_HUB_CACHE=")
+    assert str(lock_dir) in here(repos) and str(hub / FOLDER / "blobs") in here(repos)
     assert any(f"{FOLDER}: blob folder {hub / FOLDER / 'blobs'}" in e and "NOT writable" in e
                for e in repos.evidence), repos.evidence
 
@@ -128,7 +129,7 @@ def test_the_fix_applied_to_the_same_cache_passes_and_the_download_works(shared,
     broken = doctor_as_daemon(shared)["cache.hf-repos"]
     assert broken.status is Status.FAIL, broken
     # the fix as the cache's owner (here root, for nobody) applies it, with daemon's group
-    chmod = re.search(r"`(chmod -R g\+rwX [^`]+)`", broken.fix).group(1)
+    chmod = re.search(r"`(chmod -R g\+rwX [^`]+)`", here(broken)).group(1)
     folders = shlex.split(chmod)[3:]
     assert str(hub / ".locks" / FOLDER) in folders
     subprocess.run(["chgrp", "-R", "daemon", *folders], check=True, timeout=30)

@@ -9,6 +9,7 @@ import pytest
 from dsenv.facts.gpu.inventory import Gpu, visible_gpus
 from dsenv.facts.python import dsconfig
 from dsenv.verdicts.findings import Status
+from tests.harness.findings import here
 from tests.harness.recorded import FIXTURES
 
 CONFIGS = FIXTURES / "dsconfig"
@@ -104,7 +105,7 @@ def test_batch_size_does_not_split_fails(make_ctx, run_one):
     result = run_one("job.batch-size", make_ctx(deepspeed_config=FP16, nodes=2, gpus_per_node=3))
     assert result.status == Status.FAIL
     assert "512 != 85 x 1 x 6 = 510" in result.summary
-    assert result.fix.startswith('set "train_batch_size": 510 or 516')
+    assert here(result).startswith('set "train_batch_size": 510 or 516')
 
 
 def test_batch_size_from_slurm_allocation(make_ctx, run_one):
@@ -157,7 +158,7 @@ def test_precision_bf16_on_v100_fails_on_a100_ok(tmp_path, make_ctx, run_one):
     bf16 = variant(tmp_path, ZERO2, fp16={"enabled": False}, bf16={"enabled": True})
     result = run_one("job.precision", with_gpus(make_ctx(deepspeed_config=bf16), [V100, V100]))
     assert result.status == Status.FAIL and "7.0" in result.summary
-    assert result.fix.startswith("switch to fp16")
+    assert here(result).startswith("switch to fp16")
     assert run_one("job.precision",
                    with_gpus(make_ctx(deepspeed_config=bf16), [A100])).status == Status.OK
     # the old section name DeepSpeed still reads, on MI100 (gfx908: no bf16)

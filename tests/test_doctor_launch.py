@@ -24,6 +24,7 @@ from dsenv.facts.python.pyfiles import read_assignments
 from dsenv.net import free_port
 from dsenv.verdicts.findings import Status
 from tests.harness.doctor_cli import clean_env, doctor, printing, tool
+from tests.harness.findings import here
 from tests.harness.recorded import fixture_text
 
 TWO_NODES = ("--target", "compute", "--nodes", "2")
@@ -192,7 +193,7 @@ def test_a_port_held_by_a_listener_fails_and_names_it(tmp_path):
                                                             SLURM_JOB_ID="4242"))["launch.port"]
     assert result["status"] == "fail" and "already in use" in result["summary"], result
     assert f"held by pid {os.getpid()}" in result["summary"]
-    suggested = int(re.match(r"export MASTER_PORT=(\d+) ", result["fix"]).group(1))
+    suggested = int(re.match(r"export MASTER_PORT=(\d+) ", here(result)).group(1))
     assert suggested != port and netaddr.bind_error("127.0.0.1", suggested) is None
     assert in_job["status"] == "fail" and "SLURM_JOB_ID % 50000" in in_job["fix"]
 
@@ -320,7 +321,7 @@ def test_variables_pdsh_drops_warn_and_the_fix_makes_them_reach(tmp_path):
     assert "HF_HOME, TORCH_EXTENSIONS_DIR" in result["summary"]
     assert "NCCL_SOCKET_IFNAME" not in result["summary"] and "PYTHONPATH" not in result["summary"]
     # apply the fix as a user would, in the launch folder, and check again
-    subprocess.run(["bash", "-c", result["fix"].removesuffix(" in the launch folder")], cwd=work,
+    subprocess.run(["bash", "-c", here(result).removesuffix(" in the launch folder")], cwd=work,
                    env=env, check=True, timeout=30)
     assert (work / ".deepspeed_env").read_text() == \
         "HF_HOME=/scratch/hf\nTORCH_EXTENSIONS_DIR=/scratch/ext\n"

@@ -17,6 +17,7 @@ from dsenv.doctor.runner import run_check
 from dsenv.facts.comm.ncclconf import nccl_setting, nccl_settings, parse_conf
 from dsenv.verdicts.findings import Status
 from tests.harness.doctor_cli import tool
+from tests.harness.findings import here
 from tests.harness.recorded import fixture_text
 from tests.harness.sysfs import (
     gids_to_sysfs,
@@ -128,7 +129,7 @@ def test_no_file_and_no_variable_is_unchanged(node, check, build, variable, bad,
                                               good, good_status):
     result = node(check, build)
     if check == "comm.roce-gid":  # unset is itself the finding there: NCCL may pick a bad GID
-        assert result.status is Status.WARN and result.fix == "export NCCL_IB_GID_INDEX=3"
+        assert result.status is Status.WARN and here(result) == "export NCCL_IB_GID_INDEX=3"
     else:
         assert result.status is Status.SKIP and f"{variable} is not set" in result.summary
     looked = next(e for e in result.evidence if e.startswith("looked in"))
@@ -138,14 +139,14 @@ def test_no_file_and_no_variable_is_unchanged(node, check, build, variable, bad,
 def test_the_fix_for_a_files_value_says_where_it_is(node):
     result = node("comm.ib-disable", h100, files={"home": "NCCL_IB_DISABLE=1\n"})
     conf = node.places["home"]
-    assert result.fix.startswith(f"export NCCL_IB_DISABLE=0 (it overrides the line in {conf})")
+    assert here(result).startswith(f"export NCCL_IB_DISABLE=0 (it overrides the line in {conf})")
     assert result.action.variables == (("NCCL_IB_DISABLE", "0"),)  # --fix exports the override
     result = node("comm.socket-ifname", h100, files={"etc": "NCCL_SOCKET_IFNAME=ib9\n"})
     etc = node.places["etc"]
-    assert f"delete its line from {etc}" in result.fix
+    assert f"delete its line from {etc}" in here(result)
     assert not result.action.applicable and str(etc) in result.action.why_not
     result = node("comm.roce-gid", roce, files={"etc": "NCCL_IB_GID_INDEX=0\n"})
-    assert result.fix == f"export NCCL_IB_GID_INDEX=3 (it overrides the line in {etc})"
+    assert here(result) == f"export NCCL_IB_GID_INDEX=3 (it overrides the line in {etc})"
 
 
 def test_ib_disabled_by_a_file_on_a_node_without_active_ports_is_fine(node):

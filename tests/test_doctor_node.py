@@ -13,6 +13,7 @@ from dsenv.facts.gpu.modes import parse_compute_apps, parse_compute_modes
 from dsenv.facts.launch import joblayout
 from dsenv.verdicts.findings import Status
 from tests.harness.doctor_cli import clean_env, doctor, fake_nvidia_smi
+from tests.harness.findings import here
 from tests.harness.recorded import fixture_text
 
 EXCLUSIVE = "gpu/nvidia_smi_compute_mode_exclusive.csv"
@@ -111,7 +112,7 @@ def test_threads_against_a_real_affinity_mask(tmp_path, omp, ranks, expected):
 def test_unset_threads_with_two_ranks_on_two_cpus_warns_and_one_each_is_ok(tmp_path):
     args = ("--only", "system", "--gpus-per-node", "2", "--launcher", "deepspeed")
     unset = doctor(*args, env=clean_env(), preexec_fn=pinned({0, 1}))["system.threads"]
-    assert unset["status"] == "warn" and unset["fix"].startswith("export OMP_NUM_THREADS=1")
+    assert unset["status"] == "warn" and here(unset).startswith("export OMP_NUM_THREADS=1")
     one = doctor(*args, env=clean_env(OMP_NUM_THREADS="1"), preexec_fn=pinned({0, 1}))
     assert one["system.threads"]["status"] == "ok", one["system.threads"]
 

@@ -16,6 +16,7 @@ from dsenv.facts.gpu.inventory import Gpu, visible_gpus
 from dsenv.facts.python import target_env
 from dsenv.facts.toolchain import fatbin
 from dsenv.verdicts.findings import Status
+from tests.harness.findings import here
 from tests.harness.nvcc import compile_so, needs_nvcc
 from tests.harness.recorded import FIXTURES, fixture_text
 
@@ -168,7 +169,7 @@ def test_doctor_fails_a_gpu_whose_arch_no_op_holds(env_with_ops):
     assert result.status is Status.FAIL
     assert "no kernel image is available for execution on the device" in result.summary
     assert "fused_adam" in result.summary and "sm_70" in result.summary
-    assert "--arch" in result.fix and "7.0" in result.fix
+    assert "--arch" in here(result) and "7.0" in here(result)
     assert any(e.startswith("fused_adam: sm_80, sm_90") for e in result.evidence)
 
 

@@ -11,6 +11,7 @@ from dsenv.facts.python import pyenv
 from dsenv.facts.python.torch_info import read_torch_build, torch_build
 from dsenv.verdicts.findings import Status
 from tests.harness import pyenvs
+from tests.harness.findings import here
 
 PYDIR = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -164,7 +165,7 @@ def test_requirements_broken_on_generated_site(tmp_path, make_ctx, run_one):
 
     result = run_one("python.requirements", make_ctx_with(make_ctx, tmp_path / "env"))
     assert result.status == Status.FAIL
-    assert result.fix.startswith(f"{tmp_path / 'env' / 'bin' / 'python'} -m pip install ")
+    assert here(result).startswith(f"{tmp_path / 'env' / 'bin' / 'python'} -m pip install ")
     for spec in ("'huggingface-hub<2.0,>=1.3.0'", "'tokenizers<=0.23.0,>=0.22.0'",
                  "'sympy>=1.13.3'"):
-        assert spec in result.fix
+        assert spec in here(result)

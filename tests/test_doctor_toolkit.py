@@ -13,6 +13,7 @@ from dsenv.facts.python.torch_info import TorchBuild
 from dsenv.facts.toolchain import toolkit as tk
 from dsenv.verdicts.findings import Status
 from tests.harness import pyenvs
+from tests.harness.findings import here
 from tests.harness.recorded import fixture_text
 
 VISIBLE = visible_gpus.memo_key
@@ -112,7 +113,7 @@ def test_real_nvcc_13_cannot_build_arch_list_7_0(make_ctx, run_one):
     if tk.nvcc(ctx).major != 13:
         pytest.skip(f"the toolkit here is not CUDA 13 ({tk.nvcc(ctx).version})")
     assert result.status is Status.FAIL and "cannot build 7.0" in result.summary
-    assert "CUDA 12.x toolkit" in result.fix and "drop it from TORCH_CUDA_ARCH_LIST" in result.fix
+    assert "CUDA 12.x toolkit" in here(result) and "drop it from TORCH_CUDA_ARCH_LIST" in here(result)
     fine = make_ctx(env={"PATH": "/nonexistent", "CUDA_HOME": home,
                          "TORCH_CUDA_ARCH_LIST": "8.0;9.0+PTX"})
     assert run_one("toolkit.arch-support", fine).status is Status.OK
@@ -133,7 +134,7 @@ def test_real_nvcc_13_against_a_cuda_12_torch_fails(make_ctx, run_one):
     if tk.nvcc(ctx).major == 12:
         pytest.skip("the toolkit here is CUDA 12")
     result = run_one("toolkit.nvcc", ctx)
-    assert result.status is Status.FAIL and "module load cuda/12.4" in result.fix
+    assert result.status is Status.FAIL and "module load cuda/12.4" in here(result)
 
 
 # -- checks on recorded outputs ----------------------------------------------------------------
@@ -201,7 +202,7 @@ def test_arch_support_against_visible_gpus(ctx_with, run_one):
     blocked = run_one("toolkit.arch-support", ctx_with({"nvcc": "gpu/nvcc_13.0.txt"},
                                                        gpus=[v100()]))
     assert blocked.status is Status.FAIL and "visible GPU Tesla V100" in blocked.summary
-    assert "module load cuda/12.9" in blocked.fix
+    assert "module load cuda/12.9" in here(blocked)
     fine = run_one("toolkit.arch-support", ctx_with({"nvcc": "gpu/nvcc_12.4.txt"}, gpus=[v100()]))
     assert fine.status is Status.OK and "7.0" in fine.summary
 
@@ -209,7 +210,7 @@ def test_arch_support_against_visible_gpus(ctx_with, run_one):
 def test_k80_needs_cuda_11(ctx_with, run_one):
     k80 = Gpu("nvidia", 0, "Tesla K80", "3.7")
     result = run_one("toolkit.arch-support", ctx_with({"nvcc": "gpu/nvcc_12.4.txt"}, gpus=[k80]))
-    assert result.status is Status.FAIL and "cuda/11.8" in result.fix
+    assert result.status is Status.FAIL and "cuda/11.8" in here(result)
     assert run_one("toolkit.arch-support",
                    ctx_with({"nvcc": "gpu/nvcc_11.3.txt"}, gpus=[k80])).status is Status.OK
 

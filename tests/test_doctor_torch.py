@@ -13,6 +13,7 @@ from dsenv.facts.python import torch_info as tp
 from dsenv.facts.python.torch_info import TorchBuild, TorchRuntime
 from dsenv.verdicts.findings import Status
 from tests.harness.cli import explain, run
+from tests.harness.findings import here
 from tests.harness.recorded import fixture_text
 
 VISIBLE = visible_gpus.memo_key
@@ -176,12 +177,12 @@ def test_build_cpu_torch_on_a_gpu_node_names_the_wheel_index(seeded, run_one):
                                                  driver="535.54.03")], CPU))
     assert result.status is Status.FAIL
     # 535 runs CUDA 12.1 fully; cu124 would need 550.
-    assert result.fix.endswith("--index-url https://download.pytorch.org/whl/cu121")
+    assert here(result).endswith("--index-url https://download.pytorch.org/whl/cu121")
 
 
 def test_wheel_index_skips_cuda_13_for_a_v100(seeded, run_one):
     result = run_one("torch.build", seeded([v100()], CPU))
-    assert result.fix.endswith("/whl/cu128")
+    assert here(result).endswith("/whl/cu128")
 
 
 def test_build_not_installed(seeded, run_one):
@@ -205,7 +206,7 @@ def test_arch_list_misses_the_v100(seeded, run_one):
     ctx = seeded([v100()], CU128, recorded("torch_probe_cu128_v100.txt"))
     result = run_one("torch.arch-list", ctx)
     assert result.status is Status.FAIL and "7.0" in result.summary
-    assert "whl/cu12" in result.fix and "sm_75" in result.evidence[0]
+    assert "whl/cu12" in here(result) and "sm_75" in result.evidence[0]
 
 
 def test_arch_list_skips_without_gpu_or_gpu_torch(seeded, run_one):
@@ -222,7 +223,7 @@ def test_driver_against_torch_cuda(seeded, run_one, driver, status):
     result = run_one("torch.driver", seeded([a100(driver)], CU124))
     assert result.status is status
     if status is not Status.OK:
-        assert "--index-url" in result.fix
+        assert "--index-url" in here(result)
 
 
 def test_usable(seeded, run_one):

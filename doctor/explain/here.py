@@ -54,5 +54,10 @@ def look(match: rank.Match, ctx: Context, results: dict[str, Result]) -> list[st
              f"on this node {result.id} finds: {result.status.value.upper()} {result.summary}",
              VERDICT[result.status]]
     if result.status in (Status.FAIL, Status.WARN) and result.fix:
+        if result.mode and result.mode != mode.id:  # the check names a related cause
+            lines.append(f"the check reports it as {result.mode} (`dsenv explain {result.mode}`)")
+        # the catalogue's fix when the check names the mode (the one `dsenv explain` printed),
+        # then what this node adds to it
         lines.append(f"fix here: {result.fix}")
+        lines += [line for line in result.evidence if line.startswith("here: ")]
     return lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dsenv.doctor.catalogue import fix_for, mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fix_actions
 from dsenv.doctor.registry import check
@@ -36,6 +37,13 @@ def nccl(ctx: Context):
                if build.kind == "hip" else
                f"`pip install nvidia-nccl-cu{(build.cuda or '12').split('.')[0]}`")
         return warn(f"{name} not found for {build.describe()}", fix, *evidence)
+    copies = fabric.nccl_copies(ctx)
+    if len(copies) > 1:  # the first on the loader's path may not be the one torch was built with
+        return mode_finding(warn, "comm.multiple-nccl",
+                            f"{len(copies)} NCCL versions reachable: "
+                            + ", ".join(c.version or "?" for c in copies)
+                            + ": torch may load one it was not built against",
+                            *(f"NCCL {c.version}: {c.source}" for c in copies), build.describe())
     return ok(f"{lib.name} {lib.version} ({lib.source})", build.describe())
 
 
@@ -45,6 +53,11 @@ def infiniband(ctx: Context):
     if not ports:
         return skip("no RDMA devices under /sys/class/infiniband")
     evidence = [p.describe() for p in ports]
+    verbs = fabric.ibverbs_error(ctx)
+    if verbs:  # the ports are there, the library NCCL opens to use them is not
+        return mode_finding(fail if ctx.is_compute else warn, "comm.ibverbs-unloadable",
+                            f"{len(ports)} RDMA port(s), but libibverbs.so.1 cannot be loaded: "
+                            "NCCL quietly falls back to TCP sockets", *evidence, verbs)
     active = [p for p in ports if p.active]
     if not active:
         summary = f"{len(ports)} RDMA port(s), none ACTIVE: NCCL falls back to TCP sockets"
@@ -71,16 +84,18 @@ def roce_gid(ctx: Context):
     if setting is None:
         evidence.append(looked_in(ctx))
         if best is None:
-            return warn(f"RoCE port {port.name} without NCCL_IB_GID_INDEX and no RoCE v2 GID "
-                        "with an IPv4 address", "configure an IPv4 address on the RoCE "
-                        "interface, then set NCCL_IB_GID_INDEX to its RoCE v2 GID index",
-                        *evidence)
-        return warn(f"RoCE port {port.name} without NCCL_IB_GID_INDEX: NCCL may pick a "
-                    "link-local GID and time out (ibv_modify_qp / completion error 12)",
-                    f"export NCCL_IB_GID_INDEX={best.index}",
-                    f"GID[{best.index}] is RoCE v2 with IPv4 {best.ipv4}", *evidence,
-                    action=fix_actions.activate_exports(
-                        ctx, fix_actions.NCCL, {"NCCL_IB_GID_INDEX": str(best.index)}))
+            return mode_finding(warn, "comm.roce-gid-index",
+                                f"RoCE port {port.name} without NCCL_IB_GID_INDEX and no RoCE "
+                                "v2 GID with an IPv4 address", *evidence,
+                                here="configure an IPv4 address on the RoCE interface, then set "
+                                "NCCL_IB_GID_INDEX to its RoCE v2 GID index")
+        return mode_finding(warn, "comm.roce-gid-index",
+                            f"RoCE port {port.name} without NCCL_IB_GID_INDEX: NCCL may pick a "
+                            "link-local GID and time out (ibv_modify_qp / completion error 12)",
+                            f"GID[{best.index}] is RoCE v2 with IPv4 {best.ipv4}", *evidence,
+                            here=f"export NCCL_IB_GID_INDEX={best.index}",
+                            action=fix_actions.activate_exports(
+                                ctx, fix_actions.NCCL, {"NCCL_IB_GID_INDEX": str(best.index)}))
     chosen = setting.value
     if setting.from_file:
         evidence.insert(0, setting.where())
@@ -90,7 +105,8 @@ def roce_gid(ctx: Context):
         fix = (f"export NCCL_IB_GID_INDEX={best.index}" if best else setting.undo()) + (
             f" (it overrides the line in {setting.source})" if best and setting.from_file
             else "")
-        return warn(f"{setting.shown()} on {port.name} {what}", fix, *evidence)
+        return mode_finding(warn, "comm.roce-gid-index", f"{setting.shown()} on {port.name} "
+                            f"{what}", *evidence, here=fix)
     return ok(setting.shown() + (f" ({entry.kind}, {entry.ipv4 or entry.gid})"
                                  if entry else ""), *evidence)
 
@@ -98,8 +114,10 @@ def roce_gid(ctx: Context):
 @check("comm.slingshot", "Slingshot OFI plugin")
 def slingshot(ctx: Context):
     devices = fabric.cxi_devices(ctx)
-    if not devices:
-        return skip("no Slingshot (cxi) devices under /sys/class/cxi")
+    if not devices:  # NCCL's "no external network plugin" notice is expected here
+        return replace(skip("no Slingshot (cxi) devices under /sys/class/cxi"),
+                       mode="comm.net-plugin-absent-benign",
+                       fix=fix_for("comm.net-plugin-absent-benign"))
     build = torch_info.torch_build(ctx)
     rocm = {"hip": True, "cuda": False}.get(build.kind)
     plugin = fabric.find_net_plugin(ctx, rocm)
@@ -110,10 +128,11 @@ def slingshot(ctx: Context):
     names = fabric.net_plugin_names(ctx, rocm)
     evidence.append("looked for " + ", ".join(names) + " on LD_LIBRARY_PATH")
     module = "aws-ofi-rccl" if rocm else "aws-ofi-nccl"
-    return _finding(ctx)(
+    return mode_finding(
+        _finding(ctx), "comm.slingshot-no-ofi-plugin",
         f"Slingshot ({len(devices)} cxi device(s)) without the OFI plugin: NCCL/RCCL falls back "
-        "to TCP sockets", f"`module load {module}` (it puts the plugin on LD_LIBRARY_PATH) and "
-        "`export FI_PROVIDER=cxi`", *evidence)
+        "to TCP sockets", *evidence, here=f"`module load {module}` (it puts the plugin on "
+        "LD_LIBRARY_PATH) and `export FI_PROVIDER=cxi`")
 
 
 def _interface_list_check(ctx: Context, setting: Setting, names: list[str], what: str):
@@ -145,6 +164,10 @@ def socket_ifname(ctx: Context):
                     looked_in(ctx))
     names = fabric.net_interfaces(ctx)
     finding = _interface_list_check(ctx, setting, names, "network interface")
+    if finding.status.failing or finding.status.value == "warn":
+        finding = mode_finding(fail if finding.status.failing else warn,
+                               "comm.socket-ifname-missing", finding.summary, *finding.evidence,
+                               here=finding.fix)
     if not fabric.parse_nccl_list(setting.value).selected(names):  # back to NCCL's own choice
         action = fix_actions.nccl_reset(ctx, [(setting.name, setting.source)])
         return replace(finding, action=action)
@@ -185,7 +208,8 @@ def ib_disable(ctx: Context):
         return ok(f"{setting.shown()} and no ACTIVE InfiniBand/RoCE port here", *where)
     fix = (f"export NCCL_IB_DISABLE=0 (it overrides the line in {setting.source}), or "
            f"delete that line" if setting.from_file else "unset NCCL_IB_DISABLE")
-    return warn(f"{setting.shown()} while {len(active)} InfiniBand/RoCE port(s) are "
-                "ACTIVE: NCCL will use TCP sockets, several times slower",
-                fix, *[p.describe() for p in active], *where,
-                action=fix_actions.nccl_reset(ctx, [(setting.name, setting.source)]))
+    return mode_finding(warn, "comm.ib-disable-left-set",
+                        f"{setting.shown()} while {len(active)} InfiniBand/RoCE port(s) are "
+                        "ACTIVE: NCCL will use TCP sockets, several times slower",
+                        *[p.describe() for p in active], *where, here=fix,
+                        action=fix_actions.nccl_reset(ctx, [(setting.name, setting.source)]))

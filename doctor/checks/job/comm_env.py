@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fix_actions
 from dsenv.doctor.registry import check
@@ -91,10 +92,12 @@ def nccl_env(ctx: Context):
         links = gpumodes.nvlinks(ctx)
         if links:
             p2p = next(f for f in found if f.variable.hurts == "nvlink")
-            return warn(f"{p2p.setting.name}={p2p.setting.value} on a node whose GPUs have "
-                        f"NVLink ({links[0]} in `nvidia-smi topo -m`): intra-node all-reduce "
-                        "runs at a fraction of the NVLink bandwidth",
-                        removal(found), *evidence, action=_reset(ctx, found, "nvlink"))
+            return mode_finding(warn, "comm.p2p-disable-left-set",
+                                f"{p2p.setting.name}={p2p.setting.value} on a node whose GPUs "
+                                f"have NVLink ({links[0]} in `nvidia-smi topo -m`): intra-node "
+                                "all-reduce runs at a fraction of the NVLink bandwidth",
+                                *evidence, here=removal(found),
+                                action=_reset(ctx, found, "nvlink"))
     if any(f.variable.hurts == "ib" for f in found):
         active = [p for p in fabric.ib_ports(ctx) if p.active]
         if active:

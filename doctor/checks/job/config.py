@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.envs import archs
@@ -102,7 +103,8 @@ def batch_size(ctx: Context):
         evidence.append(verdict.detail)
     if verdict.good:
         return ok(verdict.summary, *evidence)
-    return fail(verdict.summary, verdict.fix, *evidence)
+    return mode_finding(fail, "job.batch-size-mismatch", verdict.summary, *evidence,
+                        here=verdict.fix)
 
 
 @check("job.precision", "fp16/bf16 supported by the GPUs")
@@ -125,10 +127,11 @@ def precision(ctx: Context):
     if flags["bf16"] is True:
         lacking = [a for a in archs_seen if not archs.bf16_supported(a)]
         if lacking:
-            return fail(f"bf16 enabled but arch {', '.join(lacking)} has no bf16 (needs compute "
-                        "capability >= 8.0 or MI200+)",
-                        'switch to fp16: "bf16": {"enabled": false}, "fp16": {"enabled": true}',
-                        *evidence)
+            return mode_finding(fail, "job.bf16-unsupported-gpu",
+                                f"bf16 enabled but arch {', '.join(lacking)} has no bf16 (needs "
+                                "compute capability >= 8.0 or MI200+)", *evidence,
+                                here='switch to fp16: "bf16": {"enabled": false}, "fp16": '
+                                '{"enabled": true}')
     mode = next((k for k, v in flags.items() if v is True), None)
     auto = [k for k, v in flags.items() if v == dsconfig.AUTO]
     summary = (f"{mode} on {', '.join(archs_seen)}" if mode else "fp32 (no fp16/bf16)")

@@ -14,6 +14,7 @@ import shlex
 import socket
 from pathlib import Path
 
+from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.envs.launchers import needed_on_remote_hosts
@@ -57,6 +58,9 @@ def _master_addr_timeout(ctx: Context) -> float:
 # -- MASTER_ADDR --------------------------------------------------------------------------------
 
 
+RDZV = "launch.rdzv-timeout"  # the catalogue mode of launch.master-addr's findings
+
+
 @check("launch.master-addr", "MASTER_ADDR reaches the first node from every node")
 def master_addr(ctx: Context):
     multi, why = multi_node(ctx)
@@ -70,14 +74,14 @@ def master_addr(ctx: Context):
         if not ctx.is_compute:
             return info("MASTER_ADDR is not set here: the batch script sets it on the first "
                         "node (`dsenv launch` does)", why)
-        return warn(f"MASTER_ADDR is not set for a {why} job: the ranks have no rendezvous "
-                    "address", MASTER_ADDR_FIX, why)
+        return mode_finding(warn, RDZV, f"MASTER_ADDR is not set for a {why} job: the ranks "
+                            "have no rendezvous address", why, here=MASTER_ADDR_FIX)
     shown = show_variable("MASTER_ADDR", value)
     evidence = [why]
     if value.lower() in netaddr.LOOPBACK_NAMES or netaddr.is_loopback(value):
-        return _severe(ctx)(f"{shown} with {why}: every node meets itself at loopback and waits "
-                            "for ranks that never come (init_process_group hangs)",
-                            MASTER_ADDR_FIX, *evidence)
+        return mode_finding(_severe(ctx), RDZV, f"{shown} with {why}: every node meets itself "
+                            "at loopback and waits for ranks that never come "
+                            "(init_process_group hangs)", *evidence, here=MASTER_ADDR_FIX)
     found = netaddr.resolve_once(ctx, value, _master_addr_timeout(ctx))
     if found.error:
         return _severe(ctx)(f"{shown} does not resolve here: {found.error}",
@@ -85,19 +89,20 @@ def master_addr(ctx: Context):
                             "or its address: " + MASTER_ADDR_FIX, *evidence)
     evidence.append(f"{value} -> {', '.join(found.addresses)} ({found.seconds:.2f} s)")
     if all(netaddr.is_loopback(a) for a in found.addresses):
-        return _severe(ctx)(f"{shown} resolves to loopback ({', '.join(found.addresses)}): the "
-                            "other nodes cannot reach it (a hostname mapped to 127.0.1.1 in "
-                            "/etc/hosts does this)", "set MASTER_ADDR to the first node's "
-                            "address on the fabric the ranks use (`hostname -I`), or fix "
-                            "/etc/hosts", *evidence)
+        return mode_finding(_severe(ctx), RDZV, f"{shown} resolves to loopback "
+                            f"({', '.join(found.addresses)}): the other nodes cannot reach it (a "
+                            "hostname mapped to 127.0.1.1 in /etc/hosts does this)", *evidence,
+                            here="set MASTER_ADDR to the first node's address on the fabric the "
+                            "ranks use (`hostname -I`), or fix /etc/hosts")
     hosts = joblayout.allocated_hosts(ctx)
     if hosts and not netaddr.is_address(value):
         here = any(netaddr.is_local_address(a) for a in found.addresses)
         if not here and not names_allocated_host(value, hosts):
-            return warn(f"{shown} is not one of the allocated nodes "
-                        f"({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''}): the "
-                        "ranks would meet on a host outside the job", MASTER_ADDR_FIX,
-                        *evidence, f"SLURM_JOB_NODELIST={ctx.env.get('SLURM_JOB_NODELIST')}")
+            return mode_finding(warn, RDZV, f"{shown} is not one of the allocated nodes "
+                                f"({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''}): "
+                                "the ranks would meet on a host outside the job", *evidence,
+                                f"SLURM_JOB_NODELIST={ctx.env.get('SLURM_JOB_NODELIST')}",
+                                here=MASTER_ADDR_FIX)
     return ok(f"{shown} resolves to {', '.join(found.addresses)} (not loopback)", *evidence)
 
 
@@ -165,9 +170,13 @@ def master_port(ctx: Context):
         who = ("held by " + ", ".join(o.describe() for o in owners) if owners else
                "by a process this user cannot see (another user's job?)" if holders else
                "no listener in /proc/net/tcp: another network namespace?")
-        return fail(f"port {port} is already in use on this node ({who}): the rendezvous "
-                    "fails with EADDRINUSE ('The server socket has failed to listen')",
-                    _port_fix(ctx), *evidence)
+        # a Python process on the port is most likely another run's TCPStore: ranks of this
+        # run that reach it join that store (more ranks than world_size) instead of failing
+        store = any(re.search(r"python|torchrun|deepspeed", o.describe(), re.I) for o in owners)
+        return mode_finding(fail, "launch.store-shared" if store else "launch.port-in-use",
+                            f"port {port} is already in use on this node ({who}): the "
+                            "rendezvous fails with EADDRINUSE ('The server socket has failed to "
+                            "listen')", *evidence, here=_port_fix(ctx))
     other = {a: e for a, e in errors.items() if e is not None}
     if other:
         address, error = next(iter(other.items()))
@@ -207,6 +216,9 @@ def _other_host(hosts: list[str]) -> str | None:
     return next((h for h in hosts if joblayout.short_name(h) not in here), None)
 
 
+PDSH = "launch.ds-pdsh-missing"  # the catalogue mode of pdsh missing or without ssh
+
+
 @check("launch.pdsh", "pdsh and ssh for DeepSpeed's multi-node launcher")
 def pdsh(ctx: Context):
     uses, why = pdsh_launch(ctx)
@@ -214,21 +226,22 @@ def pdsh(ctx: Context):
         return skip(why)
     found = ctx.which("pdsh")
     if not found:
-        return _severe(ctx)("pdsh is not on PATH: DeepSpeed's runner stops with "
-                            "\"launcher 'pdsh' not installed\"", SLURM_LAUNCHER_FIX, why)
+        return mode_finding(_severe(ctx), PDSH, "pdsh is not on PATH: DeepSpeed's runner stops "
+                            "with \"launcher 'pdsh' not installed\"", why,
+                            here=SLURM_LAUNCHER_FIX)
     evidence = [why, f"pdsh: {found}"]
     version = ctx.run(["pdsh", "-V"])
     modules = parse_rcmd_modules(version.stdout + version.stderr)
     if modules is not None:
         evidence.append("pdsh rcmd modules: " + ", ".join(modules))
         if "ssh" not in modules:
-            return _severe(ctx)("pdsh has no ssh rcmd module, and DeepSpeed runs it with "
-                                "PDSH_RCMD_TYPE=ssh", "install pdsh's ssh module (the "
-                                "pdsh-rcmd-ssh package on EPEL), or " + SLURM_LAUNCHER_FIX,
-                                *evidence)
+            return mode_finding(_severe(ctx), PDSH, "pdsh has no ssh rcmd module, and "
+                                "DeepSpeed runs it with PDSH_RCMD_TYPE=ssh", *evidence,
+                                here="install pdsh's ssh module (the pdsh-rcmd-ssh package on "
+                                "EPEL), or " + SLURM_LAUNCHER_FIX)
     if not ctx.which("ssh"):
-        return _severe(ctx)("ssh is not on PATH: pdsh cannot reach the other hosts",
-                            SLURM_LAUNCHER_FIX, *evidence)
+        return mode_finding(_severe(ctx), PDSH, "ssh is not on PATH: pdsh cannot reach the "
+                            "other hosts", *evidence, here=SLURM_LAUNCHER_FIX)
     host = _other_host(list(dsrunner.hostfile(ctx).hosts))
     if host is None:
         return ok("pdsh (with ssh) is on PATH; no other host in the hostfile to try ssh on",
@@ -261,9 +274,10 @@ def ds_hostfile(ctx: Context):
                         *evidence)
         return skip(f"one node ({why}): no hostfile needed")
     if not hostfile.exists:
-        return _severe(ctx)(f"no hostfile at {hostfile.path}: DeepSpeed warns 'Unable to find "
+        return mode_finding(_severe(ctx), "launch.ds-no-hostfile",
+                            f"no hostfile at {hostfile.path}: DeepSpeed warns 'Unable to find "
                             "hostfile, will proceed with training with local resources only' "
-                            "and trains on this node alone", make, *evidence)
+                            "and trains on this node alone", *evidence, here=make)
     if hostfile.error:
         return _severe(ctx)(f"{hostfile.path}: {hostfile.error} (DeepSpeed refuses to launch)",
                             make, *evidence)
@@ -343,10 +357,11 @@ def ds_env(ctx: Context):
                  f"{show_variable(n, listed[n][0])}" for n in stale]
     if lost:
         lines = " ".join(f'"{n}=${{{n}}}"' for n in lost)
-        return warn(f"{len(lost)} variable(s) set here will not reach the ranks on the other "
-                    f"hosts: {', '.join(lost)} (pdsh starts them in a fresh ssh login shell)",
-                    f"printf '%s\\n' {lines} >> {rules.env_file} in the launch folder",
-                    *evidence)
+        return mode_finding(warn, "launch.ds-env-not-forwarded",
+                            f"{len(lost)} variable(s) set here will not reach the ranks on the "
+                            f"other hosts: {', '.join(lost)} (pdsh starts them in a fresh ssh "
+                            "login shell)", *evidence,
+                            here=f"printf '%s\\n' {lines} >> {rules.env_file} in the launch folder")
     if stale:
         return warn(f"{rules.env_file} sets {', '.join(stale)} to another value than this "
                     "shell: every rank gets the file's value", "update or delete those lines in "

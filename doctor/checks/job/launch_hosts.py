@@ -9,7 +9,9 @@ launch.hosts-answer; the other checks judge the hosts that answered and name the
 from __future__ import annotations
 
 import os
+import re
 
+from dsenv.doctor.catalogue import mode_finding, mode_id
 from dsenv.doctor.checks.job.launch import multi_node
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
@@ -83,6 +85,18 @@ def _how(found: remote_hosts.Survey) -> str:
             f"{found.seconds:.1f} s")
 
 
+def _ssh_mode(error: str) -> str:
+    """The catalogue mode an ssh failure's message names (the host key, the key, sshd, or
+    the host itself)."""
+    if re.search(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED", error):
+        return mode_id("launch.ssh-host-key")
+    if re.search(r"Permission denied", error):
+        return mode_id("launch.ssh-publickey")
+    if re.search(r"Connection refused", error):
+        return mode_id("launch.sshd-refused")
+    return mode_id("launch.host-unreachable")
+
+
 @check("launch.hosts-answer", "Every host of the job answers (ssh or srun)")
 def hosts_answer(ctx: Context):
     found, why = _applies(ctx)
@@ -92,14 +106,16 @@ def hosts_answer(ctx: Context):
     if found.silent:
         names = [h.host for h in found.silent]
         if found.transport == "ssh":
-            return _severe(ctx)(f"no passwordless ssh to {_named(names)}: the launcher cannot "
+            return mode_finding(_severe(ctx), _ssh_mode(found.silent[0].error or ""),
+                                f"no passwordless ssh to {_named(names)}: the launcher cannot "
                                 "start ranks there (pdsh: `ssh exited with exit code 255`)",
-                                "set up host keys and a passwordless key between the nodes "
-                                "(`ssh -o BatchMode=yes HOST true` must work), or launch with "
-                                "srun (`dsenv launch --launcher srun`)", *evidence)
-        return _severe(ctx)(f"{_named(names)} did not answer an srun step: its ranks would not "
-                            "start or would hang", "check the node (`scontrol show node "
-                            f"{names[0]}`, its slurmd log) or drain it and resubmit", *evidence)
+                                *evidence, here="set up host keys and a passwordless key "
+                                "between the nodes (`ssh -o BatchMode=yes HOST true` must "
+                                "work), or launch with srun (`dsenv launch --launcher srun`)")
+        return mode_finding(_severe(ctx), "launch.host-unreachable",
+                            f"{_named(names)} did not answer an srun step: its ranks would not "
+                            "start or would hang", *evidence, here="check the node (`scontrol "
+                            f"show node {names[0]}`, its slurmd log) or drain it and resubmit")
     return ok(f"all {len(found.hosts)} hosts answered over {found.transport}", *evidence)
 
 
@@ -120,10 +136,11 @@ def hosts_paths(ctx: Context):
     if missing:
         what, hosts = next(iter(missing.items()))
         evidence += [f"{w} missing on {_named(h)}" for w, h in missing.items()]
-        return _severe(ctx)(f"{what} does not exist on {_named(hosts)}: the ranks there fail "
-                            "at once (`No such file or directory`)", "put the environment and "
-                            "the launch folder on a file system every node mounts (not /tmp "
-                            "or a node-local disk)", *evidence)
+        return mode_finding(_severe(ctx), "launch.remote-paths-missing",
+                            f"{what} does not exist on {_named(hosts)}: the ranks there fail "
+                            "at once (`No such file or directory`)", *evidence,
+                            here="put the environment and the launch folder on a file system "
+                            "every node mounts (not /tmp or a node-local disk)")
     return ok(f"{python or 'the interpreter'} and {folder} exist on all "
               f"{len(found.answered)} hosts", *evidence)
 
@@ -173,27 +190,31 @@ def hosts_master(ctx: Context):
     evidence = [why, _how(found)] + [f"{h}: {value} -> {', '.join(a['addresses'])} via "
                                      f"{a['interface']}" for h, a in list(answers.items())[:8]]
     if unresolved:
-        return _severe(ctx)(f"{shown} does not resolve on {_named(unresolved)}: the ranks there "
-                            "cannot find the rendezvous", "use a name every node resolves "
-                            "(the first node as `scontrol show hostnames` prints it) or its "
-                            "address", *evidence)
+        return mode_finding(_severe(ctx), "launch.master-addr-other-hosts",
+                            f"{shown} does not resolve on {_named(unresolved)}: the ranks there "
+                            "cannot find the rendezvous", *evidence, here="use a name every "
+                            "node resolves (the first node as `scontrol show hostnames` prints "
+                            "it) or its address")
     if loopback:
-        return _severe(ctx)(f"{shown} is loopback on {_named(loopback)}: those hosts meet "
-                            "themselves and wait for ranks that never come", "set MASTER_ADDR "
-                            "to the first node's fabric address or name", *evidence)
+        return mode_finding(_severe(ctx), "launch.store-unreachable",
+                            f"{shown} is loopback on {_named(loopback)}: those hosts meet "
+                            "themselves and wait for ranks that never come", *evidence,
+                            here="set MASTER_ADDR to the first node's fabric address or name")
     distinct = {tuple(a["addresses"]) for a in answers.values()}
     if len(distinct) > 1:
-        return _severe(ctx)(f"{shown} resolves to different addresses on different hosts "
-                            f"({'; '.join(', '.join(d) for d in sorted(distinct))})",
-                            "use the first node's address rather than a name with per-host "
-                            "/etc/hosts entries", *evidence)
+        return mode_finding(_severe(ctx), "launch.master-addr-other-hosts",
+                            f"{shown} resolves to different addresses on different hosts "
+                            f"({'; '.join(', '.join(d) for d in sorted(distinct))})", *evidence,
+                            here="use the first node's address rather than a name with per-host "
+                            "/etc/hosts entries")
     if other_route:
         chosen = _setting(ctx, "GLOO_SOCKET_IFNAME") or _setting(ctx, "NCCL_SOCKET_IFNAME")
-        return warn(f"{_named(other_route)} reach {shown} through an interface that "
-                    f"{chosen.shown()} does not select: the rendezvous and the ranks' sockets "
-                    "take different networks (a firewall between them hangs the job)",
-                    f"use the first node's address on the {chosen.name} interface as "
-                    "MASTER_ADDR", *evidence)
+        return mode_finding(warn, "launch.rdzv-wrong-interface",
+                            f"{_named(other_route)} reach {shown} through an interface that "
+                            f"{chosen.shown()} does not select: the rendezvous and the ranks' "
+                            "sockets take different networks (a firewall between them hangs "
+                            "the job)", *evidence, here=f"use the first node's address on the "
+                            f"{chosen.name} interface as MASTER_ADDR")
     return ok(f"{shown} resolves to {', '.join(next(iter(distinct)))} on all "
               f"{len(answers)} hosts", *evidence)
 

@@ -81,20 +81,24 @@ def srun_plugins(ctx: Context):
                 f"plugin in use: {chosen} ({origin})"]
     kinds = listing.kinds
     if slurm.normalize_plugin(chosen) not in kinds:
-        return _severe(ctx)(f"srun will use --mpi={chosen}, which this Slurm does not offer",
-                            f"export SLURM_MPI_TYPE={_first_offered(kinds)}", *evidence)
+        summary = f"srun will use --mpi={chosen}, which this Slurm does not offer"
+        here = f"export SLURM_MPI_TYPE={_first_offered(kinds)}"
+        if slurm.normalize_plugin(chosen) == "pmix":
+            return mode_finding(_severe(ctx), "mpi.srun-pmix-plugin-missing", summary,
+                                *evidence, here=here)
+        return _severe(ctx)(summary, here, *evidence)
     if "pmix" in kinds:
         lib = slurm.find_pmix_library(ctx)
         if lib.plugin:
             evidence.append(f"pmix plugin: {lib.plugin}")
         if lib.found is None:
             finding = _severe(ctx) if slurm.normalize_plugin(chosen) == "pmix" else warn
-            return finding("srun lists pmix, but the PMIx library its plugin loads is missing: "
-                           "`srun --mpi=pmix` fails (\"can not load PMIx library\")",
-                           "install the PMIx library Slurm was built against (Debian/Ubuntu: "
-                           "`apt-get install libpmix-dev`), or use an MPI/plugin pair without "
-                           "PMIx (MPICH + --mpi=pmi2)", *evidence,
-                           "looked for: " + ", ".join(lib.wanted))
+            return mode_finding(finding, "mpi.srun-pmix-plugin-missing",
+                                "srun lists pmix, but the PMIx library its plugin loads is "
+                                "missing: `srun --mpi=pmix` fails (\"can not load PMIx library\")",
+                                *evidence, "looked for: " + ", ".join(lib.wanted),
+                                here="`apt-get install libpmix-dev` provides "
+                                + " or ".join(lib.wanted) if lib.wanted else ())
         evidence.append(f"PMIx library: {lib.found}")
     return ok("srun offers " + ", ".join(sorted(kinds)) + f"; in use: {chosen}", *evidence)
 

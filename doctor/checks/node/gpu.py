@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from dsenv.doctor.catalogue import mode_finding, mode_id
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.facts.gpu import inventory as probe
@@ -86,13 +87,54 @@ def gpu_expectation(ctx: Context) -> GpuExpectation:
                           "torch build says whether the job needs a GPU")
 
 
-def _tool_finding(ctx: Context, outcome: probe.ToolOutcome, error_fix: str):
+def _in_container(ctx: Context) -> bool:
+    return bool(ctx.env.get("APPTAINER_CONTAINER") or ctx.env.get("SINGULARITY_CONTAINER")
+                or ctx.path("/.singularity.d").exists() or ctx.path("/.dockerenv").exists())
+
+
+def _nvidia_mode(ctx: Context, outcome: probe.ToolOutcome) -> str:
+    """The catalogue mode nvidia-smi's failure names, "" when its message names none."""
+    text = outcome.detail
+    if outcome.status == "hung" or re.search(r"fallen off the bus|GPU is lost|Unable to "
+                                             r"determine the device handle", text, re.I):
+        return mode_id("gpu.fallen-off-bus")
+    if re.search(r"Driver/library version mismatch", text, re.I):
+        return mode_id("gpu.driver-library-mismatch")
+    if re.search(r"libnvidia-ml|NVML Shared Library Not Found", text, re.I):
+        return (mode_id("container.ldcache-missing-driver-libs") if _in_container(ctx)
+                else mode_id("container.host-driver-missing"))
+    if re.search(r"couldn't communicate with the NVIDIA driver", text, re.I):
+        return mode_id("gpu.driver-module-not-loaded")
+    return ""
+
+
+def _rocm_mode(ctx: Context, outcome: probe.ToolOutcome) -> str:
+    """The catalogue mode a ROCm tool's failure names, "" when its message names none."""
+    text = outcome.detail
+    if not ctx.path("/dev/kfd").exists():
+        return mode_id("rocm.kfd-device-missing")
+    if re.search(r"/dev/kfd.*Permission denied|Permission denied.*kfd", text, re.I | re.S):
+        return mode_id("rocm.kfd-permission-denied")
+    if re.search(r"not supported in kfd|HSA_STATUS_ERROR_OUT_OF_RESOURCES|/dev/kfd.*Cannot "
+                 r"allocate memory", text, re.I | re.S):
+        return mode_id("rocm.gpu-not-supported-by-kfd")
+    return ""
+
+
+def _tool_finding(ctx: Context, outcome: probe.ToolOutcome, error_fix: str, known: str = ""):
+    """``known``: the catalogue mode the tool's failure names ("" for none)."""
     timeout = ctx.options.probe_timeout
     if outcome.status == "hung":
-        return fail(f"{outcome.tool} did not answer within {timeout:g} s (driver hung? GPU "
-                    "fallen off the bus?)", HANG_FIX, outcome.detail)
+        summary = (f"{outcome.tool} did not answer within {timeout:g} s (driver hung? GPU "
+                   "fallen off the bus?)")
+        if known:
+            return mode_finding(fail, known, summary, outcome.detail, here=HANG_FIX)
+        return fail(summary, HANG_FIX, outcome.detail)
     if outcome.status == "error":
         finding = fail if ctx.is_compute else warn
+        if known:
+            return mode_finding(finding, known, f"{outcome.tool} failed", outcome.detail,
+                                here=error_fix)
         return finding(f"{outcome.tool} failed", error_fix, outcome.detail)
     if outcome.listed == 0:  # it ran and named no GPU: nothing vouched for (gpu.devices judges)
         return info(f"{outcome.tool} answered in {outcome.seconds:.2f} s but listed no GPU")
@@ -105,7 +147,8 @@ def nvidia_smi(ctx: Context):
     if not outcome.found:
         return skip("no NVIDIA driver: nvidia-smi is not on PATH")
     return _tool_finding(ctx, outcome, "load the NVIDIA kernel module or ask the admins: "
-                         "`nvidia-smi` must list the GPUs before CUDA can use them")
+                         "`nvidia-smi` must list the GPUs before CUDA can use them",
+                         _nvidia_mode(ctx, outcome) if outcome.status != "ok" else "")
 
 
 @check("gpu.rocm", "AMD GPU tools (amd-smi, rocminfo, rocm-smi)")
@@ -120,7 +163,8 @@ def rocm_tools(ctx: Context):
         return ok("; ".join(f"{o.tool}: {o.detail}" for o in tools))
     worst = next((o for o in bad if o.status == "hung"), bad[0])
     return _tool_finding(ctx, worst, "check the amdgpu driver (`lsmod | grep amdgpu`) and that "
-                         "you may open /dev/kfd (group `render`/`video`)")
+                         "you may open /dev/kfd (group `render`/`video`)",
+                         _rocm_mode(ctx, worst) if worst.status == "error" else "")
 
 
 def _describe(gpus: list[probe.Gpu]) -> list[str]:
@@ -150,12 +194,15 @@ def devices(ctx: Context):
         expect = gpu_expectation(ctx)
         if expect.expected is False:
             return ok(f"no GPU visible, none needed: a CPU job ({expect.reason})" + hidden)
+        # a driver (or GPUs hidden) here: the job was given none; no driver: the wrong node
+        driver = view.physical or any(o.found for o in probe.inventory(ctx).tools)
+        known = mode_id("gpu.no-visible-gpu") if driver else mode_id("gpu.no-gpu-on-node")
         if expect.expected is None:
-            return warn("no GPU visible on a compute target" + hidden, UNKNOWN_FIX,
-                        expect.reason, *tools)
+            return mode_finding(warn, known, "no GPU visible on a compute target" + hidden,
+                                expect.reason, *tools, here=UNKNOWN_FIX)
         fix = ALLOCATED_FIX if expect.reason.startswith("Slurm") else NO_GPU_FIX
-        return fail(f"no GPU visible, but the job expects GPUs ({expect.reason})" + hidden,
-                    fix, *tools)
+        return mode_finding(fail, known, f"no GPU visible, but the job expects GPUs "
+                            f"({expect.reason})" + hidden, *tools, here=fix)
     lines = _describe(gpus)
     wanted = ctx.options.gpus_per_node
     if ctx.is_compute and wanted and len(gpus) < wanted:
@@ -186,10 +233,12 @@ def visible_devices(ctx: Context):
         if expect.expected is False:  # hiding them is how a CPU job keeps off the GPUs
             return info(f"{setting} hides every GPU: a CPU job ({expect.reason})", present)
     if view.unknown:
-        return finding(f"{setting} names device(s) that do not exist: {', '.join(view.unknown)}; "
-                       f"the runtime stops there and sees {len(view.gpus)} GPU(s)",
-                       "unset it inside Slurm jobs (Slurm sets it per task) or list indices/"
-                       "UUIDs from `nvidia-smi -L`", present)
+        return mode_finding(finding, "gpu.visible-devices-remapped",
+                            f"{setting} names device(s) that do not exist: "
+                            f"{', '.join(view.unknown)}; the runtime stops there and sees "
+                            f"{len(view.gpus)} GPU(s)", present,
+                            here="unset it inside Slurm jobs (Slurm sets it per task) or list "
+                            "indices/UUIDs from `nvidia-smi -L`")
     if not view.gpus:
         return finding(f"{setting} hides every GPU", "unset it or name the GPUs to use, "
                        "e.g. `export CUDA_VISIBLE_DEVICES=0,1`", present)

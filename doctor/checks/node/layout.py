@@ -7,6 +7,7 @@ thread per CPU it may run on in every rank unless OMP_NUM_THREADS says otherwise
 
 from __future__ import annotations
 
+from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.facts.gpu import modes as gpumodes
@@ -52,20 +53,23 @@ def compute_mode(ctx: Context):
     ranks = joblayout.ranks_per_node(ctx)
     evidence.append(f"ranks per node: {ranks.value or '?'} ({ranks.source})")
     if ranks.value and ranks.value > gpus:
-        return _severe(ctx)(
+        return mode_finding(
+            _severe(ctx), "gpu.exclusive-process-mode",
             f"{ranks.value} ranks per node on {gpus} GPU(s) in Exclusive_Process mode: the "
             "second rank on a GPU fails with 'all CUDA-capable devices are busy or "
-            "unavailable'", EXCLUSIVE_FIX.format(gpus=gpus), *evidence)
+            "unavailable'", *evidence, here=EXCLUSIVE_FIX.format(gpus=gpus))
     apps, result = gpumodes.compute_apps(ctx)
     taken_uuids = {m.uuid for m in exclusive if m.uuid}
     taken = [a for a in apps if a.gpu_uuid in taken_uuids or not taken_uuids]
     if taken:
-        return _severe(ctx)(
+        return mode_finding(
+            _severe(ctx), "gpu.exclusive-process-mode",
             f"{len(taken)} process(es) already hold a GPU in Exclusive_Process mode: a rank "
             "placed there fails with 'all CUDA-capable devices are busy or unavailable'",
-            "stop the leftover processes (`nvidia-smi --query-compute-apps=pid,process_name "
-            "--format=csv` lists them) or keep the job off the node: "
-            "`sbatch --exclude=$(hostname)`", *evidence, *[a.describe() for a in taken])
+            *evidence, *[a.describe() for a in taken],
+            here="stop the leftover processes (`nvidia-smi --query-compute-apps=pid,"
+            "process_name --format=csv` lists them) or keep the job off the node: "
+            "`sbatch --exclude=$(hostname)`")
     if not result.ok:
         evidence.append("processes on the GPUs unknown: " + result.describe())
     return info(f"{len(exclusive)} of {gpus} GPU(s) in Exclusive_Process mode: one rank per "
@@ -77,6 +81,9 @@ def _omp_threads(value: str) -> int | None:
     """OMP_NUM_THREADS '8' -> 8; OpenMP's nested list '8,2' -> 8 (the outer level)."""
     first = value.split(",", 1)[0].strip()
     return int(first) if first.isdigit() and int(first) > 0 else None
+
+
+OVERSUBSCRIBED = "system.omp-oversubscription"  # the catalogue mode of the thread warnings
 
 
 @check("system.threads", "OpenMP threads per rank (OMP_NUM_THREADS)")
@@ -105,19 +112,23 @@ def threads(ctx: Context):
             return Finding(Status.INFO, "OMP_NUM_THREADS unset: srun gives each rank its own "
                            f"{per_rank} CPU(s) and OpenMP sizes itself to them when Slurm binds "
                            "tasks; Slurm's docs still ask for it to be set", tuple(evidence), fix)
-        return warn(f"OMP_NUM_THREADS unset with {count} ranks per node: each rank starts one "
-                    f"OpenMP thread per CPU it may run on ({count} x {share.available} threads "
-                    f"on {share.available} CPUs)", fix, *evidence)
+        return mode_finding(warn, OVERSUBSCRIBED,
+                            f"OMP_NUM_THREADS unset with {count} ranks per node: each rank "
+                            "starts one OpenMP thread per CPU it may run on "
+                            f"({count} x {share.available} threads on {share.available} CPUs)",
+                            *evidence, here=fix)
     shown = show_variable("OMP_NUM_THREADS", value)
     wanted = _omp_threads(value)
     if wanted is None:
-        return warn(f"{shown} is not a positive thread count: OpenMP ignores it and starts "
-                    "one thread per CPU", fix, *evidence)
+        return mode_finding(warn, OVERSUBSCRIBED, f"{shown} is not a positive thread count: "
+                            "OpenMP ignores it and starts one thread per CPU", *evidence,
+                            here=fix)
     if wanted > per_rank:
-        return warn(f"{shown} x {count} rank(s) per node = {wanted * count} threads on "
-                    f"{per_rank * count if share.per_rank else share.available} CPU(s): the node "
-                    "is oversubscribed and CPU work (data loading, cpu_adam) slows down",
-                    fix, *evidence)
+        return mode_finding(warn, OVERSUBSCRIBED,
+                            f"{shown} x {count} rank(s) per node = {wanted * count} threads on "
+                            f"{per_rank * count if share.per_rank else share.available} CPU(s): "
+                            "the node is oversubscribed and CPU work (data loading, cpu_adam) "
+                            "slows down", *evidence, here=fix)
     if wanted == 1 and per_rank >= 4:
         return Finding(Status.INFO, f"{shown} leaves {per_rank - 1} of the {per_rank} CPUs of "
                        "each rank idle for CPU work (DeepSpeed's cpu_adam under ZeRO-Offload "

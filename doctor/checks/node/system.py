@@ -10,6 +10,7 @@ import psutil
 from packaging.version import Version
 
 from dsenv.data import load_table
+from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.checks.node.gpu import slurm_gpu_variables
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
@@ -33,10 +34,12 @@ def operating_system(ctx: Context):
     libc, libc_version = platform.libc_ver()
     minimum = load_table("dsenv.envs", "training_stack.toml")["system"]["min_glibc"]
     if libc == "glibc" and Version(libc_version) < Version(minimum):
-        return warn(f"{summary}; glibc {libc_version} is older than {minimum}: current PyTorch "
-                    "wheels (manylinux_2_28) will not install or load",
-                    "run in a container with a newer OS (`dsenv provision --kind container`) "
-                    "or use a conda environment, which brings its own libraries")
+        return mode_finding(warn, "loader.glibc-too-old",
+                            f"{summary}; glibc {libc_version} is older than {minimum}: current "
+                            "PyTorch wheels (manylinux_2_28) will not install or load",
+                            here="run in a container with a newer OS (`dsenv provision --kind "
+                            "container`) or use a conda environment, which brings its own "
+                            "libraries")
     return ok(f"{summary}, {libc} {libc_version}".rstrip(", "))
 
 
@@ -64,9 +67,12 @@ def cpu_flags(ctx: Context):
     has_avx2 = "avx2" in cpu.flags
     simd = "AVX-512" if has_avx512 else "AVX2" if has_avx2 else "no AVX2"
     if not has_avx2:
-        return warn(f"{summary}; {simd}: DeepSpeed's cpu_adam falls back to slow scalar code",
-                    "run CPU-offload jobs (zero3-offload) on nodes with AVX2 or AVX-512",
-                    "flags seen: " + " ".join(sorted(f for f in cpu.flags if f.startswith(("sse", "avx")))))
+        return mode_finding(warn, "system.cpu-lacks-isa",
+                            f"{summary}; {simd}: DeepSpeed's cpu_adam falls back to slow scalar "
+                            "code", "flags seen: " + " ".join(
+                                sorted(f for f in cpu.flags if f.startswith(("sse", "avx")))),
+                            here="run CPU-offload jobs (zero3-offload) on nodes with AVX2 or "
+                            "AVX-512")
     return ok(f"{summary}, {simd}")
 
 
@@ -75,8 +81,10 @@ def memory(ctx: Context):
     mem = psutil.virtual_memory()
     summary = f"{mem.total / GIB:.1f} GiB total, {mem.available / GIB:.1f} GiB available"
     if ctx.is_compute and mem.total < LOW_MEMORY_BYTES:
-        return warn(summary + ": little for DeepSpeed CPU offload and data loading",
-                    "request more memory (`#SBATCH --mem=...`) or avoid the *-offload presets")
+        return mode_finding(warn, "system.host-oom-killed",
+                            summary + ": little for DeepSpeed CPU offload and data loading",
+                            here="request more memory (`#SBATCH --mem=...`) or avoid the "
+                            "*-offload presets")
     return ok(summary)
 
 
@@ -88,21 +96,25 @@ def shm_size(ctx: Context) -> int | None:
     return stats.f_frsize * stats.f_blocks
 
 
+SHM = "system.shm-too-small"  # the catalogue mode of every system.shm failure
+
+
 @check("system.shm", "/dev/shm size")
 def dev_shm(ctx: Context):
     size = shm_size(ctx)
     if size is None:
-        return fail("/dev/shm is missing", "mount a tmpfs on /dev/shm (containers: --shm-size=8g "
-                    "for Docker, or bind the host's /dev/shm)")
+        return mode_finding(fail, SHM, "/dev/shm is missing", here="mount a tmpfs on /dev/shm "
+                            "(containers: --shm-size=8g for Docker, or bind the host's /dev/shm)")
     human = f"{size / GIB:.2f} GiB" if size >= GIB else f"{size >> 20} MiB"
     fix = ("give the container a bigger /dev/shm: `docker run --shm-size=8g`, or bind the "
            "host's: `-B /dev/shm` (Singularity/Apptainer)")
     if size < SHM_FAIL_BYTES:
         finding = fail if ctx.is_compute else warn
-        return finding(f"/dev/shm is {human}: NCCL and DataLoader workers fail with 'No space "
-                       "left on device' or bus errors", fix)
+        return mode_finding(finding, SHM, f"/dev/shm is {human}: NCCL and DataLoader workers "
+                            "fail with 'No space left on device' or bus errors", here=fix)
     if size < SHM_WARN_BYTES:
-        return warn(f"/dev/shm is {human}; multi-GPU jobs need several GiB", fix)
+        return mode_finding(warn, SHM, f"/dev/shm is {human}; multi-GPU jobs need several GiB",
+                            here=fix)
     return ok(f"/dev/shm is {human}")
 
 
@@ -120,12 +132,13 @@ def memlock(ctx: Context):
     devices = rdma_devices(ctx)
     if not devices:
         return info(f"ulimit -l is {shown}; no RDMA devices here, so it does not matter")
-    return (fail if ctx.is_compute else warn)(
+    return mode_finding(
+        fail if ctx.is_compute else warn, "comm.memlock-low",
         f"ulimit -l is {shown} with RDMA devices present: NCCL cannot register memory for "
-        "InfiniBand/RoCE and falls back to sockets or fails",
-        "ask the admins for `* - memlock unlimited` in /etc/security/limits.conf and "
-        "PropagateResourceLimitsExcept=MEMLOCK in slurm.conf; in a batch script `ulimit -l unlimited`",
-        "RDMA devices: " + ", ".join(devices))
+        "InfiniBand/RoCE and falls back to sockets or fails", "RDMA devices: " + ", ".join(devices),
+        here="ask the admins for `* - memlock unlimited` in /etc/security/limits.conf and "
+        "PropagateResourceLimitsExcept=MEMLOCK in slurm.conf; in a batch script `ulimit -l "
+        "unlimited`")
 
 
 @check("system.slurm", "Slurm allocation")
@@ -157,6 +170,14 @@ def slurm(ctx: Context):
             return warn(f"{summary}, but {planned} ranks are planned (one per GPU)",
                         f"`#SBATCH --ntasks-per-node={o.gpus_per_node}` so srun starts {planned} ranks",
                         *evidence)
+    per_task = alloc.integer("SLURM_CPUS_PER_TASK")
+    if per_task and per_task > 1 and "SRUN_CPUS_PER_TASK" not in ctx.env \
+            and "SLURM_STEP_ID" not in ctx.env and o.launcher in (None, "srun"):
+        # the batch step: a step srun starts from here gets 1 CPU per task (Slurm >= 22.05)
+        return mode_finding(warn, "job.srun-cpus-per-task-dropped",
+                            f"{summary}, --cpus-per-task={per_task} but SRUN_CPUS_PER_TASK is "
+                            "unset: srun (Slurm 22.05 and later) gives each rank one CPU",
+                            *evidence, here=f"export SRUN_CPUS_PER_TASK={per_task}")
     return ok(summary, *evidence)
 
 
@@ -166,4 +187,15 @@ def container(ctx: Context):
     if found is None:
         return info("not inside a container")
     name, evidence = found
+    if "apptainer" in name.lower() or "singularity" in name.lower():
+        gpus = [d for d in ("/dev/nvidia0", "/dev/kfd") if ctx.path(d).exists()]
+        libs = ctx.path("/.singularity.d/libs")
+        bound = libs.is_dir() and any(libs.iterdir())
+        if gpus and not bound:  # the host's GPUs are there, its driver libraries are not
+            flag = "--rocm" if gpus[0] == "/dev/kfd" else "--nv"
+            return mode_finding(warn, "container.apptainer-no-nv",
+                                f"inside a {name} container started without {flag}: {gpus[0]} "
+                                "is here but no driver library was bound (/.singularity.d/libs "
+                                "is empty): training runs on the CPU", evidence,
+                                here=f"`apptainer exec {flag} IMAGE ...` (the flag before the image)")
     return info(f"inside a {name} container", evidence)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fix_actions
 from dsenv.doctor.registry import check
@@ -60,15 +61,18 @@ def extension_locks(ctx: Context):
     if mount is not None and mount.shared and oldest < STALE_ON_SHARED_FS:
         action = fix_actions.remove_locks(paths, f"on {mount.fstype} a job on another node "
                                           "may hold it")
-        return warn(f"build lock of {ops} held by no process on this node "
-                    f"({ext.describe_age(oldest)} old); on {mount.fstype} a job on another "
-                    "node may still be building", fix + " once no job on any node builds it",
-                    *evidence, f"{root.scan} is on {mount.describe()}", LOCK_SOURCE,
-                    action=action)
+        return mode_finding(warn, "jit.stale-extension-lock",
+                            f"build lock of {ops} held by no process on this node "
+                            f"({ext.describe_age(oldest)} old); on {mount.fstype} a job on "
+                            "another node may still be building", *evidence,
+                            f"{root.scan} is on {mount.describe()}", LOCK_SOURCE,
+                            here=fix + " once no job on any node builds it", action=action)
     action = fix_actions.remove_locks(paths)
-    return fail(f"stale JIT build lock of {ops} ({ext.describe_age(oldest)} old, no build "
-                "holds it): the next job that loads it waits forever after 'Using ... as "
-                "PyTorch extensions root...'", fix, *evidence, LOCK_SOURCE, action=action)
+    return mode_finding(fail, "jit.stale-extension-lock",
+                        f"stale JIT build lock of {ops} ({ext.describe_age(oldest)} old, no "
+                        "build holds it): the next job that loads it waits forever after "
+                        "'Using ... as PyTorch extensions root...'", *evidence, LOCK_SOURCE,
+                        here=fix, action=action)
 
 
 def _extensions_target(ctx: Context) -> str:
@@ -97,18 +101,23 @@ def extensions_dir(ctx: Context):
         evidence.append("TORCH_EXTENSIONS_DIR unset: every environment with this Python and "
                         "CUDA/ROCm shares the folder")
     if not state.writable:
-        return fail(f"the extensions folder {root.path} cannot be written: the first JIT build "
-                    "stops with PermissionError", fix, *evidence,
-                    "source: https://github.com/deepspeedai/DeepSpeed/issues/2244", action=action)
+        return mode_finding(fail, "jit.extensions-dir-not-writable",
+                            f"the extensions folder {root.path} cannot be written: the first "
+                            "JIT build stops with PermissionError", *evidence,
+                            "source: https://github.com/deepspeedai/DeepSpeed/issues/2244",
+                            here=fix, action=action)
     if state.foreign_owner:
-        return warn(f"{root.path} belongs to uid {state.owner}, not to you (uid "
-                    f"{os.geteuid()}): builds and locks there are another user's", fix,
-                    *evidence, action=action)
+        return mode_finding(warn, "jit.extensions-dir-not-writable",
+                            f"{root.path} belongs to uid {state.owner}, not to you (uid "
+                            f"{os.geteuid()}): builds and locks there are another user's",
+                            *evidence, here=fix, action=action)
     if state.mount is not None and state.mount.shared:
-        return warn(f"{root.path} is on {state.mount.fstype}: jobs on every node build into "
-                    "and load from one folder (racing builds, half-written .so files)", fix,
-                    *evidence, "source: https://github.com/huggingface/transformers/pull/12723",
-                    action=action)
+        return mode_finding(warn, "jit.extensions-dir-shared",
+                            f"{root.path} is on {state.mount.fstype}: jobs on every node build "
+                            "into and load from one folder (racing builds, half-written .so "
+                            "files)", *evidence,
+                            "source: https://github.com/huggingface/transformers/pull/12723",
+                            here=fix, action=action)
     where = state.mount.fstype if state.mount is not None else "file system unknown"
     return ok(f"{root.path}: writable, yours, node-local ({where})", *evidence)
 
@@ -143,17 +152,23 @@ def ninja(ctx: Context):
                     run.describe())
     installed = _installed_ninja(ctx, env)
     if installed is not None:
-        return fail(f"ninja is installed ({installed}) but not on the job's PATH: JIT builds "
-                    "stop with 'Ninja is required to load C++ extensions'",
-                    f"export PATH={installed.parent}:$PATH", f"PATH={ctx.env.get('PATH', '')}",
-                    f"{installed.parent} is the environment's: it is not activated in the job",
-                    "source: https://github.com/deepspeedai/DeepSpeed/issues/1687")
-    return warn("no ninja on PATH or in the environment: ops that are not precompiled cannot "
-                "be JIT-built ('Ninja is required to load C++ extensions')",
-                f"{python} -m pip install ninja", f"PATH={ctx.env.get('PATH', '')}")
+        return mode_finding(fail, "jit.ninja-missing",
+                            f"ninja is installed ({installed}) but not on the job's PATH: JIT "
+                            "builds stop with 'Ninja is required to load C++ extensions'",
+                            f"PATH={ctx.env.get('PATH', '')}",
+                            f"{installed.parent} is the environment's: it is not activated in "
+                            "the job", "source: https://github.com/deepspeedai/DeepSpeed/issues/1687",
+                            here=f"export PATH={installed.parent}:$PATH")
+    return mode_finding(warn, "jit.ninja-missing",
+                        "no ninja on PATH or in the environment: ops that are not precompiled "
+                        "cannot be JIT-built ('Ninja is required to load C++ extensions')",
+                        f"PATH={ctx.env.get('PATH', '')}", here=f"{python} -m pip install ninja")
 
 
 # -- torch: CUDA libraries shadowed by LD_LIBRARY_PATH -----------------------------------------
+
+
+SHADOWS = "torch.ld-library-path-shadows-cuda"  # the catalogue mode every failure reports
 
 
 @check("torch.library-path", "CUDA libraries on LD_LIBRARY_PATH")
@@ -185,24 +200,28 @@ def library_path(ctx: Context):
     source = "source: https://github.com/pytorch/pytorch/issues/91067"
     python = target_env.environment(ctx).python
     if python is None:
-        return fail(f"LD_LIBRARY_PATH has other versions of {names}: the loader takes them "
-                    "before torch's own", fix, *evidence, source)
+        return mode_finding(fail, SHADOWS, f"LD_LIBRARY_PATH has other versions of {names}: "
+                            "the loader takes them before torch's own", *evidence, source,
+                            here=fix)
     tried = libshadow.import_torch(ctx, python, differing)
     if tried.ran and tried.error:
-        return fail(f"`import torch` fails: {tried.error}", fix, *evidence, source)
+        return mode_finding(fail, SHADOWS, f"`import torch` fails: {tried.error}", *evidence,
+                            source, here=fix)
     if not tried.ran:
-        return fail(f"LD_LIBRARY_PATH has other versions of {names}: the loader takes them "
-                    "before torch's own", fix, *evidence,
-                    f"`import torch` could not confirm it: {tried.error}", source)
+        return mode_finding(fail, SHADOWS, f"LD_LIBRARY_PATH has other versions of {names}: "
+                            "the loader takes them before torch's own", *evidence,
+                            f"`import torch` could not confirm it: {tried.error}", source,
+                            here=fix)
     loaded = libshadow.loaded_from_path(tried, differing)
     if loaded:
-        return fail(f"torch loads {', '.join(Path(p).name for p in loaded)} from "
-                    "LD_LIBRARY_PATH, not its own: undefined symbols or CUBLAS errors follow",
-                    fix, *evidence, *(f"mapped by `import torch`: {p}" for p in loaded),
-                    source)
-    return warn(f"LD_LIBRARY_PATH has other versions of {names}; `import torch` took its own "
-                "now, but ops and libraries that load them by name get the others", fix,
-                *evidence, source)
+        return mode_finding(fail, SHADOWS, f"torch loads {', '.join(Path(p).name for p in loaded)} "
+                            "from LD_LIBRARY_PATH, not its own: undefined symbols or CUBLAS "
+                            "errors follow", *evidence,
+                            *(f"mapped by `import torch`: {p}" for p in loaded), source,
+                            here=fix)
+    return mode_finding(warn, SHADOWS, f"LD_LIBRARY_PATH has other versions of {names}; "
+                        "`import torch` took its own now, but ops and libraries that load them "
+                        "by name get the others", *evidence, source, here=fix)
 
 
 # -- cache: file locks, Triton, MIOpen ----------------------------------------------------------
@@ -276,20 +295,24 @@ def flock(ctx: Context):
         folder, test, mount = broken[0]
         fatal, consequence = lock_consequence(test.flock, _filelock(ctx))
         where = f" ({mount.fstype})" if mount is not None else ""
-        finding = fail if fatal else warn
-        return finding(f"flock fails in the {folder.role} {folder.path}{where}, "
-                       f"[Errno {test.flock}] {os.strerror(test.flock)}: {consequence}",
-                       f"export {folder.variable}={HF_MOVE[folder.variable]}", *evidence,
-                       "node-local disk (/tmp) has working flock",
-                       "source: https://github.com/huggingface/huggingface_hub/issues/2399")
+        return mode_finding(fail if fatal else warn,
+                            "cache.datasets-lock-hang" if folder.role == "datasets cache"
+                            else "cache.hub-no-flock",
+                            f"flock fails in the {folder.role} {folder.path}{where}, "
+                            f"[Errno {test.flock}] {os.strerror(test.flock)}: {consequence}",
+                            *evidence, "node-local disk (/tmp) has working flock",
+                            "source: https://github.com/huggingface/huggingface_hub/issues/2399",
+                            here=f"export {folder.variable}={HF_MOVE[folder.variable]}")
     refused = [(f, m) for f, _, m in untested if m is not None and m.lock_scope() == "none"]
     if refused:
         folder, mount = refused[0]
         fatal, consequence = lock_consequence(errno.ENOSYS, _filelock(ctx))
-        return (fail if fatal else warn)(
-            f"the {folder.role} {folder.path} is on {mount.fstype} mounted without flock, "
-            f"where flock() fails with ENOSYS: {consequence}",
-            f"export {folder.variable}={HF_MOVE[folder.variable]}", *evidence)
+        return mode_finding(fail if fatal else warn,
+                            "cache.datasets-lock-hang" if folder.role == "datasets cache"
+                            else "cache.hub-no-flock",
+                            f"the {folder.role} {folder.path} is on {mount.fstype} mounted "
+                            f"without flock, where flock() fails with ENOSYS: {consequence}",
+                            *evidence, here=f"export {folder.variable}={HF_MOVE[folder.variable]}")
     if len(untested) == len(folders):
         timeouts = [t for _, t, _ in untested if t.error and "no answer" in t.error]
         if timeouts:
@@ -305,29 +328,35 @@ def flock(ctx: Context):
     return ok("flock works in every Hugging Face cache folder", *evidence)
 
 
-def _folder_finding(states, fix: str, what: str, source: str, lock_what: str = ""):
+def _folder_finding(states, fix: str, what: str, source: str, lock_what: str = "", *,
+                    unwritable_mode: str, shared_mode: str):
     """The common verdict for compiler caches: unwritable (or, with ``lock_what``, POSIX
-    locks failing) fails; another owner or a shared file system warns; None when healthy."""
+    locks failing) fails; another owner or a shared file system warns; None when healthy.
+    ``unwritable_mode`` (unwritable, locks failing, another owner) and ``shared_mode``: the
+    catalogue modes they report; ``fix``: this node's command ("here:")."""
     evidence = [s.describe() for s in states]
     for state in states:
         folder = state.folder
         if not state.writable:
-            return fail(f"the {folder.role} {folder.path} cannot be written: {what}", fix,
-                        *evidence, source)
+            return mode_finding(fail, unwritable_mode, f"the {folder.role} {folder.path} "
+                                f"cannot be written: {what}", *evidence, source, here=fix)
         if lock_what and state.test.lockf:
-            return fail(f"POSIX locks fail in the {folder.role} {folder.path} "
-                        f"({state.test.lock_error()}): {lock_what}", fix, *evidence, source)
+            return mode_finding(fail, unwritable_mode, f"POSIX locks fail in the {folder.role} "
+                                f"{folder.path} ({state.test.lock_error()}): {lock_what}",
+                                *evidence, source, here=fix)
     for state in states:
         if state.foreign_owner:
-            return warn(f"the {state.folder.role} {state.folder.path} belongs to uid "
-                        f"{state.owner}, not to you (uid {os.geteuid()}): its entries are "
-                        "another user's", fix, *evidence, source)
+            return mode_finding(warn, unwritable_mode, f"the {state.folder.role} "
+                                f"{state.folder.path} belongs to uid {state.owner}, not to you "
+                                f"(uid {os.geteuid()}): its entries are another user's",
+                                *evidence, source, here=fix)
     for state in states:
         if state.mount is not None and state.mount.shared:
             what = "network" if state.mount.kind == "network" else "FUSE"
-            return warn(f"the {state.folder.role} {state.folder.path} is on "
-                        f"{state.mount.fstype}, a {what} file system other nodes may share: "
-                        "ranks race on it", fix, *evidence, source)
+            return mode_finding(warn, shared_mode, f"the {state.folder.role} "
+                                f"{state.folder.path} is on {state.mount.fstype}, a {what} file "
+                                "system other nodes may share: ranks race on it", *evidence,
+                                source, here=fix)
     return None
 
 
@@ -340,7 +369,9 @@ def triton_dir(ctx: Context):
                                           {"TRITON_CACHE_DIR": "/tmp/$USER/triton"})
     finding = _folder_finding([state], "export TRITON_CACHE_DIR=/tmp/$USER/triton",
                               "compiling a Triton kernel fails with PermissionError",
-                              "source: https://github.com/triton-lang/triton/issues/2688")
+                              "source: https://github.com/triton-lang/triton/issues/2688",
+                              unwritable_mode="cache.triton-dir-foreign-owner",
+                              shared_mode="cache.triton-on-shared-fs")
     if finding is not None:  # a kernel cache: rebuilt on the node-local disk at no risk
         return replace(finding, action=action)
     return ok(f"{state.folder.path}: writable, yours, node-local", state.describe())
@@ -354,7 +385,9 @@ def miopen_db(ctx: Context):
     fix = "export MIOPEN_USER_DB_PATH=/tmp/$USER/miopen MIOPEN_CUSTOM_CACHE_DIR=/tmp/$USER/miopen"
     finding = _folder_finding(states, fix, "MIOpen fails with 'unable to open database file'",
                               "source: https://github.com/ROCm/MIOpen/issues/2214",
-                              lock_what="SQLite cannot lock MIOpen's database")
+                              lock_what="SQLite cannot lock MIOpen's database",
+                              unwritable_mode="cache.miopen-db-shared-fs",
+                              shared_mode="cache.miopen-db-shared-fs")
     if finding is not None:  # caches of tuning results and kernels: rebuilt at no risk
         return replace(finding, action=fix_actions.activate_exports(
             ctx, fix_actions.CACHE, {"MIOPEN_USER_DB_PATH": "/tmp/$USER/miopen",

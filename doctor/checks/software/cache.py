@@ -9,6 +9,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fix_actions
 from dsenv.doctor.registry import check
@@ -66,8 +67,9 @@ def hf_dirs(ctx: Context):
     broken = [(role, s) for role, s in states if not s.writable]
     if broken:
         role, state = broken[0]
-        return fail(f"the {role} {state.path} cannot be written: downloads and dataset "
-                    "caching fail", _move_fix(role, dirs), *evidence)
+        return mode_finding(fail, "cache.hf-home-not-writable",
+                            f"the {role} {state.path} cannot be written: downloads and dataset "
+                            "caching fail", *evidence, here=_move_fix(role, dirs))
     legacy = ctx.env.get("TRANSFORMERS_CACHE")
     if legacy and Path(legacy) != dirs.hub and _transformers_ignores_cache_var(ctx):
         return warn(f"TRANSFORMERS_CACHE={legacy} is ignored by transformers 5: models go to "
@@ -76,9 +78,10 @@ def hf_dirs(ctx: Context):
            if s.free_bytes is not None and s.free_bytes < MIN_FREE_BYTES]
     if low:
         role, state = low[0]
-        return warn(f"only {state.free_bytes / GIB:.1f} GiB free for the {role} {state.path}; "
-                    f"models and datasets need tens of GiB",
-                    _move_fix(role, dirs), *evidence)
+        return mode_finding(warn, "cache.home-quota",
+                            f"only {state.free_bytes / GIB:.1f} GiB free for the {role} "
+                            f"{state.path}; models and datasets need tens of GiB", *evidence,
+                            here=_move_fix(role, dirs))
     missing = [s.path for role, s in states if not s.exists and role != "HF_HOME"]
     if missing and ctx.is_compute:
         shown = " and ".join(map(str, missing))
@@ -114,6 +117,9 @@ def _repos_judged(ctx: Context, hub: Path) -> tuple[list[str], str]:
     return [*found, ""], f"every repository in {hub}{more}, and a new one"
 
 
+LOCK_PERMS = "cache.hub-shared-lock-perms"  # the catalogue mode of every cache.hf-repos failure
+
+
 def _unwritable(ctx: Context, bad: list[hfrepos.RepoWrites], me: str, evidence: list[str]):
     """A folder a download writes that this user cannot write fails (warns offline: the job
     only reads); another user's lock files alone warn (only a download of a file already
@@ -141,12 +147,15 @@ def _unwritable(ctx: Context, bad: list[hfrepos.RepoWrites], me: str, evidence: 
            "all belong to (`chgrp -R GROUP` on the same folders, and `chmod g+s` on them)")
     evidence = [*evidence, SHARED_CACHE_SOURCE]
     if not broken:
-        return warn(f"{what}: a download of a file already fetched (a new revision that "
-                    f"reuses it, a damaged blob fetched again) dies with {dies}", fix, *evidence)
+        return mode_finding(warn, LOCK_PERMS, f"{what}: a download of a file already fetched (a "
+                            "new revision that reuses it, a damaged blob fetched again) dies "
+                            f"with {dies}", *evidence, here=fix)
     if hfcache.offline_state(ctx.env).hub:
-        return warn(f"{what}: offline, the job only reads the cache, but a file missing from "
-                    f"it cannot be fetched there ({dies})", fix, *evidence)
-    return fail(f"{what}: a download dies with {dies}", fix, *evidence)
+        return mode_finding(warn, LOCK_PERMS, f"{what}: offline, the job only reads the cache, "
+                            f"but a file missing from it cannot be fetched there ({dies})",
+                            *evidence, here=fix)
+    return mode_finding(fail, LOCK_PERMS, f"{what}: a download dies with {dies}", *evidence,
+                        here=fix)
 
 
 @check("cache.hf-repos", "Repository folders a download writes")
@@ -191,8 +200,9 @@ def offline(ctx: Context):
         return info(f"login node: hub access expected here (libraries {mode})", *shown)
     if state.partial:
         online = "datasets" if state.hub else "huggingface_hub/transformers"
-        return warn(f"partly offline: {online} will still try to reach the hub",
-                    OFFLINE_FIX, *shown, action=_offline_action(ctx))
+        return mode_finding(warn, "cache.hf-online-on-offline-node",
+                            f"partly offline: {online} will still try to reach the hub", *shown,
+                            here=OFFLINE_FIX, action=_offline_action(ctx))
     if state.hub:
         return ok("offline mode set: from_pretrained and load_dataset read the cache only",
                   *shown)
@@ -200,9 +210,12 @@ def offline(ctx: Context):
     evidence = [*shown, reach.detail + (" (through the proxy)" if reach.via_proxy else "")]
     if reach.reachable:
         return ok(f"{reach.endpoint} reachable from this node", *evidence)
-    return fail(f"{reach.endpoint} unreachable and offline mode not set: the first "
-                "from_pretrained hangs on retries or crashes", OFFLINE_FIX, *evidence,
-                action=_offline_action(ctx))
+    # through a proxy the job's environment names: the proxy is what fails
+    return mode_finding(fail, "hf.proxy-required" if reach.via_proxy
+                        else "cache.hf-online-on-offline-node",
+                        f"{reach.endpoint} unreachable and offline mode not set: the first "
+                        "from_pretrained hangs on retries or crashes", *evidence,
+                        here=OFFLINE_FIX, action=_offline_action(ctx))
 
 
 def _offline_action(ctx: Context):
@@ -222,8 +235,9 @@ def assets(ctx: Context):
     missing = [item for asset in wanted for item in asset.missing_in(layout)]
     where = f"hub cache {layout.hub}, data sets {layout.saved}"
     if missing:
-        return fail(f"{len(missing)} of {workload}'s assets missing ({where})",
-                    f"on a login node: `dsenv fetch {workload}` (with the same HF_HOME/"
-                    "HF_HUB_CACHE/HF_DATASETS_CACHE as the job)", *missing)
+        return mode_finding(fail, "hf.offline-incomplete-snapshot",
+                            f"{len(missing)} of {workload}'s assets missing ({where})", *missing,
+                            here=f"on a login node: `dsenv fetch {workload}` (with the same "
+                            "HF_HOME/HF_HUB_CACHE/HF_DATASETS_CACHE as the job)")
     return ok(f"all {len(wanted)} assets of {workload} in the offline cache ({where})",
               *(asset.describe() for asset in wanted))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 
+from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.envs.training_stack import first_run_ops
 from dsenv.facts.python import deepspeed_info as dsi
-from dsenv.facts.python import target_env
+from dsenv.facts.python import dsconfig, target_env
 from dsenv.facts.python.torch_info import TorchBuild
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
 
@@ -84,6 +85,30 @@ def _compat_evidence(compat: dsi.Compatibility, ds: dsi.DeepSpeedInstall) -> lis
     return lines
 
 
+def _offload(ctx: Context) -> tuple[str, dict[str, str]]:
+    """(--deepspeed-config's path, {"param"/"optimizer": the device it offloads to}, plus
+    "aio": "section" when it has one); ("", {}) without a config."""
+    config = dsconfig.loaded(ctx) if ctx.options.deepspeed_config else None
+    data = config.data if config is not None and isinstance(config.data, dict) else {}
+    zero = data.get("zero_optimization") if isinstance(data.get("zero_optimization"), dict) \
+        else {}
+    found = {key.removeprefix("offload_"): str(zero[key].get("device"))
+             for key in ("offload_param", "offload_optimizer") if isinstance(zero.get(key), dict)}
+    if "aio" in data:
+        found["aio"] = "section"
+    return (str(config.path) if config is not None else ""), found
+
+
+def _nvme_offload(ctx: Context) -> str:
+    """What in --deepspeed-config needs DeepSpeed's async_io op (NVMe offload, an aio
+    section), "" when nothing does or no config was given."""
+    path, offload = _offload(ctx)
+    nvme = [part for part, device in offload.items() if device == "nvme"]
+    if nvme:
+        return f"{path} offloads {nvme[0]} to NVMe"
+    return f"{path} has an aio section" if "aio" in offload else ""
+
+
 @check("deepspeed.ops", "DeepSpeed ops: precompiled, compatible, JIT")
 def ops(ctx: Context):
     ds, torch = dsi.installs(ctx)
@@ -101,26 +126,37 @@ def ops(ctx: Context):
         evidence.append(f"precompiled ops were built for {ds.accelerator_name}, DeepSpeed will "
                         f"run on {accel}: they are JIT-compiled instead")
     needed = [(op, secs) for op, secs in first_run_ops(accel) if op not in usable]
+    if _offload(ctx)[1].get("optimizer") == "cpu" and "cpu_adam" not in usable:
+        needed.append(("cpu_adam", None))  # the optimizer offloaded to the CPU: DeepSpeedCPUAdam
     incompatible = [op for op, _ in needed if compat.compatible.get(op) is False]
     if usable:
         evidence.insert(0, "precompiled: " + ", ".join(usable))
+    nvme = _nvme_offload(ctx)
+    if nvme and compat.compatible.get("async_io") is False and "async_io" not in usable:
+        return mode_finding(fail, "deepspeed.async-io-no-libaio",
+                            f"{nvme}, but DeepSpeed's async_io op is not compatible here: the "
+                            "NVMe offload stops when it builds the op", *evidence)
     if not needed:
         return ok(f"{len(usable)} ops precompiled for {accel}; a first run compiles nothing",
                   *evidence)
     names = ", ".join(op for op, _ in needed)
     if incompatible:
-        return fail(f"{', '.join(incompatible)} not precompiled and not compatible here: "
-                    "the first fused op will fail to JIT-compile", _provision_fix(gpus),
-                    *evidence)
+        return mode_finding(fail, "deepspeed.op-incompatible",
+                            f"{', '.join(incompatible)} not precompiled and not compatible "
+                            "here: the first fused op will fail to JIT-compile", *evidence,
+                            here=_provision_fix(gpus))
     missing = [tool for tool, path in (("a C++ compiler (c++/g++)", _compiler(ctx)),
                                        ("ninja", ctx.which("ninja"))) if not path]
     device = _gpu_compiler(ctx, accel, torch)
     if device is not None and device[1] is None:
         missing.append(device[0])
     if missing:
-        return fail(f"{names} not precompiled and no {' or '.join(missing)} on PATH: "
-                    "the first fused op will fail to JIT-compile", _provision_fix(gpus),
-                    *evidence)
+        summary = (f"{names} not precompiled and no {' or '.join(missing)} on PATH: the first "
+                   "fused op will fail to JIT-compile")
+        if any(op == "cpu_adam" for op, _ in needed):  # DeepSpeedCPUAdam then has no op
+            return mode_finding(fail, "deepspeed.cpu-adam-build-failed", summary, *evidence,
+                                here=_provision_fix(gpus))
+        return fail(summary, _provision_fix(gpus), *evidence)
     root = dsi.jit_build_root(ctx, torch)
     uncached = [(op, secs) for op, secs in needed if not dsi.jit_cached(root, op)]
     evidence.append(f"JIT cache: {root}")

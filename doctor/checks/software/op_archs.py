@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.errors import DsenvError
@@ -70,12 +71,12 @@ def op_archs(ctx: Context):
     if bad:
         gpu, missing = next(iter(bad.items()))
         wanted = sorted({g.arch for g in gpus}, key=lambda a: tuple(map(int, a.split("."))))
-        return fail(
+        return mode_finding(
+            fail, "deepspeed.op-missing-arch",
             f"{', '.join(missing)} hold no kernel image for GPU {gpu.index} {gpu.name} "
             f"({fatbin.sm(gpu.arch)}): the job dies at their first launch with \"no kernel "
-            "image is available for execution on the device\"",
-            f"re-provision for these GPUs: `dsenv provision --arch \"{';'.join(wanted)}\" "
-            "--force` (or TORCH_CUDA_ARCH_LIST with their archs when building by hand)",
-            f"from {source}", *held)
+            "image is available for execution on the device\"", f"from {source}", *held,
+            here=f"re-provision for these GPUs: `dsenv provision --arch \"{';'.join(wanted)}\" "
+            "--force` (or TORCH_CUDA_ARCH_LIST with their archs when building by hand)")
     names = ", ".join(sorted({f"{g.name} ({fatbin.sm(g.arch)})" for g in gpus}))
     return ok(f"{len(gpu_code)} CUDA op(s) hold kernels for {names}", f"from {source}", *held)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.facts.python import deepspeed_info, imports, pyenv, target_env
@@ -214,10 +215,13 @@ def requirements(ctx: Context):
                     "(torch.build and deepspeed.install say what is missing)")
     if report.problems:
         interp = pyenv.interpreter(ctx)
-        return fail(
+        # an installed DeepSpeed older than a package asks for, else two packages apart
+        old_deepspeed = any(p.name.lower() == "deepspeed" and p.installed for p in report.problems)
+        return mode_finding(
+            fail, "deepspeed.version-too-old" if old_deepspeed else "env.package-version-mismatch",
             f"{len(report.problems)} broken requirement(s) among the training packages",
-            pyenv.pip_install_command(interp.executable, report.problems),
-            *(p.describe() for p in report.problems))
+            *(p.describe() for p in report.problems),
+            here=pyenv.pip_install_command(interp.executable, report.problems))
     return ok(f"{len(report.checked)} training packages and direct requirements consistent",
               ", ".join(report.checked))
 

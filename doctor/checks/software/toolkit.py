@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from dsenv.doctor.catalogue import mode_finding, mode_id
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
+from dsenv.envs import archs
 from dsenv.facts.gpu import inventory as gpu_probe
 from dsenv.facts.python import torch_info as tp
 from dsenv.facts.toolchain import arch_readers as ar
@@ -37,11 +40,16 @@ def _compiler_check(ctx: Context, tool: tk.Tool, kind: str, torch_version: str |
     wanted = int(torch_version.split(".")[0])
     summary = f"{tool.name} {tool.version}, torch built with {label} {torch_version}"
     if tool.major != wanted:
-        return fail(f"{summary}: the majors differ, DeepSpeed refuses to JIT-compile "
-                    "('Installed CUDA version ... does not match the version torch was "
-                    "compiled with')", f"`{module}`, or point "
-                    f"{'CUDA_HOME' if kind == 'cuda' else 'ROCM_PATH'} at a {wanted}.x toolkit",
-                    where)
+        summary = (f"{summary}: the majors differ, DeepSpeed refuses to JIT-compile "
+                   "('Installed CUDA version ... does not match the version torch was "
+                   "compiled with')")
+        here = (f"`{module}`, or point {'CUDA_HOME' if kind == 'cuda' else 'ROCM_PATH'} at a "
+                f"{wanted}.x toolkit")
+        if kind != "cuda":
+            return fail(summary, here, where)
+        # an nvcc before 11 also lacks -std=c++17, which torch 2's extensions ask for
+        return mode_finding(fail, "toolkit.nvcc-too-old-for-torch" if tool.major < 11 < wanted
+                            else "jit.cuda-major-mismatch", summary, where, here=here)
     return ok(summary, where)
 
 
@@ -72,16 +80,23 @@ def cuda_home(ctx: Context):
     if setting:
         home = ctx.env[setting]
         if not Path(home, "bin", binary).is_file():
-            return fail(f"{setting}={home} has no bin/{binary}: torch and DeepSpeed build "
-                        "with a broken toolkit path", f"point {setting} at the toolkit root "
-                        f"(the folder holding bin/{binary}), or unset it")
+            summary = (f"{setting}={home} has no bin/{binary}: torch and DeepSpeed build "
+                       "with a broken toolkit path")
+            here = f"point {setting} at the toolkit root (the folder holding bin/{binary}), or unset it"
+            if build.kind != "cuda":
+                return fail(summary, here)
+            return mode_finding(fail, "toolkit.cuda-home-malformed" if ":" in home
+                                else "jit.cuda-home-missing", summary, here=here)
         return ok(f"{setting}={home}")
     if tool.found:
         return ok(f"{'/'.join(variables)} unset; torch will use {tool.home} ({tool.how})")
     finding = fail if ctx.is_compute else warn
-    return finding(f"{'/'.join(variables)} unset and no {binary} found", f"load the toolkit "
-                   f"module (`module load {'cuda' if build.kind == 'cuda' else 'rocm'}`) or "
-                   f"export {variables[0]}=/path/to/toolkit")
+    summary = f"{'/'.join(variables)} unset and no {binary} found"
+    here = (f"load the toolkit module (`module load {'cuda' if build.kind == 'cuda' else 'rocm'}`)"
+            f" or export {variables[0]}=/path/to/toolkit")
+    if build.kind != "cuda":
+        return finding(summary, here)
+    return mode_finding(finding, "jit.cuda-home-missing", summary, here=here)
 
 
 @check("toolkit.compiler", "C++ compiler and ninja for JIT builds")
@@ -99,9 +114,43 @@ def compiler(ctx: Context):
         fix = ("`pip install ninja` and run from the activated environment (its bin/ on PATH)"
                if cxx.found else "load a compiler (`module load gcc`) or `apt install g++`")
         finding = fail if ctx.is_compute else warn
+        if not cxx.found:  # ninja alone is toolkit.ninja's (jit.ninja-missing)
+            return mode_finding(finding, "toolkit.cxx-compiler-missing",
+                                "; ".join(missing) + ": DeepSpeed cannot JIT-compile its ops",
+                                *evidence, here=fix)
         return finding("; ".join(missing) + ": DeepSpeed cannot JIT-compile its ops", fix,
                        *evidence)
+    too_new = _gcc_too_new(ctx, cxx)
+    if too_new:
+        limit, header = too_new
+        return mode_finding(fail if ctx.is_compute else warn, "jit.gcc-too-new-for-nvcc",
+                            f"{cxx.name} {cxx.version} is newer than nvcc accepts (gcc {limit} "
+                            "at most): CUDA ops stop with '#error -- unsupported GNU version!'",
+                            *evidence, f"{header}: `#if __GNUC__ > {limit}` -> #error",
+                            here=f"export CC=gcc-{limit} CXX=g++-{limit} (or "
+                            f"NVCC_PREPEND_FLAGS='-ccbin g++-{limit}')")
     return ok(f"{cxx.name} {cxx.version}, ninja {ninja.version}", *evidence)
+
+
+def _gcc_too_new(ctx: Context, cxx: tk.Tool) -> tuple[int, str] | None:
+    """(the newest gcc major nvcc accepts, the header that says so) when ``cxx`` is a GCC
+    newer than that; None otherwise (no nvcc, not GCC, or nvcc told to accept it)."""
+    flags = ctx.env.get("NVCC_PREPEND_FLAGS", "") + " " + ctx.env.get("NVCC_APPEND_FLAGS", "")
+    if not cxx.major or "GCC" not in cxx.how and "g++" not in cxx.how \
+            or "-allow-unsupported-compiler" in flags or "-ccbin" in flags:
+        return None
+    nvcc = tk.nvcc(ctx)
+    if not nvcc.found or not nvcc.home:
+        return None
+    header = Path(nvcc.home, "include", "crt", "host_config.h")
+    try:
+        text = header.read_text(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"__GNUC__\s*>\s*(\d+)", text)
+    if found is None or cxx.major <= int(found.group(1)):
+        return None
+    return int(found.group(1)), str(header)
 
 
 def _targets(ctx: Context) -> tuple[dict[str, str], list[str]]:
@@ -118,15 +167,16 @@ def _targets(ctx: Context) -> tuple[dict[str, str], list[str]]:
 
 
 def _readers_culprits(readers: ar.ArchReaders | None, nvcc_span: str
-                      ) -> tuple[list[str], list[str], list[str]]:
-    """(summary clauses, fixes, evidence) for the entries torch's extension builder or
+                      ) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(summary clauses, fixes, evidence, the clauses' catalogue modes) for the entries torch's extension builder or
     DeepSpeed's op builders cannot read, as asked in the environment under test."""
     if readers is None:
-        return [], [], []
-    clauses, fixes, evidence = [], [], [readers.note]
+        return [], [], [], []
+    clauses, fixes, evidence, modes = [], [], [readers.note], []
     if readers.torch_rejects:
         named = ", ".join(readers.torch_rejects)
         clauses.append(f"torch {readers.torch}'s extension builder cannot read {named}")
+        modes.append(mode_id("toolkit.arch-unknown-to-torch"))
         fixes.append(f"drop or respell {named} in TORCH_CUDA_ARCH_LIST as numbers torch "
                      f"{readers.torch} knows (e.g. \"9.0\")")
         evidence += [f"torch: {e}: {why}" for e, why in readers.torch_rejects.items()]
@@ -139,12 +189,13 @@ def _readers_culprits(readers: ar.ArchReaders | None, nvcc_span: str
                               [nvcc_span.split(" builds")[0]])
         clauses.append(f"DeepSpeed {readers.deepspeed}'s op builders cannot read {named} "
                        f"({why}), while {others} can")
+        modes.append(mode_id("jit.arch-list-variant"))
         spelled = readers.translated or ar.plain_spelling(list(ds_only))
         fixes.append(f"`dsenv smoke` and `dsenv run` hand DeepSpeed {spelled} instead and say "
                      f"so; for your own `deepspeed` launch, `export TORCH_CUDA_ARCH_LIST="
                      f"\"{spelled}\"` (that drops {dropped(ds_only)})")
         evidence += [f"DeepSpeed: {e}: {why}" for e, why in ds_only.items()]
-    return clauses, fixes, evidence
+    return clauses, fixes, evidence, modes
 
 
 @check("toolkit.arch-support", "Archs nvcc, torch and DeepSpeed build")
@@ -161,12 +212,13 @@ def arch_support(ctx: Context):
     span = f"nvcc {tool.version} builds compute capability {row.min_arch} to {row.max_arch}"
     targets, unknown = _targets(ctx)
     readers = ar.readers(ctx)
-    clauses, fixes, evidence = _readers_culprits(readers, span)
+    clauses, fixes, evidence, modes = _readers_culprits(readers, span)
     unknown = [u for u in unknown if readers is None or u not in readers.torch_rejects]
     if unknown:
         clauses.insert(0, f"TORCH_CUDA_ARCH_LIST has entries that name no compute capability: "
                        f"{', '.join(unknown)}")
         fixes.insert(0, "use numbers like `export TORCH_CUDA_ARCH_LIST=\"8.0;9.0\"`")
+        modes.insert(0, mode_id("toolkit.arch-unknown-to-torch"))
     bad = {a: why for a, why in targets.items() if not tk.can_build(row, a)}
     if bad:
         arch, why = sorted(bad.items())[0]
@@ -176,9 +228,12 @@ def arch_support(ctx: Context):
         drop = " or drop it from TORCH_CUDA_ARCH_LIST" if "TORCH_CUDA_ARCH_LIST" in why else ""
         clauses.insert(0, f"{span}: cannot build {', '.join(sorted(bad))} ({why})")
         fixes.insert(0, other + drop)
+        modes.insert(0, mode_id("toolkit.arch-too-old-for-nvcc")
+                     if (archs.cuda_capability(arch) or (0, 0)) < archs.cuda_capability(row.min_arch)
+                     else mode_id("toolkit.arch-too-new-for-nvcc"))
         evidence = [f"{a}: {w}" for a, w in sorted(bad.items())] + evidence
-    if clauses:
-        return fail("; ".join(clauses), "; ".join(fixes), span, *evidence)
+    if clauses:  # the first clause's mode leads; each clause's own fix is a "here:" line
+        return mode_finding(fail, modes[0], "; ".join(clauses), span, *evidence, here=fixes)
     if not targets:
         return info(f"{span}; no GPU or TORCH_CUDA_ARCH_LIST to check against")
     return ok(f"{span}: covers {', '.join(sorted(targets, key=version_tuple))}", *evidence)
@@ -217,14 +272,15 @@ def arch_list(ctx: Context):
     if missing:
         shown = ", ".join(f"{name} ({arch})" for arch, name in sorted(missing.items()))
         wanted = ";".join(sorted(missing, key=version_tuple))
-        return fail(f"TORCH_CUDA_ARCH_LIST={value} leaves out {shown}: ops built with it "
-                    "(DS_BUILD_OPS installs, DeepSpeed's JIT builds since 0.19, torch extensions) stop "
-                    "there "
-                    "with 'no kernel image is available for execution on the device'",
-                    f"add the GPU's arch: export TORCH_CUDA_ARCH_LIST=\"{wanted};{value}\" (or "
-                    "unset it to build for the GPUs the build sees), then rebuild the ops "
-                    "(clear the JIT extensions folder, or reinstall with DS_BUILD_OPS=1)",
-                    *evidence)
+        return mode_finding(fail, "torch.arch-list-misses-gpu",
+                            f"TORCH_CUDA_ARCH_LIST={value} leaves out {shown}: ops built with it "
+                            "(DS_BUILD_OPS installs, DeepSpeed's JIT builds since 0.19, torch "
+                            "extensions) stop there with 'no kernel image is available for "
+                            "execution on the device'", *evidence,
+                            here=f"add the GPU's arch: export TORCH_CUDA_ARCH_LIST=\"{wanted};"
+                            f"{value}\" (or unset it to build for the GPUs the build sees), "
+                            "then rebuild the ops (clear the JIT extensions folder, or "
+                            "reinstall with DS_BUILD_OPS=1)")
     archs = ", ".join(sorted({g.arch for g in judged}, key=version_tuple))
     ptx = (f"; {', '.join(sorted(through_ptx, key=version_tuple))} only through PTX compiled "
            "at first use" if through_ptx else "")

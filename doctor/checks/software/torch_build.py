@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+from dsenv.doctor.catalogue import mode_finding, mode_id
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.facts.gpu import cuda_driver
@@ -40,8 +44,10 @@ def build(ctx: Context):
     evidence = [f"read from {found.location}/version.py"]
     if found.kind == "cpu" and gpus:
         vendor = "AMD" if gpus[0].vendor == "amd" else "NVIDIA"
-        return fail(f"{found.describe()} on a node with {len(gpus)} {vendor} GPU(s): training "
-                    "would run on the CPU", _wheel_fix(ctx, gpus), *evidence)
+        return mode_finding(fail, "torch.cpu-only-build",
+                            f"{found.describe()} on a node with {len(gpus)} {vendor} GPU(s): "
+                            "training would run on the CPU", *evidence,
+                            here=_wheel_fix(ctx, gpus))
     if found.kind == "cpu":
         return ok(f"{found.describe()}; no GPU visible, so the CPU build fits", *evidence)
     wrong = {"cuda": "amd", "hip": "nvidia"}[found.kind]
@@ -82,10 +88,30 @@ def arch_list(ctx: Context):
     if not compiled:
         return warn("torch reported no compiled architectures", "see torch.usable", *evidence)
     if missing:
-        return fail(f"{found.describe()} has no kernels for {', '.join(missing)}: 'no kernel "
-                    "image is available for execution on the device'", _wheel_fix(ctx, gpus),
-                    *evidence)
+        return mode_finding(fail, _lacking_mode(gpus, compiled),
+                            f"{found.describe()} has no kernels for {', '.join(missing)}: 'no "
+                            "kernel image is available for execution on the device'", *evidence,
+                            here=_wheel_fix(ctx, gpus))
     return ok(f"compiled arch list covers all {len(gpus)} GPU(s)", *evidence)
+
+
+def _lacking_mode(gpus, compiled) -> str:
+    """The catalogue mode of a GPU the build has no kernels for: an AMD gfx target missing
+    from a ROCm build, a GPU older than the build's lowest arch, else one newer than it."""
+    gpu = next(g for g in gpus if g.arch and tp.covering_entry(compiled, g.arch) is None)
+    if gpu.arch.startswith("gfx"):
+        return mode_id("gpu.rocm-gfx-unsupported")
+    lowest = min((int(m.group(1)) for m in map(re.compile(r"(?:sm|compute)_(\d+)").match,
+                                               compiled) if m), default=None)
+    if lowest is not None and int(gpu.arch.replace(".", "")) < lowest:
+        return mode_id("gpu.too-old-for-torch")
+    return mode_id("gpu.torch-build-lacks-arch")
+
+
+def _compat_libcuda(ctx: Context) -> list[str]:
+    """cuda-compat folders on LD_LIBRARY_PATH that hold a libcuda (forward compatibility)."""
+    folders = [f for f in ctx.env.get("LD_LIBRARY_PATH", "").split(":") if "compat" in f]
+    return [f for f in folders if any(Path(f).glob("libcuda.so*"))]
 
 
 @check("torch.driver", "NVIDIA driver new enough for torch's CUDA")
@@ -107,13 +133,36 @@ def driver(ctx: Context):
                 "source: NVIDIA CUDA Toolkit release notes, driver table"]
     have_t = version_tuple(have)
     if have_t < version_tuple(floor):
-        return fail(f"driver {have} is too old for {found.describe()}: CUDA fails to initialise",
-                    _wheel_fix(ctx, gpus), *evidence)
+        compat = _compat_libcuda(ctx)
+        if compat:  # error 804 on GPUs without forward compatibility
+            return mode_finding(fail, "gpu.forward-compat-unsupported",
+                                f"driver {have} is too old for {found.describe()} and "
+                                f"LD_LIBRARY_PATH puts a cuda-compat libcuda first ({compat[0]}): "
+                                "CUDA fails to initialise unless the GPU supports forward "
+                                "compatibility (error 804)", *evidence,
+                                here=_wheel_fix(ctx, gpus))
+        return mode_finding(fail, "gpu.driver-too-old",
+                            f"driver {have} is too old for {found.describe()}: CUDA fails to "
+                            "initialise", *evidence, here=_wheel_fix(ctx, gpus))
     if have_t < version_tuple(row.min_driver):
-        return warn(f"driver {have} runs CUDA {found.cuda} only through minor-version "
-                    "compatibility: PTX JIT (and Triton kernels) can fail", _wheel_fix(ctx, gpus),
-                    *evidence)
+        # one gap, two consequences: PTX JIT fails, and NCCL's newer driver calls fail
+        return mode_finding(warn, "gpu.ptx-newer-than-driver",
+                            f"driver {have} runs CUDA {found.cuda} only through minor-version "
+                            "compatibility: PTX JIT (and Triton kernels) can fail", *evidence,
+                            "the same gap fails NCCL's first collective (catalogue: "
+                            f"{mode_id('comm.nccl-newer-than-driver')})",
+                            here=_wheel_fix(ctx, gpus))
     return ok(f"driver {have} supports CUDA {found.cuda}", *evidence)
+
+
+def _driver_stack_mode(error: str) -> str:
+    """The catalogue mode a CUDA initialisation error names, "" when none: 802 'system not
+    yet initialized' (NVSwitch without Fabric Manager) or 999 'unknown error'."""
+    if re.search(r"system not yet initiali[sz]ed|\b802\b", error, re.I):
+        return mode_id("gpu.fabric-manager-not-running")
+    if re.search(r"unknown error|\b999\b", error, re.I):
+        return mode_id("gpu.cuda-unknown-error-driver")
+    return ""
 
 
 @check("torch.usable", "a kernel runs on each GPU")
@@ -138,14 +187,21 @@ def usable(ctx: Context):
     if not runtime.available:
         summary = "the CUDA driver found no usable GPU" if driver else \
             "torch.cuda.is_available() is False"
-        return fail(summary, fix, runtime.init_error or "no error reported by torch.cuda.init()",
-                    runtime.asked)
+        error = runtime.init_error or "no error reported by torch.cuda.init()"
+        known = _driver_stack_mode(error)
+        if known:
+            return mode_finding(fail, known, summary, error, runtime.asked, here=fix)
+        return fail(summary, fix, error, runtime.asked)
     broken = [d for d in runtime.devices if not d.usable]
     lines = [f"cuda:{d.index} {d.name} ({d.arch}): " + (d.error or f"sum={d.tensor_sum}")
              for d in runtime.devices]
     lines += [*runtime.evidence, runtime.asked]
     work = "a kernel" if driver else "a tensor op"
     if broken:
+        known = _driver_stack_mode(" ".join(d.error or "" for d in broken))
+        if known:
+            return mode_finding(fail, known, f"{work} failed on {len(broken)} of "
+                                f"{len(runtime.devices)} GPU(s)", *lines, here=fix)
         return fail(f"{work} failed on {len(broken)} of {len(runtime.devices)} GPU(s)",
                     fix, *lines)
     if runtime.device_count < len(gpus):

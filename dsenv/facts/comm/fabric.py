@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dsenv.facts.comm.ncclconf import nccl_setting
 from dsenv.facts.node import Node, probe
-from dsenv.facts.python import pyenv, target_env, torch_info
+from dsenv.facts.python import pyenv, sharedlibs, target_env, torch_info
 
 # -- InfiniBand / RoCE ports ------------------------------------------------------------------
 
@@ -232,6 +232,39 @@ def comm_library(node: Node) -> CommLibrary | None:
     if unversioned:
         return CommLibrary(name, None, str(unversioned))
     return None
+
+
+def ibverbs_error(node: Node) -> str:
+    """Why the dynamic linker would not find libibverbs.so.1 (which NCCL dlopens for
+    InfiniBand/RoCE): LD_LIBRARY_PATH, the ld.so cache, the default folders; "" when found."""
+    if sharedlibs.find_library(node, ["libibverbs.so.1"]):
+        return ""
+    return ("libibverbs.so.1 is not on LD_LIBRARY_PATH, in the ld.so cache (`ldconfig -p`) or "
+            "in /lib64, /usr/lib64, /lib, /usr/lib")
+
+
+def nccl_copies(node: Node) -> list[CommLibrary]:
+    """Every NCCL a CUDA torch of the environment under test may load, one per version: the
+    nvidia-nccl-* wheels, torch/lib, the environment's lib/ and LD_LIBRARY_PATH (which the
+    loader searches before the wheel's RPATH)."""
+    build = torch_info.torch_build(node)
+    if build.kind != "cuda":
+        return []
+    found: dict[str, CommLibrary] = {}
+    path = pyenv.search_path(node)
+    for dist_name in NCCL_WHEELS:
+        dist = pyenv.find_distribution(dist_name, path)
+        if dist is not None and dist.version:
+            found.setdefault(dist.version.split("+")[0], CommLibrary(
+                "NCCL", dist.version, f"pip package {dist_name}"))
+    folders = [Path(build.location) / "lib"] if build.location else []
+    folders += [Path(target_env.environment(node).prefix) / "lib"]
+    folders += [Path(d) for d in node.env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    for folder in folders:
+        version, lib = _versioned(_lib_files(folder, "libnccl"))
+        if version:
+            found.setdefault(version, CommLibrary("NCCL", version, str(lib)))
+    return list(found.values())
 
 
 def net_plugin_names(node: Node, rocm: bool | None) -> list[str]:
