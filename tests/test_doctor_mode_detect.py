@@ -1,0 +1,163 @@
+"""The causes the doctor's checks now tell apart, each reported as its catalogue mode with the
+mode's fix (doctor/modes/*.toml) and this node's specifics as "here:" lines (issue 24, item 5):
+real files, real commands on PATH, real sockets; the cases that are healthy stay ok."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from dsenv.doctor import catalogue
+from dsenv.doctor.checks.job.launch_hosts import _ssh_mode
+from dsenv.verdicts.findings import Status
+from tests.harness.findings import here
+from tests.harness.recorded import fixture_text
+from tests.harness.sysfs import ibstat_to_sysfs
+
+
+def _names(result, mode_id: str) -> None:
+    assert result.mode == mode_id, result
+    assert result.fix == catalogue.fix_for(mode_id)
+
+
+def _script(folder: Path, name: str, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+# -- toolkit.compiler: a gcc newer than nvcc's host_config.h allows ---------------------------
+
+
+def test_gcc_newer_than_nvcc_accepts_is_named_and_ccbin_clears_it(tmp_path, make_ctx, run_one):
+    cuda = tmp_path / "cuda-12.1"
+    _script(cuda / "bin", "nvcc", "echo 'Cuda compilation tools, release 12.1, V12.1.105'\n")
+    (cuda / "include" / "crt").mkdir(parents=True)
+    (cuda / "include" / "crt" / "host_config.h").write_text(  # as CUDA 12.1 ships it
+        "#if defined(__GNUC__)\n#if __GNUC__ > 12\n#error -- unsupported GNU version! gcc "
+        "versions later than 12 are not supported!\n#endif\n#endif\n")
+    bin_dir = tmp_path / "bin"
+    _script(bin_dir, "c++", "echo 'c++ (GCC) 14.2.0'\n")
+    _script(bin_dir, "ninja", "echo 1.11.1\n")
+    env = {"PATH": str(bin_dir), "CUDA_HOME": str(cuda), "HOME": str(tmp_path)}
+    result = run_one("toolkit.compiler", make_ctx(env=env))
+    assert result.status is Status.WARN and "newer than nvcc accepts (gcc 12" in result.summary
+    _names(result, "jit.gcc-too-new-for-nvcc")
+    assert "CXX=g++-12" in here(result)
+    told = run_one("toolkit.compiler", make_ctx(env={**env, "NVCC_PREPEND_FLAGS": "-ccbin g++-12"}))
+    assert told.status is Status.OK, told
+    _script(bin_dir, "c++", "echo 'c++ (GCC) 12.3.0'\n")
+    assert run_one("toolkit.compiler", make_ctx(env=env)).status is Status.OK
+
+
+# -- comm.infiniband: ports without a loadable libibverbs --------------------------------------
+
+
+def test_rdma_ports_without_libibverbs_are_named(tmp_path, make_ctx, run_one):
+    root = tmp_path / "root"
+    ibstat_to_sysfs(fixture_text("comm/ibstat-ib-active.txt"), root)
+    bin_dir = tmp_path / "bin"
+    _script(bin_dir, "ldconfig", "echo '1 libs found in cache'\n")  # a cache without it
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    result = run_one("comm.infiniband", make_ctx(env=env, root=root, target="compute"))
+    assert result.status is Status.FAIL and "libibverbs.so.1 cannot be loaded" in result.summary
+    _names(result, "comm.ibverbs-unloadable")
+    lib = tmp_path / "rdma"
+    lib.mkdir()
+    (lib / "libibverbs.so.1").write_bytes(b"")
+    found = run_one("comm.infiniband", make_ctx(env={**env, "LD_LIBRARY_PATH": str(lib)},
+                                                root=root, target="compute"))
+    assert found.status is Status.OK, found
+
+
+# -- system.slurm: srun drops --cpus-per-task ---------------------------------------------------
+
+
+def test_batch_step_without_srun_cpus_per_task_is_named(make_ctx, run_one):
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "42", "SLURM_CPUS_PER_TASK": "8",
+           "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "4"}
+    result = run_one("system.slurm", make_ctx(env=env, target="compute"))
+    assert result.status is Status.WARN and "SRUN_CPUS_PER_TASK is unset" in result.summary
+    _names(result, "job.srun-cpus-per-task-dropped")
+    assert here(result) == "export SRUN_CPUS_PER_TASK=8"
+    fixed = run_one("system.slurm", make_ctx(env={**env, "SRUN_CPUS_PER_TASK": "8"},
+                                             target="compute"))
+    assert fixed.status is Status.OK and not fixed.mode
+    in_step = run_one("system.slurm", make_ctx(env={**env, "SLURM_STEP_ID": "0"},
+                                               target="compute"))
+    assert in_step.status is Status.OK  # srun already started this step with its CPUs
+
+
+# -- system.container: Apptainer without --nv -----------------------------------------------------
+
+
+def test_apptainer_with_gpus_but_no_bound_driver_is_named(tmp_path, make_ctx, run_one):
+    root = tmp_path / "root"
+    (root / "dev").mkdir(parents=True)
+    (root / "dev" / "nvidia0").write_bytes(b"")
+    (root / ".singularity.d" / "libs").mkdir(parents=True)
+    env = {"PATH": "/usr/bin:/bin", "APPTAINER_CONTAINER": "/scratch/train.sif"}
+    result = run_one("system.container", make_ctx(env=env, root=root))
+    assert result.status is Status.WARN and "started without --nv" in result.summary
+    _names(result, "container.apptainer-no-nv")
+    (root / ".singularity.d" / "libs" / "libcuda.so.1").write_bytes(b"")
+    bound = run_one("system.container", make_ctx(env=env, root=root))
+    assert bound.status is Status.INFO and not bound.mode
+
+
+# -- gpu.nvidia-smi: the driver's own messages ------------------------------------------------------
+
+
+def test_nvidia_smi_messages_name_their_cause(tmp_path, make_ctx, run_one):
+    bin_dir = tmp_path / "bin"
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    for message, mode_id in (
+            ("Failed to initialize NVML: Driver/library version mismatch",
+             "gpu.driver-library-mismatch"),
+            ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+             "Make sure that the latest NVIDIA driver is installed and running.",
+             "gpu.driver-module-not-loaded"),
+            ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system.",
+             "container.host-driver-missing")):
+        _script(bin_dir, "nvidia-smi", f"echo \"{message}\"\nexit 9\n")
+        result = run_one("gpu.nvidia-smi", make_ctx(env=env, target="compute"))
+        assert result.status is Status.FAIL, result
+        _names(result, mode_id)
+    _script(bin_dir, "nvidia-smi", "echo 'Unknown Error'\nexit 9\n")
+    other = run_one("gpu.nvidia-smi", make_ctx(env=env, target="compute"))
+    assert other.status is Status.FAIL and not other.mode  # no cause named: the check's own fix
+    assert other.fix and "nvidia-smi" in other.fix
+
+
+def test_ssh_messages_name_their_cause():
+    assert _ssh_mode("Host key verification failed.") == "launch.ssh-host-key"
+    assert _ssh_mode("user@node2: Permission denied (publickey,password).") == \
+        "launch.ssh-publickey"
+    assert _ssh_mode("ssh: connect to host node2 port 22: Connection refused") == \
+        "launch.sshd-refused"
+    assert _ssh_mode("ssh: Could not resolve hostname node-0: Name or service not known") == \
+        "launch.host-unreachable"
+
+
+# -- launch.port: a port a Python process holds is most likely another run's store --------------
+
+
+def test_port_held_by_a_python_process_names_the_shared_store(make_ctx, run_one):
+    holder = subprocess.Popen(  # another run's Python listening where this one would
+        [sys.executable, "-c", "import socket, time; s = socket.socket(); "
+         "s.bind(('127.0.0.1', 0)); s.listen(); print(s.getsockname()[1], flush=True); "
+         "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(holder.stdout.readline())
+        env = {"PATH": "/usr/bin:/bin", "MASTER_PORT": str(port)}
+        result = run_one("launch.port", make_ctx(env=env, root="/", target="compute"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.status is Status.FAIL and "already in use" in result.summary, result
+    assert f"pid {holder.pid}" in result.summary
+    _names(result, "launch.store-shared")
+    assert here(result).startswith("export MASTER_PORT=")
