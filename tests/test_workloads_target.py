@@ -28,11 +28,18 @@ def venv(tmp_path_factory) -> Path:
 
 
 def smoke(tmp_path, env, *args, launcher=()):
+    """The smoke, started from a folder holding a decoy `dsenv` package (as a checkout's root
+    does): the environment's interpreter must still import the overlay's dsenv."""
     out = tmp_path / "out"
-    python = [] if launcher else [sys.executable]  # a launcher starts `-m MODULE` itself
+    decoy = tmp_path / "cwd" / "dsenv"
+    decoy.mkdir(parents=True, exist_ok=True)
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy dsenv in the cwd')\n")
+    # a launcher starts `-m MODULE` itself; dsenv's own start is its console script's (-P:
+    # the decoy is for the environment's interpreter, not for dsenv's)
+    python = [] if launcher else [sys.executable, "-P"]
     done = run([*launcher, *python, "-m", MODULE if launcher else "dsenv", "smoke",
                 "bert-squad", "--output-dir", str(out), *args], env=env,
-               timeout=600)
+               timeout=600, cwd=decoy.parent if not launcher else None)
     report = out / "report.json"
     return done, json.loads(report.read_text()) if report.is_file() else None
 

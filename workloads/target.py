@@ -39,6 +39,11 @@ MAPPED = ("envs", "doctor", "provision", "workloads")
 # Pure-Python libraries dsenv's own modules import on a workload's path; linked into the
 # overlay only when the environment lacks them (psutil, a compiled one, comes with DeepSpeed).
 OWN_LIBRARIES = ("packaging", "rich", "markdown_it", "mdurl", "pygments", "tomli")
+START = "dsenv_workload.py"  # the overlay's entry: `python -m dsenv.workloads.cli` from there
+START_SCRIPT = (
+    '"""Runs dsenv.workloads.cli as `python -m` would, with this folder first on sys.path."""\n'
+    "import runpy\n"
+    'runpy.run_module("dsenv.workloads.cli", run_name="__main__", alter_sys=True)\n')
 _current: dict | None = None
 
 
@@ -102,12 +107,16 @@ def prepare(args, argv: list[str]) -> None:
     info = _describe(env, own=False)
     _say(line(info))
     overlay = build_overlay(node)
-    variables = {**os.environ, CHOSEN: json.dumps(info),
+    # PYTHONSAFEPATH (3.11+): no current folder first on the path of the workload's own
+    # children (a checkout's dsenv/ folder there would shadow the overlay's package)
+    variables = {**os.environ, CHOSEN: json.dumps(info), "PYTHONSAFEPATH": "1",
                  "PYTHONPATH": os.pathsep.join(
                      [str(overlay), *filter(None, [os.environ.get("PYTHONPATH")])])}
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(env.python, [env.python, "-m", "dsenv.workloads.cli", *argv], variables)
+    # a script in the overlay, not `-m`: its folder, not the current one, leads sys.path
+    start = str(overlay / START)
+    os.execve(env.python, [env.python, start, *argv], variables)
 
 
 def _workloads(args) -> list[str]:
@@ -160,7 +169,7 @@ def build_overlay(node: Node) -> Path:
     """The overlay folder for this dsenv and this environment: built once in staging and
     renamed into place (a half-built overlay is never used)."""
     links = _links(node)
-    key = hashlib.sha256(json.dumps([dsenv.__version__, sys.version, *(
+    key = hashlib.sha256(json.dumps([dsenv.__version__, sys.version, START_SCRIPT, *(
         f"{k}={v}" for k, v in sorted(links.items()))]).encode()).hexdigest()[:16]
     root = Path(os.environ.get(OVERLAY_ROOT) or Path.home() / ".cache" / "dsenv" / "overlay")
     final = root / key
@@ -174,6 +183,7 @@ def build_overlay(node: Node) -> Path:
             for name, target in links.items():
                 (stage / name).parent.mkdir(parents=True, exist_ok=True)
                 (stage / name).symlink_to(target)
+            (stage / START).write_text(START_SCRIPT)
     except _Built:
         pass
     return final
