@@ -44,8 +44,8 @@ from dsenv.doctor.context import Context, Options
 from dsenv.doctor.registry import Check, all_checks
 from dsenv.doctor.runner import run_check
 from dsenv.errors import UsageError
-from dsenv.facts.python import target_env
-from dsenv.verdicts.findings import Result, Status
+from dsenv.facts.python import target_env, torch_info
+from dsenv.verdicts.findings import Result, Status, skip
 
 # The checks about the node itself, in report order. Left out on purpose: the environment's
 # packages and imports (python.*, deepspeed.*, toolkit.*: a user's choice, and seconds),
@@ -66,7 +66,9 @@ NODE_CHECKS = (
     "cache.flock",          # file locks work in the cache folders (a mount without flock)
 )
 DEFAULT_BUDGET = 5.0
-PROBE_SHARE = 0.4  # of the budget, for each external probe (nvidia-smi, ...)
+# Of the budget, for each external probe (nvidia-smi, ...); the CUDA driver probe gets twice
+# that: each is killed, and its check says so, before the budget ends the run.
+PROBE_SHARE = 0.3
 CHECK_FLOOR = 0.5  # of the budget: the checks get at least this, however slow the start
 SCONTROL_TIMEOUT = 5.0
 REASON_LEADER = "dsenv:"
@@ -113,6 +115,7 @@ def run_node_health(args) -> int:
     ctx = Context(options=options, env=env, root=args.root)
     target_env.choose(ctx)  # a bad --env is a usage error (exit 2), before any check runs
     by_id = {c.id: c for c in all_checks()}
+    by_id["torch.usable"] = without_torch_import(by_id["torch.usable"])
     checks = [by_id[i] for i in NODE_CHECKS if i in by_id and i not in args.skip]
     results, late = run_until(checks, ctx, deadline, budget)
     failing = [r for r in results
@@ -133,6 +136,22 @@ def run_node_health(args) -> int:
         os._exit(code)
     kill_children()
     return code
+
+
+def without_torch_import(check: Check) -> Check:
+    """``check`` (torch.usable) where the CUDA driver answers it: a CUDA torch whose
+    libtorch_cuda.so is here. Otherwise (a ROCm build, a torch laid out otherwise) it would
+    import torch, seconds (4.4 s on an H200 node): a health check says so and skips it."""
+
+    def judge(ctx: Context):
+        build = torch_info.torch_build(ctx)
+        if build.kind == "hip" or (build.kind == "cuda"
+                                   and torch_info.cuda_library(ctx, build) is None):
+            return skip(f"{build.describe()}: only torch itself can run work on these GPUs, "
+                        "and importing it takes seconds; `dsenv doctor` runs it")
+        return check.func(ctx)
+
+    return Check(check.id, check.title, judge)
 
 
 def process_age() -> float:
