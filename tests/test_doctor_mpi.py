@@ -247,7 +247,8 @@ def test_srun_type_not_offered_fails(make_ctx, run_one, fake_mpi):
     env = fake_mpi("mpi/mpich-5.0.2-wheel.mpiexec-version.txt",
                    srun="mpi/srun-mpi-list-no-pmix.txt", SLURM_MPI_TYPE="pmix")
     result = run_one("mpi.srun-plugins", make_ctx(env=env, target="compute"))
-    assert result.status is Status.FAIL and result.fix == "export SLURM_MPI_TYPE=pmi2"
+    assert result.status is Status.FAIL and here(result) == "export SLURM_MPI_TYPE=pmi2"
+    assert result.mode == "mpi.srun-pmix-plugin-missing"
 
 
 def test_srun_absent_skips(make_ctx, run_one, tmp_path):

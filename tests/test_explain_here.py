@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+from dsenv.doctor import catalogue
 from tests.harness.cli import dsenv, explain
 
 NINJA = "RuntimeError: Ninja is required to load C++ extensions"
@@ -28,7 +29,9 @@ def test_the_cause_is_present_here(tmp_path):
                  env={"PATH": str(tmp_path)})
     text = _here(done)
     assert "toolkit.ninja finds: FAIL" in text and "the cause is present here" in text
-    assert f"fix here: export PATH={os.path.dirname(sys.executable)}:$PATH" in text
+    # the catalogue's fix, the one `dsenv explain` prints, then this node's command
+    assert f"fix here: {' '.join(catalogue.fix_for('jit.ninja-missing').split())}" in text
+    assert f"here: export PATH={os.path.dirname(sys.executable)}:$PATH" in text
 
 
 def test_healthy_twin_is_not_found_here(tmp_path):
