@@ -28,6 +28,7 @@ from pathlib import Path
 from rich.console import Console
 
 from dsenv import proc, targetlock
+from dsenv.jsonfiles import read_json, write_json_atomically
 from dsenv.provision import ProvisionError
 from dsenv.provision.conda.install import install_conda
 from dsenv.provision.container import create_container_env
@@ -40,7 +41,15 @@ from dsenv.provision.ops.cuda import CudaBuild, prepare_cuda_build
 from dsenv.provision.plan import SITE_LOCK_NAME, Plan, make_plan
 from dsenv.provision.prefix import check_absent, out_of_space_message
 from dsenv.provision.record.activation import ACTIVATE_NAME, render_activation
-from dsenv.provision.record.manifest import env_versions, write_manifest
+from dsenv.provision.record.manifest import env_versions, manifest_path, write_manifest
+from dsenv.provision.record.modulefile import MANIFEST_KEY as MODULEFILE_KEY
+from dsenv.provision.record.modulefile import (
+    about_manifest,
+    check_modulefile,
+    render_modulefile,
+    stage_modulefile,
+)
+from dsenv.provision.record.settings import environment_settings
 from dsenv.provision.shown import BuildLog
 from dsenv.provision.steps import ops_variables
 from dsenv.provision.venv import create_venv
@@ -72,6 +81,10 @@ def provision_command(args, argv: list[str]) -> int:
     console.print(f"[bold green]environment ready[/]: {plan.prefix} in "
                   f"{result['timings']['total_s']:.0f} s; activate with "
                   f"`. {plan.prefix}/activate`")
+    module = result.get("modulefile")
+    if module:
+        console.print(f"[green]✓[/] modulefile {module.path}: `module use {module.root}; "
+                      f"module load {module.module}`", soft_wrap=True)  # the command whole
     return 0
 
 
@@ -90,6 +103,7 @@ def provision(plan: Plan, argv: list[str], console: Console) -> dict:
     # the file installed from: a lock made on site is a draft beside the prefix until it
     # moves into the environment, where the plan (and the manifest) name it
     lock = draft if plan.site_lock else plan.lock
+    module, staged_module = None, None
     try:
         with staged_dir(plan.prefix, "dsenv provision") as staging:
             # each command is logged as the plan showed it: staging as the final prefix
@@ -122,10 +136,16 @@ def provision(plan: Plan, argv: list[str], console: Console) -> dict:
                 ops_extra={**({"cpu_flags": built.cpu, "cache": built.cache} if built else {}),
                            **cuda.manifest(staging, plan.prefix)},
                 recorded_as=plan.prefix, lock_extra=_lock_record(plan))
+            if plan.modulefile:
+                step.now = "writing the modulefile"
+                module, staged_module = _stage_modulefile(plan, staging, manifest, toolkit)
             if plan.site_lock:  # kept in the environment, named by its manifest
                 os.replace(draft, staging / SITE_LOCK_NAME)
             os.replace(log_path, staging / "dsenv-build.log")
             step.now = f"moving the environment to {plan.prefix}"
+        if staged_module is not None:  # the environment is in place: now its module
+            os.replace(staged_module, module.path)
+            staged_module = None
     except (OSError, ProvisionError) as exc:
         if out_of_space(exc, log_path):
             raise ProvisionError(out_of_space_message(plan.prefix, plan.stack,
@@ -133,8 +153,28 @@ def provision(plan: Plan, argv: list[str], console: Console) -> dict:
         raise
     finally:
         draft.unlink(missing_ok=True)
+        if staged_module is not None:
+            staged_module.unlink(missing_ok=True)
     timings["total_s"] = time.perf_counter() - started
-    return {"manifest": manifest, "ops": choice, "built": built, "timings": timings}
+    return {"manifest": manifest, "ops": choice, "built": built, "timings": timings,
+            "modulefile": module}
+
+
+def _stage_modulefile(plan: Plan, staging: Path, manifest, toolkit):
+    """The modulefile rendered from the same settings as the activate script, written
+    hidden beside its place (renamed there after the environment), and named in the
+    manifest (``modulefile``: `dsenv provision openmpi --env` adds its module to it)."""
+    module = plan.modulefile.with_lock(manifest.lock["sha256"], plan.target)
+    check_modulefile(module, plan.prefix, plan.force)  # a site lock's hash is known now
+    groups = environment_settings(plan.prefix, plan.site, plan.target, plan.stack,
+                                  kind=_activation_kind(plan.kind), extra=toolkit)
+    text = render_modulefile(groups, module=module.module, prefix=plan.prefix,
+                             about=about_manifest(manifest))
+    record = read_json(manifest_path(staging), "environment manifest")
+    record[MODULEFILE_KEY] = {"path": str(module.path), "module": module.module,
+                              "root": str(module.root)}
+    write_json_atomically(manifest_path(staging), record, indent=2)
+    return module, stage_modulefile(module.path, text)
 
 
 def _lock_record(plan: Plan) -> dict:

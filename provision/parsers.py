@@ -63,6 +63,13 @@ def add_parsers(subparsers) -> None:
                    help="keep and reuse built DeepSpeed wheels here (default: "
                         "$DSENV_OPS_CACHE, else the site's ops_cache, else "
                         "~/.cache/dsenv/ops-cache; none: build every time)")
+    p.add_argument("--modulefile", metavar="DIR|none",
+                   help="also write an Lmod modulefile DIR/NAME/VERSION.lua that sets what the "
+                        "activate script sets (`module use DIR; module load NAME/VERSION`; "
+                        "default: the site's modulefiles folder, else none)")
+    p.add_argument("--module-name", metavar="NAME/VERSION",
+                   help="the module's name (default dsenv-STACK/LOCKHASH8, GPU archs "
+                        "appended)")
     add_wait_arguments(p, DEFAULT_WAIT, "--prefix")
     what = p.add_subparsers(dest="provision_what", metavar="WHAT", required=False,
                             title="also provisions (optional)")

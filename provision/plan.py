@@ -39,6 +39,8 @@ from dsenv.provision.ops.cache import CacheDir, resolve_dir
 from dsenv.provision.ops.choose import parse_mode, preview_ops
 from dsenv.provision.ops.cuda import ToolkitChoice
 from dsenv.provision.prefix import check_absent, default_prefix, free_space_check, resolve_prefix
+from dsenv.provision.record.manifest import sha256_text
+from dsenv.provision.record.modulefile import ModulefilePlan, check_modulefile, plan_modulefile
 from dsenv.provision.shown import Names
 from dsenv.provision.steps import OpsPlan, Step, missing_lock, plan_steps
 from dsenv.provision.targets import choose_stack_and_toolkit, resolve_arch
@@ -91,6 +93,8 @@ class Plan:
     toolkit: ToolkitChoice | None = None  # the nvcc of the CUDA ops (ops/cuda.py)
     notes: tuple[str, ...] = ()
     site_lock: SiteLock | None = None  # set when the lock is made on the site
+    modulefile: ModulefilePlan | None = None  # the env's Lmod modulefile (--modulefile)
+    modulefile_stop: str = ""  # why the real run would refuse to write it
     steps: tuple[Step, ...] = ()
 
     @property
@@ -122,6 +126,8 @@ class Plan:
                     f"{self.site_lock.describe()}, the first step)" if self.site_lock else ""),
                 f"  arch    {_arch_line(self.target)}",
                 f"  python  {self.python}",
+                *([f"  module  {self.modulefile.module} ({self.modulefile.path}, from "
+                   f"{self.modulefile.source})"] if self.modulefile else []),
                 *[f"  note    {note}" for note in self.notes]]
 
     def render(self) -> str:
@@ -168,11 +174,35 @@ def make_plan(args) -> Plan:
                  or (kind == "conda" and not lock.is_file()))
     notes = [*toolkit_notes, *(([] if stops else ops_notes) if args.dry_run
                                else [free_space_check(prefix, stack)])]
+    modulefile, modulefile_stop = _modulefile(args, site, stack, target, lock, site_lock,
+                                              prefix)
     plan = Plan(kind, site, target, stack, lock.resolve(), prefix, python, ops, sources,
                 args.force, not args.no_bytecode, args.dry_run, getattr(args, "wait", None),
                 resolve_dir(getattr(args, "ops_cache", None), site.ops_cache, site.name),
-                toolkit, tuple(notes), site_lock)
+                toolkit, tuple(notes), site_lock, modulefile, modulefile_stop)
     return replace(plan, steps=plan_steps(plan))
+
+
+def _modulefile(args, site: Site, stack: Stack, target: Target, lock: Path,
+                site_lock: SiteLock | None,
+                prefix: Path) -> tuple[ModulefilePlan | None, str]:
+    """The modulefile asked for (--modulefile, else the site's), its name from the lock's
+    hash (known later for a lock made on site), checked: a real run refuses here, a dry
+    run shows the refusal in the modulefile's step."""
+    sha = sha256_text(lock.read_text(encoding="utf-8")) \
+        if not site_lock and lock.is_file() else ""
+    modulefile = plan_modulefile(getattr(args, "modulefile", None),
+                                 getattr(args, "module_name", None), site.modulefiles,
+                                 site.name, stack.name, sha, target)
+    if modulefile is None:
+        return None, ""
+    try:
+        check_modulefile(modulefile, prefix, args.force)
+    except ProvisionError as exc:
+        if not args.dry_run:
+            raise
+        return modulefile, str(exc)
+    return modulefile, ""
 
 
 def _assume_ops(target: Target, stack: Stack, mode: str, stop: str,

@@ -107,6 +107,8 @@ def plan_steps(plan: Plan) -> tuple[Step, ...]:
                       "jobs"))
     steps.append(Step("rename", f"rename {plan.staging.name} to {plan.prefix}",
                       "replacing the old environment" if plan.force else ""))
+    if plan.modulefile:
+        steps.append(_modulefile_step(plan))
     # a refusal is raised while the real run plans, before its first step: it is the plan
     stop = next((step for step in steps if step.stop), None)
     return (stop,) if stop else tuple(steps)
@@ -203,3 +205,23 @@ def _ops_steps(plan: Plan, python: Path) -> list[Step]:
         + ("deepspeed.txt holds the lock's deepspeed line with its hashes; " if hashed else "")
         + f"ops cache {cache}: assumed to hold no identical earlier build (a hit installs "
         "that wheel instead, hash-checked)", (command,))]
+
+
+def _modulefile_step(plan: Plan) -> Step:
+    """The Lmod modulefile: written beside its place before the rename, renamed into place
+    after the environment."""
+    module = plan.modulefile
+    if plan.modulefile_stop:
+        return Step("record", f"modulefile {module.module}: {STOP}", plan.modulefile_stop,
+                    stop=plan.modulefile_stop)
+    hashed = "" if module.version else " (the version is the hash of the lock made on site)"
+    return Step("record", f"modulefile {module.module} at {module.path}",
+                "Lmod Lua from the settings the activate script renders (PATH, "
+                f"{_prefix_variable(plan.kind)} and DSENV_ENV, TORCH_EXTENSIONS_DIR, arch, "
+                "offline and site variables, site modules as depends_on); written hidden "
+                "beside it before the rename, renamed into place after it; load with "
+                f"`module use {module.root}; module load {module.module}`{hashed}")
+
+
+def _prefix_variable(kind: str) -> str:
+    return "CONDA_PREFIX" if kind == "conda" else "VIRTUAL_ENV"

@@ -58,6 +58,9 @@ class Site:
     # where `dsenv provision` keeps built DeepSpeed wheels (provision/ops/cache.py): a shared
     # file system lets every job of the site reuse one build ("" = ~/.cache/dsenv/ops-cache)
     ops_cache: str = ""
+    # where `dsenv provision` writes each environment's Lmod modulefile (a MODULEPATH folder;
+    # "" = none unless --modulefile asks)
+    modulefiles: str = ""
     env: dict[str, str] = field(default_factory=dict)  # NCCL/RCCL/FI/MIOPEN variables
     container: Container | None = None
     # all-reduce bus bandwidth (GB/s) a healthy job reaches: `dsenv doctor --distributed`
@@ -117,6 +120,8 @@ def _problems(name: str, raw: dict) -> list[str]:
             found.append(f"{key} must be a string (#SBATCH --{key} of `dsenv launch`)")
     if not isinstance(raw.get("ops_cache", ""), str):
         found.append("ops_cache must be a folder path (a string)")
+    if not isinstance(raw.get("modulefiles", ""), str):
+        found.append("modulefiles must be a folder path (a string)")
     busbw = raw.get("expect_busbw_gbps") or {}
     if not isinstance(busbw, dict):
         found.append("expect_busbw_gbps must be a table (intra_node = GB/s, inter_node = GB/s)")
@@ -157,6 +162,7 @@ def load_site(name: str | None = None) -> Site:
         srun_mpi=raw.get("srun_mpi", ""), hf_home=raw.get("hf_home", ""),
         offline_on_compute=bool(raw.get("offline_on_compute", True)),
         env_root=raw.get("env_root", ""), ops_cache=raw.get("ops_cache", ""),
+        modulefiles=raw.get("modulefiles", ""),
         env=dict(raw.get("env") or {}),
         expect_busbw_gbps={k: float(v) for k, v in (raw.get("expect_busbw_gbps") or {}).items()},
         container=Container(container["runtime"], container.get("image", ""),

@@ -1,16 +1,19 @@
 """A built Open MPI recorded in an environment made by ``dsenv provision``: the lines that load
-its module go into the environment's activate script (one block, replaced on every record) and
-its description into the manifest (``openmpi_module``)."""
+its module go into the environment's activate script (one block, replaced on every record), into
+its modulefile when it has one (``dsenv provision --modulefile``: MODULEPATH and ``depends_on``
+the module) and its description into the manifest (``openmpi_module``)."""
 
 from __future__ import annotations
 
 import re
 import shlex
 from datetime import datetime, timezone
+from pathlib import Path
 
 from dsenv.jsonfiles import JsonFileError, read_json, write_json_atomically
 from dsenv.provision import ProvisionError
 from dsenv.provision.openmpi.easyconfig import OpenMpiBuild
+from dsenv.provision.record import modulefile
 from dsenv.provision.record.activation import ACTIVATE_NAME
 from dsenv.provision.record.manifest import manifest_path, redact_command
 from dsenv.staging import write_file_atomically
@@ -74,5 +77,18 @@ def record_in_env(build: OpenMpiBuild, verdict, argv: list[str]) -> None:
         "command": redact_command(list(argv)),
         "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     text = with_block(activate.read_text(encoding="utf-8"), module_block(build))
+    modulefile = _modulefile_text(manifest, manifest[MANIFEST_KEY])
     write_json_atomically(manifest_path(prefix), manifest, indent=2)
     write_file_atomically(activate, text, mode=activate.stat().st_mode & 0o777)
+    if modulefile:
+        write_file_atomically(*modulefile)
+
+
+def _modulefile_text(manifest: dict, record: dict) -> tuple[Path, str] | None:
+    """The environment's modulefile (``dsenv provision --modulefile``) with its Open MPI
+    block: MODULEPATH and ``depends_on`` the module; None when it has none."""
+    path = Path((manifest.get(modulefile.MANIFEST_KEY) or {}).get("path") or "")
+    if not path.name or not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8")
+    return path, modulefile.with_block(text, modulefile.openmpi_block(record))

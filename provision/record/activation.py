@@ -86,6 +86,12 @@ def sh_lines(groups: list[Group]) -> list[str]:
         elif group.in_slurm_job:
             lines.append('if [ -n "${SLURM_JOB_ID:-}" ]; then')
         indent = "    " if group.modules or group.in_slurm_job else ""
+        plain = [s for s in group.settings if isinstance(s, SetVar) and not (
+            s.keep or s.expand or s.note)]
+        if group.in_slurm_job and plain == list(group.settings):  # one line: export A=1 B=1
+            lines += [indent + "export " + " ".join(f"{s.name}={shlex.quote(s.value)}"
+                                                    for s in plain), "fi", ""]
+            continue
         for setting in group.settings:
             if getattr(setting, "note", ""):
                 lines.append(f"{indent}# {setting.note}")

@@ -60,7 +60,7 @@ print(__MARK__ + json.dumps({
 SOURCES = {  # how the environment was chosen -> why, for the report ({} is chosen_by)
     "option": "{}",
     "prefix": "given: {}",
-    "DSENV_ENV": "activated by its dsenv activate script ({})",
+    "DSENV_ENV": "activated by its dsenv activate script or module ({})",
     "VIRTUAL_ENV": "activated venv ({})",
     "CONDA_PREFIX": "activated conda env ({})",
     "PATH": "{} (no environment activated)",
@@ -208,7 +208,9 @@ def choose(node: Node) -> tuple[str | None, Path | None, str, str]:
     active = _activated(node)
     if active is not None:
         var, prefix = active
-        return interpreter_in(prefix), prefix, var, f"{var}={prefix}"
+        module = node.env.get("DSENV_MODULE") if var == "DSENV_ENV" else None
+        return (interpreter_in(prefix), prefix, var,  # module: its dsenv modulefile's name
+                f"{var}={prefix}" + (f", module {module}" if module else ""))
     for name in ("python3", "python") if node.env.get("PATH") else ():
         found = node.which(name)
         if found:
