@@ -45,8 +45,11 @@ staging folder renamed into place at the end (build.py).
       cache.py          built ops wheels kept and reused across environments (--ops-cache)
       cuda.py           the CUDA toolkit an ops build uses (CUDA_HOME, or nvcc from wheels)
     record/           what a built environment records:
-      activation.py     the env's activate script (site modules, HF offline, NCCL/RCCL
-                        variables, TORCH_EXTENSIONS_DIR inside the env)
+      settings.py       what activating the env sets, described once (site modules, the
+                        env, TORCH_EXTENSIONS_DIR, archs, HF offline, NCCL/RCCL variables)
+      activation.py     the env's activate script: those settings in POSIX sh
+      modulefile.py     the env's Lmod modulefile (--modulefile DIR): the same settings in
+                        Lua, whatis/help, the Open MPI module as depends_on
       manifest.py       the env's manifest (lock hash, arch, ops, versions, command, host,
                         date), read back by `dsenv doctor` to report drift
 
