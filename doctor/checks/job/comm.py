@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dsenv.doctor.catalogue import fix_for, mode_finding
+from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fix_actions
 from dsenv.doctor.registry import check
@@ -114,10 +114,8 @@ def roce_gid(ctx: Context):
 @check("comm.slingshot", "Slingshot OFI plugin")
 def slingshot(ctx: Context):
     devices = fabric.cxi_devices(ctx)
-    if not devices:  # NCCL's "no external network plugin" notice is expected here
-        return replace(skip("no Slingshot (cxi) devices under /sys/class/cxi"),
-                       mode="comm.net-plugin-absent-benign",
-                       fix=fix_for("comm.net-plugin-absent-benign"))
+    if not devices:
+        return skip("no Slingshot (cxi) devices under /sys/class/cxi")
     build = torch_info.torch_build(ctx)
     rocm = {"hip": True, "cuda": False}.get(build.kind)
     plugin = fabric.find_net_plugin(ctx, rocm)
