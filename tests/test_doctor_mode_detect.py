@@ -10,6 +10,10 @@ from pathlib import Path
 
 from dsenv.doctor import catalogue
 from dsenv.doctor.checks.job.launch_hosts import _ssh_mode
+from dsenv.doctor.checks.software import torch_build
+from dsenv.facts.gpu.inventory import Gpu, visible_gpus
+from dsenv.facts.python import torch_info as tp
+from dsenv.facts.python.torch_info import TorchBuild
 from dsenv.verdicts.findings import Status
 from tests.harness.findings import here
 from tests.harness.recorded import fixture_text
@@ -161,3 +165,80 @@ def test_port_held_by_a_python_process_names_the_shared_store(make_ctx, run_one)
     assert f"pid {holder.pid}" in result.summary
     _names(result, "launch.store-shared")
     assert here(result).startswith("export MASTER_PORT=")
+
+
+# -- torch: which driver or build gap --------------------------------------------------------------
+
+BUILD = "dsenv.facts.python.torch_info.torch_build"
+RUNTIME = "dsenv.facts.python.torch_info.torch_runtime"
+CU124 = TorchBuild("2.4.1+cu124", cuda="12.4", location="/site/torch")
+CU128 = TorchBuild("2.11.0+cu128", cuda="12.8", location="/site/torch")
+
+
+def _seeded(make_ctx, gpus, torch, runtime=None, **env):
+    ctx = make_ctx(env={"PATH": "/usr/bin:/bin", **env}, target="compute")
+    ctx.memo(visible_gpus.memo_key, lambda: list(gpus))
+    ctx.memo(BUILD, lambda: torch)
+    if runtime is not None:
+        ctx.memo(RUNTIME, lambda: runtime)
+    return ctx
+
+
+def _gpu(name, arch, driver="580.65.06"):
+    return Gpu("nvidia", 0, name, arch, 32768, driver)
+
+
+def test_driver_gaps_name_their_cause(tmp_path, make_ctx, run_one):
+    a100 = _gpu("NVIDIA A100-SXM4-80GB", "8.0", "470.103.01")
+    old = run_one("torch.driver", _seeded(make_ctx, [a100], CU124))
+    assert old.status is Status.FAIL
+    _names(old, "gpu.driver-too-old")
+    compat = tmp_path / "cuda-12.4" / "compat"
+    compat.mkdir(parents=True)
+    (compat / "libcuda.so.1").write_bytes(b"")
+    forward = run_one("torch.driver", _seeded(make_ctx, [a100], CU124,
+                                              LD_LIBRARY_PATH=str(compat)))
+    assert forward.status is Status.FAIL and "cuda-compat" in forward.summary
+    _names(forward, "gpu.forward-compat-unsupported")
+    minor = run_one("torch.driver", _seeded(make_ctx, [_gpu("A100", "8.0", "535.54.03")], CU124))
+    assert minor.status is Status.WARN
+    _names(minor, "gpu.ptx-newer-than-driver")
+    assert any("comm.nccl-newer-than-driver" in line for line in minor.evidence)
+
+
+def test_a_gpu_older_than_the_build_is_told_from_one_newer(make_ctx, run_one):
+    probe = tp.parse_probe_output(fixture_text("gpu/torch_probe_cu128_v100.txt"))
+    v100 = run_one("torch.arch-list", _seeded(make_ctx, [_gpu("Tesla V100-SXM2-32GB", "7.0")],
+                                              CU128, probe))
+    assert v100.status is Status.FAIL
+    _names(v100, "gpu.too-old-for-torch")  # the cu128 wheel starts at sm_75
+    assert torch_build._lacking_mode([_gpu("B300", "10.3")], ["sm_75", "sm_80", "sm_90"]) == \
+        "gpu.torch-build-lacks-arch"
+    assert torch_build._lacking_mode([Gpu("amd", 0, "MI50", "gfx906", 0, "")], ["gfx90a"]) == \
+        "gpu.rocm-gfx-unsupported"
+
+
+def test_cuda_init_errors_name_the_driver_stack_cause():
+    assert torch_build._driver_stack_mode(
+        "RuntimeError: CUDA error: system not yet initialized (802)") == \
+        "gpu.fabric-manager-not-running"
+    assert torch_build._driver_stack_mode(
+        "RuntimeError: CUDA unknown error - this may be due to an incorrectly set up "
+        "environment") == "gpu.cuda-unknown-error-driver"
+    assert torch_build._driver_stack_mode("RuntimeError: No CUDA GPUs are available") == ""
+
+
+# -- gpu.devices: the wrong node, or a job given no GPU --------------------------------------------
+
+
+def test_no_gpu_tells_the_wrong_node_from_a_job_given_none(tmp_path, make_ctx, run_one):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    wrong_node = run_one("gpu.devices", make_ctx(env=env, target="compute", gpus_per_node=4))
+    assert wrong_node.status is Status.FAIL
+    _names(wrong_node, "gpu.no-gpu-on-node")  # no driver tool answers here at all
+    _script(bin_dir, "nvidia-smi", "exit 0\n")  # the driver answers and lists no GPU
+    given_none = run_one("gpu.devices", make_ctx(env=env, target="compute", gpus_per_node=4))
+    assert given_none.status is Status.FAIL
+    _names(given_none, "gpu.no-visible-gpu")
