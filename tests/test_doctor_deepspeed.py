@@ -91,11 +91,13 @@ def test_install_ops_built_against_other_torch_fails(tmp_path, make_ctx, run_one
     assert ops.status == Status.SKIP and "deepspeed.install" in ops.summary
 
 
-def test_not_installed_warns_on_login_fails_on_compute(tmp_path, make_ctx, run_one):
+def test_not_installed_fails_on_login_and_compute(tmp_path, make_ctx, run_one):
+    """The job's `import deepspeed` fails: not ready on either target (issue 24)."""
     (tmp_path / "empty" / "lib" / PYDIR / "site-packages").mkdir(parents=True)
     login = with_prefix(make_ctx(), tmp_path / "empty")
     compute = with_prefix(make_ctx(target="compute"), tmp_path / "empty")
-    assert run_one("deepspeed.install", login).status == Status.WARN
+    on_login = run_one("deepspeed.install", login)
+    assert on_login.status == Status.FAIL and "dsenv doctor --env PREFIX" in on_login.fix
     assert run_one("deepspeed.install", compute).status == Status.FAIL
     assert run_one("deepspeed.ops", login).status == Status.SKIP
 

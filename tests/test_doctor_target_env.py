@@ -95,7 +95,7 @@ def test_env_prefix_of_a_venv_is_judged(venv, tmp_path):
     assert str(venv) in torch["evidence"][0]
     interp = result(data, "python.interpreter")
     assert interp["status"] == "ok" and f"at {venv}/bin/python3 (venv)" in interp["summary"]
-    assert result(data, "deepspeed.install")["status"] == "warn"  # not in this env, though
+    assert result(data, "deepspeed.install")["status"] == "fail"  # not in this env, though
     assert result(data, "python.shadowing")["status"] == "ok"  # dsenv's own env has it
 
 
