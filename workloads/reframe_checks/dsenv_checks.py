@@ -155,6 +155,7 @@ class DsenvDoctor(_DsenvCheck):
     """``dsenv doctor`` as a preflight: ready, or the failing findings in ReFrame's report."""
 
     descr = "dsenv doctor: is this node ready for DeepSpeed jobs?"
+    keep_files = [DOCTOR_REPORT]
     tags = {"dsenv", "preflight"}
     #: options for the doctor (e.g. `--target compute --gpus-per-node 4 --strict`)
     doctor_options = variable(typ.List[str], value=[])
@@ -175,6 +176,7 @@ class _DsenvWorkload(_DsenvCheck):
     """A workload's run: sanity is dsenv's sanity verdict, samples_per_s its throughput."""
 
     mode = "smoke"
+    keep_files = [REPORT]  # dsenv's report.json beside ReFrame's output of the run
     #: a site's references table (TOML, references.toml's layout), for ReFrame and dsenv
     references = variable(str, value="")
 
@@ -298,6 +300,7 @@ class DsenvDistributed(_DsenvCheck):
     descr = "dsenv doctor --distributed: rendezvous, exact all-reduce, bus bandwidth"
     tags = {"dsenv", "distributed"}
     launcher = parameter(("torchrun", "mpirun", "srun"))
+    keep_files = [DOCTOR_REPORT]
     #: expected bus bandwidth in GB/s (default: the site profile's expect_busbw_gbps)
     expect_busbw = variable(float, value=0.0)
     doctor_options = variable(typ.List[str], value=[])
