@@ -67,7 +67,12 @@ def test_the_prompt_readme_shows_is_the_command_run(screen):
         f"`{_shown_command(screen)}`")
 
 
-@pytest.mark.parametrize("screen", SCREENS, ids=lambda s: s.command[:60])
+# a smoke trains (15-60 s here): marked slow, as the suite's other DeepSpeed engines
+RUN = [pytest.param(s, marks=[pytest.mark.slow] if "dsenv smoke" in s.command else [])
+       for s in SCREENS]
+
+
+@pytest.mark.parametrize("screen", RUN, ids=lambda s: s.command[:60])
 def test_readme_quotes_what_the_command_prints_here(screen):
     code, fresh = rs.run_screen(screen.command, timeout=240)
     assert "Traceback (most recent call last)" not in fresh, fresh[-3000:]
@@ -180,3 +185,30 @@ def test_readme_states_the_last_ci_runs_time_and_counts():
         pytest.skip(f"no CI run recorded on this machine ({rs.RECORD} is written by .ci/run)")
     assert stated == recorded, (f"README states {stated}, the last CI run recorded {recorded}; "
                                 f"regenerate: {rs.REGENERATE}")
+
+
+def _ci_record():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ci_record", ROOT / ".ci" / "record.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ci_run_records_the_test_commands_counts_and_seconds_when_it_passed(tmp_path,
+                                                                            monkeypatch):
+    record = _ci_record()
+    monkeypatch.setattr(record, "RECORD", tmp_path / "last-run.json")
+    log = tmp_path / "log"
+    log.write_text("....s\nSKIPPED [1] x.py:1: opt-in\n1557 passed, 5 skipped, 2 warnings in "
+                   "1559.31s (0:25:59)\n")
+    assert record.main([str(log), "1601", "1"]) == 0
+    assert not record.RECORD.exists()  # a failed run is not the suite's time
+    assert record.main([str(log), "1601", "0"]) == 0
+    import json
+    got = json.loads(record.RECORD.read_text())
+    assert (got["passed"], got["skipped"], got["seconds"], got["wall_seconds"]) == \
+        (1557, 5, 1559.3, 1601)
+    assert got["command"] == "python -m pytest -q"
+    assert "pytest -q | tee" in (ROOT / ".ci" / "run").read_text()
+    assert ".ci/record.py" in (ROOT / ".ci" / "run").read_text()
