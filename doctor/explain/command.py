@@ -78,6 +78,8 @@ def run_explain(args) -> int:
     exact = [m for m in catalogue.modes() if wanted in (m.id, m.check)]
     if exact:
         return _print([rank.Match(rank.BAR, mode=m) for m in exact], None, None, args)
+    if args.here:  # the environment probe runs while the text is read
+        args.here_context = here.context(args.environment)
     reading, line, sure, weak = explain_text(text)
     if not sure:
         return _print_unknown(reading, weak, args)
@@ -106,7 +108,8 @@ def _print(matches, reading, line, args) -> int:
 
 def _look_here(matches, args) -> dict[int, list[str]]:
     """{id(match): what this node shows}; each doctor check runs once."""
-    ctx, results = here.context(args.environment), {}
+    ctx = getattr(args, "here_context", None) or here.context(args.environment)
+    results: dict = {}
     return {id(m): here.look(m, ctx, results) for m in matches}
 
 

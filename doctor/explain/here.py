@@ -9,10 +9,12 @@ also says where this node and environment have the library (loader.look_here).
 from __future__ import annotations
 
 import os
+import threading
 
 from dsenv.doctor import registry, runner
 from dsenv.doctor.context import Context, Options
 from dsenv.doctor.explain import loader, rank
+from dsenv.facts.python import target_env
 from dsenv.verdicts.findings import Result, Status
 
 # What a check's status says about the cause a log names.
@@ -28,7 +30,18 @@ VERDICT = {
 
 
 def context(environment: str | None = None) -> Context:
-    return Context(options=Options(environment=environment), env=dict(os.environ))
+    """This node as the doctor sees it; the job's environment starts being probed at once
+    (every check needs it) while explain reads the text."""
+    ctx = Context(options=Options(environment=environment), env=dict(os.environ))
+    threading.Thread(target=_probe_quietly, args=(ctx,), daemon=True).start()
+    return ctx
+
+
+def _probe_quietly(ctx: Context) -> None:
+    try:
+        target_env.environment(ctx)
+    except Exception:  # noqa: BLE001 - the check that needs it reports what went wrong
+        pass
 
 
 def run(check_id: str, ctx: Context) -> Result | None:
