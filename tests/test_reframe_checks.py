@@ -3,11 +3,13 @@ local scheduler, with a site config the test writes: the doctor, a bert-squad sm
 distributed test pass and the performance log records samples_per_s (against a site's
 references file) and busbw; a smoke that cannot learn (the hidden --shuffle-labels) and a
 doctor asked for a GPU this node lacks fail, each with dsenv's own reason in ReFrame's
-report."""
+report. On the test Slurm (sbatch, squeue, srun ranks) the same checks pass, and a cluster
+whose srun cannot start this MPI fails the preflight with the doctor's reason."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,13 +22,13 @@ from dsenv.workloads import registry
 pytest.importorskip("reframe")
 
 SMOKE = "DsenvSmoke%workload=bert-squad%preset=fp32%launcher=none$"
-SITE_CONFIG = """
+SITE_CONFIG = """  # one system, one partition: the local scheduler and launcher
 site_configuration = {
     'systems': [{
         'name': 'here', 'descr': 'this machine, as a site would describe it',
         'hostnames': ['.*'],
         'partitions': [{'name': 'local', 'scheduler': 'local', 'launcher': 'local',
-                        'environs': ['dsenv'], 'max_jobs': 1}],
+                        'environs': ['dsenv'], 'max_jobs': 1}],  # one job at a time
     }],
     'environments': [{'name': 'dsenv'}],
     'logging': [{
@@ -63,14 +65,19 @@ def checks_path() -> str:
     return done.stdout.strip()
 
 
-def reframe(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """Run reframe in tmp_path with the test's site config; (process, its JSON run report)."""
-    (tmp_path / "site.py").write_text(SITE_CONFIG)
+def reframe(tmp_path: Path, *args: str, env: dict | None = None, config: str = SITE_CONFIG,
+            slurm=None) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run reframe in tmp_path with a site config the test writes (on the test Slurm's login
+    node with ``slurm``); (the process, ReFrame's JSON run report)."""
+    (tmp_path / "site.py").write_text(config)
     report = tmp_path / f"report-{len(list(tmp_path.glob('report-*')))}.json"
-    done = subprocess.run([shutil.which("reframe") or "reframe", "-C", "site.py",
-                           "-c", checks_path(), "--exec-policy=serial", "--nocolor",
-                           "--report-file", str(report), *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    argv = [shutil.which("reframe") or "reframe", "-C", "site.py", "-c", checks_path(),
+            "--nocolor", "--report-file", str(report), *args]
+    if slurm is not None:
+        done = slurm.run(argv, timeout=300, env=env, cwd=tmp_path)
+    else:
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                              env=env)
     data = json.loads(report.read_text()) if report.exists() else {}
     return done, data
 
@@ -106,11 +113,12 @@ def test_reframe_lists_every_check_with_its_parameters_and_the_fetch_fixture(tmp
 
 
 @pytest.mark.slow
-def test_checks_pass_here_and_the_perflog_has_samples_per_s_and_busbw(tmp_path):
+def test_checks_pass_here_and_the_perflog_has_samples_per_s_and_busbw(tmp_path, run_env):
     (tmp_path / "site-references.toml").write_text(SITE_REFERENCES)
     done, data = reframe(tmp_path, "-r", "-n", "DsenvDoctor$", "-n", SMOKE,
                          "-n", "DsenvDistributed%launcher=torchrun$",
-                         "-S", f"DsenvSmoke.references={tmp_path / 'site-references.toml'}")
+                         "-S", f"DsenvSmoke.references={tmp_path / 'site-references.toml'}",
+                         env=run_env)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     ran = cases(data)
     assert {name: case["result"] for name, case in ran.items()} == {
@@ -133,10 +141,11 @@ def test_checks_pass_here_and_the_perflog_has_samples_per_s_and_busbw(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_sabotaged_smoke_and_an_unready_node_fail_with_dsenvs_reason(tmp_path):
+def test_a_sabotaged_smoke_and_an_unready_node_fail_with_dsenvs_reason(tmp_path, run_env):
     done, data = reframe(tmp_path, "-r", "-n", "DsenvDoctor$", "-n", SMOKE,
-                         "-S", "DsenvSmoke.extra_options=--shuffle-labels",
-                         "-S", "DsenvDoctor.doctor_options=--target=compute,--gpus-per-node=1")
+                         "-S", "DsenvSmoke.extra_options=--shuffle-labels,--steps=80",
+                         "-S", "DsenvDoctor.doctor_options=--target=compute,--gpus-per-node=1",
+                         env=run_env)
     assert done.returncode != 0
     ran = cases(data)
     smoke = ran["DsenvSmoke %workload=bert-squad %preset=fp32 %launcher=none"]
@@ -151,3 +160,62 @@ def test_a_sabotaged_smoke_and_an_unready_node_fail_with_dsenvs_reason(tmp_path)
     # ... and the same reasons on ReFrame's screen
     assert "Reason: sanity error: dsenv smoke bert-squad: sanity FAIL" in done.stdout
     assert "gpu.devices: no GPU visible" in done.stdout
+
+
+# The test Slurm (tests/harness/slurmcluster.py): a partition as a site declares one, jobs
+# submitted with sbatch and polled with squeue (no accounting database), ranks started by srun.
+SLURM_CONFIG = SITE_CONFIG.replace("'name': 'here'", "'name': 'testslurm'").replace(
+    "'name': 'local', 'scheduler': 'local', 'launcher': 'local'",
+    "'name': 'debug', 'scheduler': 'squeue', 'launcher': 'srun', 'access': ['-p debug']").replace(
+    "'max_jobs': 1", "'max_jobs': 3")
+SLURM_RUN = ("-n", "DsenvDoctor$", "-n",
+             "DsenvSmoke%workload=bert-squad%preset=fp32%launcher=srun$",
+             "-n", "DsenvDistributed%launcher=srun$")
+
+
+def slurm_env(cluster, run_env) -> dict:
+    """The submitting environment, less a fixed MASTER_PORT: the smoke and the distributed
+    test run side by side on the one node, and each job's ranks pick their own port."""
+    env = cluster.env({**run_env, "OMP_NUM_THREADS": "1"})
+    env.pop("MASTER_PORT", None)
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the test Slurm runs as root")
+def test_checks_pass_on_the_test_slurm_with_srun_ranks(tmp_path, slurm_cluster, run_env):
+    """Two srun ranks for the smoke and the distributed test, the doctor as a batch job; the
+    cluster's srun speaks PMIx (MpiDefault=pmix), so the doctor has nothing to fail."""
+    cluster = slurm_cluster(mpi_default="pmix")
+    done, data = reframe(tmp_path, "-r", *SLURM_RUN, env=slurm_env(cluster, run_env),
+                         config=SLURM_CONFIG, slurm=cluster)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    ran = cases(data)
+    assert {name: (case["result"], case["scheduler"]) for name, case in ran.items()} == {
+        "DsenvDoctor": ("pass", "squeue"),
+        "DsenvSmoke %workload=bert-squad %preset=fp32 %launcher=srun": ("pass", "squeue"),
+        "DsenvDistributed %launcher=srun": ("pass", "squeue")}
+    kept = Path(ran["DsenvSmoke %workload=bert-squad %preset=fp32 %launcher=srun"]["outputdir"])
+    run = json.loads((kept / "report.json").read_text())["run"]
+    assert (run["launcher"], run["world_size"]) == ("srun", 2)
+    logs = tmp_path / "perflogs/testslurm/debug"
+    assert "samples_per_s=" in (logs / "DsenvSmoke.log").read_text()
+    busbw = (logs / "DsenvDistributed.log").read_text()
+    assert float(busbw.split("busbw=")[1].split()[0]) > 0, busbw
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the test Slurm runs as root")
+def test_a_broken_slurm_host_fails_the_preflight_with_dsenvs_reason(tmp_path, slurm_cluster,
+                                                                     run_env):
+    """The default test cluster: srun's MpiDefault=none and an Open MPI without Slurm's PMI,
+    so every MPI rank srun starts would abort in MPI_Init: the doctor's launch verdict."""
+    cluster = slurm_cluster()
+    done, data = reframe(tmp_path, "-r", "-n", "DsenvDoctor$", env=slurm_env(cluster, run_env),
+                         config=SLURM_CONFIG, slurm=cluster)
+    assert done.returncode != 0
+    doctor = cases(data)["DsenvDoctor"]
+    assert doctor["result"] == "fail" and doctor["fail_phase"] == "sanity"
+    assert "dsenv doctor: not ready:" in doctor["fail_reason"]
+    assert "mpi.launch: Open MPI" in doctor["fail_reason"]
+    assert "srun --mpi=none" in doctor["fail_reason"]
