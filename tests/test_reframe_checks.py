@@ -219,3 +219,34 @@ def test_a_broken_slurm_host_fails_the_preflight_with_dsenvs_reason(tmp_path, sl
     assert "dsenv doctor: not ready:" in doctor["fail_reason"]
     assert "mpi.launch: Open MPI" in doctor["fail_reason"]
     assert "srun --mpi=none" in doctor["fail_reason"]
+
+
+@pytest.mark.slow
+def test_a_full_run_waits_for_the_fetch_fixture_and_reports_dsenvs_verdict(tmp_path):
+    """The session fixture DsenvFetch runs `dsenv fetch bert-squad` against a Hub (the test's
+    own, serving a tiny BERT and a SQuAD-shaped data set), then DsenvRun's `dsenv run` reads
+    them from the cache; two steps of a random tiny model cannot answer SQuAD, so ReFrame
+    reports dsenv's sanity verdict in its own words."""
+    from tests.harness.hubserver import HubServer, bert_squad_repos, hub_env
+
+    repos = bert_squad_repos(tmp_path / "hub-content")
+    with HubServer(repos) as hub:
+        env = hub_env(tmp_path / "hf", hub.url, MASTER_ADDR="127.0.0.1",
+                      GLOO_SOCKET_IFNAME="lo", DS_ACCELERATOR="cpu")
+        env.pop("HF_HUB_OFFLINE", None)  # the fixture's node has internet
+        done, data = reframe(tmp_path, "-r", "-n",
+                             "DsenvRun%workload=bert-squad%preset=fp32%launcher=none$",
+                             "-S", "DsenvFetch.workloads=bert-squad",
+                             "-S", "DsenvRun.max_steps=2",  # the tiny model's 128 positions:
+                             "-S", "DsenvRun.extra_options=--max-length=128,--doc-stride=32,"
+                                   "--examples=0", env=env)
+    ran = cases(data)
+    fetch = next(case for name, case in ran.items() if name.startswith("DsenvFetch"))
+    assert fetch["result"] == "pass" and fetch["fixture"], done.stdout[-3000:]
+    assert (tmp_path / "hf" / "hub" / "models--google-bert--bert-base-uncased").is_dir()
+    full = ran["DsenvRun %workload=bert-squad %preset=fp32 %launcher=none"]
+    assert full["result"] == "fail" and full["fail_phase"] == "sanity", full["fail_reason"]
+    assert full["fail_reason"].startswith("sanity error: dsenv run bert-squad: sanity FAIL: "
+                                          "loss drop"), full["fail_reason"]
+    kept = json.loads((Path(full["stagedir"]) / "report.json").read_text())  # kept: failed
+    assert (kept["mode"], kept["training"]["steps"]) == ("run", 2)

@@ -181,18 +181,22 @@ class _DsenvWorkload(_DsenvCheck):
     references = variable(str, value="")
 
     def _command(self) -> list[str]:
-        return [self.mode if self.mode == "smoke" else "run", self.workload,
+        return [self._verb(), self.workload,
                 "--preset", self.preset, "--report", REPORT, "--output-dir", "dsenv-output",
                 *self._env_options(),
                 *(["--references", os.path.abspath(self.references)] if self.references else []),
                 *self.extra_options]
+
+    def _verb(self) -> str:
+        """The dsenv command: `dsenv smoke` or, for the full mode, `dsenv run`."""
+        return "smoke" if self.mode == "smoke" else "run"
 
     @run_after("setup")
     def set_command(self):
         self._launch(self.launcher, self._command())
 
     def _report(self) -> dict:
-        return _read_json(os.path.join(self.stagedir, REPORT), f"dsenv {self.mode} "
+        return _read_json(os.path.join(self.stagedir, REPORT), f"dsenv {self._verb()} "
                           f"{self.workload}", os.path.join(self.stagedir, self.stderr.evaluate()))
 
     @sanity_function
@@ -200,10 +204,10 @@ class _DsenvWorkload(_DsenvCheck):
         report = self._report()
         verdict = next((v for v in report.get("verdicts", []) if v["name"] == "sanity"), None)
         if verdict is None:
-            raise SanityError(f"dsenv {self.mode} {self.workload}: no sanity verdict in "
+            raise SanityError(f"dsenv {self._verb()} {self.workload}: no sanity verdict in "
                               f"{REPORT} (status {report.get('status')})")
         if verdict["status"] != "PASS":
-            raise SanityError(f"dsenv {self.mode} {self.workload}: sanity "
+            raise SanityError(f"dsenv {self._verb()} {self.workload}: sanity "
                               f"{verdict['status']}: {verdict['detail']}")
         return True
 
