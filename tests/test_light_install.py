@@ -39,6 +39,7 @@ COMMANDS = [
     (["lock", "--kind", "conda", "--stack", "cpu"], 2, "pip install 'dsenv[provision]'"),
     (["explain", "Ninja is required to load C++ extensions"], 0, "jit.ninja-missing: "),
     (["provision", "--arch", "7", "--dry-run"], 2, "did you mean '7.0'"),
+    (["reframe", "--path"], 0, "/dsenv/workloads/reframe_checks/dsenv_checks.py"),
 ]
 
 
