@@ -143,11 +143,11 @@ class _DsenvCheck(rfm.RunOnlyRegressionTest):
         self.executable = self._python()
         if launcher == "torchrun":
             head = ["-m", "torch.distributed.run", "--standalone",
-                    f"--nproc-per-node={self.ranks_per_node}"]
+                    f"--nproc-per-node={self.ranks_per_node}", "-m"]
         else:  # deepspeed: its runner, on this node only (no hostfile, no ssh)
             head = ["-m", "deepspeed.launcher.runner", "--no_ssh_check",
-                    f"--num_gpus={self.ranks_per_node}"]
-        self.executable_opts = [*head, "-m", "dsenv.workloads.cli", *module_args]
+                    f"--num_gpus={self.ranks_per_node}", "--module"]
+        self.executable_opts = [*head, "dsenv.workloads.cli", *module_args]
 
 
 @rfm.simple_test
