@@ -42,6 +42,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import string
 import subprocess
@@ -135,11 +136,18 @@ def run_screen(command: str, *, timeout: float = 300) -> tuple[int, str]:
         if "dsenv smoke" in command or "dsenv run" in command:
             env["TORCH_EXTENSIONS_DIR"] = os.environ.get("TORCH_EXTENSIONS_DIR") or str(
                 Path.home() / ".cache" / "dsenv-tests" / "torch_extensions")
-        done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, text=True,
-                              errors="replace", stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
-        out = done.stdout.replace(str(home), SHOWN_HOME)
-        return done.returncode, "\n".join(line.rstrip() for line in out.splitlines())
+        child = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, text=True,
+                                 errors="replace", stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        try:
+            out, _ = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            out, _ = child.communicate()
+            out += f"\n[readme_screens: `{command}` killed after {timeout:.0f} s]"
+        out = out.replace(str(home), SHOWN_HOME)
+        return child.returncode, "\n".join(line.rstrip() for line in out.splitlines())
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
@@ -341,6 +349,9 @@ def write(only: str | None = None, force: bool = False) -> list[str]:
         if only and only not in screen.command:
             continue
         _, fresh = run_screen(screen.command)
+        if "[readme_screens: " in fresh:
+            done.append(f"kept the block of `{screen.command}`: {fresh.splitlines()[-1]}")
+            continue
         if re.search(r"performance\s+INCONCLUSIVE", fresh):
             done.append(f"kept the block of `{screen.command}`: the node was busy (performance "
                         f"INCONCLUSIVE); write it again on an idle node")
