@@ -247,18 +247,24 @@ def drain(node: str, reason: str, env, out=None) -> bool:
     return True
 
 
-def kill_children() -> None:
+def kill_children(rounds: int = 3) -> None:
     """End the probes still running (a hung nvidia-smi and what it started): each began in
-    a session of its own (dsenv.proc), so its whole group goes."""
-    try:
-        children = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return
-    for child in children:
+    a session of its own (dsenv.proc), so its whole group goes. A few rounds: a late check's
+    thread may start its next probe while the first round kills."""
+    for attempt in range(rounds):
         try:
-            if os.getpgid(child.pid) == child.pid:
-                os.killpg(child.pid, signal.SIGKILL)
-            else:
-                child.kill()
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            pass
+            children = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return
+        if not children:
+            return
+        for child in children:
+            try:
+                if os.getpgid(child.pid) == child.pid:
+                    os.killpg(child.pid, signal.SIGKILL)
+                else:
+                    child.kill()
+            except (ProcessLookupError, PermissionError, psutil.Error):
+                pass
+        if attempt + 1 < rounds:
+            time.sleep(0.05)

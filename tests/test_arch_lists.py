@@ -26,6 +26,7 @@ from dsenv.facts.toolchain import toolkit as tk
 from dsenv.verdicts.findings import Status
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.training import opbuild
+from tests.harness.findings import here
 from tests.harness.recorded import fixture_text
 
 H200 = "deepspeed/h200_fused_adam_arch_list_9.0a.txt"
@@ -152,8 +153,10 @@ def test_doctor_names_deepspeeds_builder_for_9_0a_not_nvcc(arch_ctx, run_one):
     assert result.summary.startswith("DeepSpeed 0.19.8's op builders cannot read 9.0a")
     assert "builder.py:710 (compute_capability_args)" in result.summary
     assert "and nvcc 13.0.88 can" in result.summary and "nvcc cannot" not in result.summary
-    assert "`dsenv smoke` and `dsenv run` hand DeepSpeed 9.0 instead" in result.fix
-    assert 'export TORCH_CUDA_ARCH_LIST="9.0"' in result.fix
+    # the catalogue's fix, this node's specifics as "here:" lines (one fix per mode)
+    assert result.fix == catalogue.fix_for("jit.arch-list-variant")
+    assert "`dsenv smoke` and `dsenv run` hand DeepSpeed 9.0 instead" in here(result)
+    assert 'export TORCH_CUDA_ARCH_LIST="9.0"' in here(result)
     assert any(line.startswith("asked torch") for line in result.evidence)
 
 
@@ -164,7 +167,7 @@ def test_doctor_falls_back_to_deepspeeds_parser_per_release(arch_ctx, run_one, t
     assert result.summary.startswith("DeepSpeed 0.19.8's op builders cannot read 9.0a")
     assert "blob/v0.19.8/op_builder/builder.py#L710" in result.summary
     assert any("envs/deepspeed_arch_lists.toml" in line for line in result.evidence)
-    assert 'export TORCH_CUDA_ARCH_LIST="8.0;9.0"' in result.fix
+    assert 'export TORCH_CUDA_ARCH_LIST="8.0;9.0"' in here(result)
 
 
 def test_doctor_judges_nvcc_alone_without_deepspeed(arch_ctx, run_one):

@@ -102,6 +102,6 @@ def test_the_four_smokes_pass_in_the_provisioned_env(provisioned, tmp_path, run_
 
 def _imported_from(python: Path, module: str, ok: bool = True) -> str:
     done = proc.run([str(python), "-c", f"import {module}; print({module}.__file__)"],
-                    timeout=120)
+                    timeout=120, cwd="/")  # not a checkout's root: its dsenv/ would answer
     assert done.ok == ok, done.stderr
     return done.stdout.strip() if ok else ""
