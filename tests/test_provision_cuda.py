@@ -15,6 +15,7 @@ from dsenv.envs.stacks import get_stack
 from dsenv.facts.toolchain import fatbin
 from dsenv.provision import ProvisionError
 from dsenv.provision.ops import cuda as cuda_toolkit
+from dsenv.provision.record.activation import sh_lines
 from dsenv.provision.targets import choose_stack, resolve_arch
 from tests.harness.cli import dsenv
 from tests.harness.nvcc import REAL_NVCC, compile_so, needs_nvcc
@@ -360,13 +361,13 @@ def test_cuda_build_names_the_final_prefix(tmp_path):
                                             base={"PATH": "/usr/bin"})
     assert build.env["CUDA_HOME"] == "/usr/local/cuda-13.0"
     assert build.env["CPATH"].endswith("nvidia/cu13/include")
-    assert build.activation(tmp_path, tmp_path) == ""  # the node's toolkit: nothing to export
+    assert build.settings(tmp_path, tmp_path) == ()  # the node's toolkit: nothing to export
     staging, final = tmp_path / "env", Path("/apps/envs/cu13")
     wheels = cuda_toolkit.CudaBuild(
         cuda_toolkit.ToolkitChoice("wheels", "13.0", "no nvcc on this node",
                                    cuda_toolkit.toolkit_wheels("13.0")),
         {}, str(staging / "lib/python3.11/site-packages/nvidia/cu13"))
-    text = wheels.activation(staging, final)
+    text = "\n".join(sh_lines(list(wheels.settings(staging, final))))
     assert "export CUDA_HOME=/apps/envs/cu13/lib/python3.11/site-packages/nvidia/cu13" in text
     assert str(staging) not in text
     record = wheels.manifest(staging, final)

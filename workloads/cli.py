@@ -19,8 +19,9 @@ import sys
 from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
 from dsenv.errors import run_command
 from dsenv.suggest import Parser
-from dsenv.workloads import registry, target
+from dsenv.workloads import registry
 from dsenv.workloads.errors import WorkloadError
+from dsenv.workloads.launch import target
 from dsenv.workloads.smoke_all import run_all
 from dsenv.workloads.training import runtime
 from dsenv.workloads.training.dsconfig import LR_SCALINGS
@@ -154,7 +155,7 @@ def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_workload_command(args, argv: list[str] | None = None) -> int:
-    """Run what ``args`` asks for, in the job's environment (target.py: this process, or
+    """Run what ``args`` asks for, in the job's environment (launch/target.py: this process, or
     the environment's interpreter in its place); WorkloadError (one line, exit 2) for bad
     input or an environment that cannot run it."""
     target.prepare(args, sys.argv[1:] if argv is None else argv)

@@ -29,10 +29,11 @@ from typing import NamedTuple
 
 from dsenv import targetlock
 from dsenv.staging import staged_dir
-from dsenv.workloads import efficiency, report, target
+from dsenv.workloads import efficiency, report
 from dsenv.workloads.contract import Workload
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.fetch import assets
+from dsenv.workloads.launch import target
 from dsenv.workloads.training import dsconfig, engine, runtime
 
 

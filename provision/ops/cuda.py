@@ -38,7 +38,6 @@ from dsenv.envs.targets import Target, sm_name
 from dsenv.facts.toolchain import fatbin
 from dsenv.facts.toolchain import toolkit as tk
 from dsenv.provision import ProvisionError
-from dsenv.provision.record.activation import sh_lines
 from dsenv.provision.record.settings import Group, Prepend, SetVar
 from dsenv.provision.shown import Command
 from dsenv.provision.uvcmd import Sources, run_logged, uv_command
@@ -424,11 +423,6 @@ class CudaBuild:
                        f"dsenv provision ({self.choice.reason}): DeepSpeed's JIT builds use "
                        "its nvcc.",),
                       (SetVar("CUDA_HOME", home), Prepend("PATH", f"{home}/bin"))),)
-
-    def activation(self, staging: Path, prefix: Path) -> str:
-        """The lines :meth:`settings` adds to the activate script ("" when none)."""
-        groups = self.settings(staging, prefix)
-        return "\n".join(sh_lines(list(groups))) if groups else ""
 
     def manifest(self, staging: Path, prefix: Path) -> dict:
         """``ops.toolkit`` and ``ops.archs`` (per op: elf and ptx archs) for the manifest."""
