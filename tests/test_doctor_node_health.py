@@ -278,8 +278,8 @@ exec {python} -m dsenv doctor --node-health --drain --budget 2
 @pytest.mark.skipif(os.geteuid() != 0, reason="namespaced hosts need root")
 def test_cluster_prolog_drains_the_broken_host_and_the_job_runs_on_its_twin(slurm_cluster,
                                                                            tmp_path):
-    """As the Prolog: the job placed on broken h1 fails its prolog; h1 keeps dsenv's reason
-    (not Slurm's "Prolog error"), Slurm requeues the job held; released, it runs on h2."""
+    """As the Prolog: a job placed on broken h1 fails its prolog; h1 keeps dsenv's reason
+    (not Slurm's "Prolog error"), Slurm requeues the job held; the next job runs on h2."""
     cluster = slurm_cluster(hosts=2)
     h1 = cluster.hosts["h1"]
     conf = cluster.conf_path.read_text()
@@ -293,8 +293,9 @@ def test_cluster_prolog_drains_the_broken_host_and_the_job_runs_on_its_twin(slur
         assert cluster.run(["scontrol", "reconfigure"], timeout=30).returncode == 0
         script = tmp_path / "where.sbatch"
         script.write_text("#!/bin/sh\n#SBATCH -N1 -n1\nhostname\n")
-        submitted = cluster.run(["sbatch", "--parsable", f"--output={tmp_path / 'job.out'}",
-                                 str(script)], timeout=30)
+        # placed on h1 (with both idle, Slurm may pick either)
+        submitted = cluster.run(["sbatch", "--parsable", "--nodelist=h1",
+                                 f"--output={tmp_path / 'first.out'}", str(script)], timeout=30)
         job_id = submitted.stdout.strip().split(";")[0]
         assert job_id.isdigit(), submitted.stderr
         deadline = time.monotonic() + 30
@@ -307,9 +308,12 @@ def test_cluster_prolog_drains_the_broken_host_and_the_job_runs_on_its_twin(slur
         drained = _node(cluster, "h1")
         assert "DRAIN" in drained["State"], drained
         assert drained["Reason"].startswith("dsenv: system.shm: /dev/shm is 64 MiB"), drained
-        # Slurm holds a requeued job and delays it (EligibleTime ~2 min on): release it now
-        cluster.run(["scontrol", "release", job_id], timeout=30)
-        cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=30)
+        # the next job, free to go anywhere, is not placed on the drained h1
+        cluster.run(["scancel", job_id], timeout=30)
+        submitted = cluster.run(["sbatch", "--parsable", f"--output={tmp_path / 'job.out'}",
+                                 str(script)], timeout=30)
+        job_id = submitted.stdout.strip().split(";")[0]
+        assert job_id.isdigit(), submitted.stderr
         fields = cluster.wait(int(job_id), timeout=60)
         assert fields["JobState"] == "COMPLETED", fields
         assert (tmp_path / "job.out").read_text().strip() == "h2"
