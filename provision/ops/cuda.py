@@ -414,8 +414,7 @@ class CudaBuild:
         self.archs = verify_op_archs(python, ops, target, gpu, expected, log, modules)
 
     def settings(self, staging: Path, prefix: Path) -> tuple[Group, ...]:
-        """What the activate script and the modulefile set for a toolkit installed into the
-        env (record/settings.py): CUDA_HOME, its bin/ first on PATH."""
+        """What activate and the modulefile set for a toolkit in the env: CUDA_HOME, bin/."""
         if self.choice.kind != "wheels" or not self.home:
             return ()
         home = self.home.replace(str(staging), str(prefix))
