@@ -4,16 +4,12 @@ thread established; texts of other families and empty text give no reading."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from dsenv.doctor.explain.families import build
+from tests.harness import symptoms
 
-SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
-ROWS = [json.loads(line) for line in (SYMPTOMS / "build.jsonl").read_text().splitlines()
-        if line.strip()]
+ROWS = symptoms.rows("build")
 
 
 def row(url_tail: str) -> dict:

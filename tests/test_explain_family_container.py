@@ -4,16 +4,12 @@ thread established; texts of other families and empty text give no reading."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from dsenv.doctor.explain.families import container
+from tests.harness import symptoms
 
-SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
-ROWS = [json.loads(line) for line in (SYMPTOMS / "container.jsonl").read_text().splitlines()
-        if line.strip()]
+ROWS = symptoms.rows("container")
 # Modes the catalogue's own patterns name (no structure to read beyond the words).
 BY_PATTERN = {"container.ldcache-missing-driver-libs"}
 

@@ -4,16 +4,12 @@ the mode its thread established; texts of other families and empty text give no 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from dsenv.doctor.explain.families import gpu
+from tests.harness import symptoms
 
-SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
-ROWS = [json.loads(line) for line in (SYMPTOMS / "gpu.jsonl").read_text().splitlines()
-        if line.strip()]
+ROWS = symptoms.rows("gpu")
 
 
 def row(url_tail: str) -> dict:

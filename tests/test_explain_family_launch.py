@@ -4,26 +4,20 @@ into their parts and mode; texts of other families and empty text give no readin
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from dsenv.doctor.explain.families import launch
+from tests.harness import symptoms
 
-SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
-ROWS = [json.loads(line) for line in (SYMPTOMS / "launch.jsonl").read_text().splitlines()
-        if line.strip()]
+ROWS = symptoms.rows("launch")
 
 
 def _text(url_end: str) -> str:
-    return next(r["text"] for r in ROWS if r["url"].endswith(url_end))
+    return symptoms.text(ROWS, url_end)
 
 
 def _parts(text: str, mode: str) -> dict[str, str]:
-    found = [r for r in launch.read(text) if r.mode == mode]
-    assert found, [r.mode for r in launch.read(text)]
-    return dict(found[0].parts)
+    return symptoms.parts(launch, text, mode)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['mode']}@{r['url'][19:]}")

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from dsenv.doctor.explain.families import mpi
+from tests.harness import symptoms
 
 SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
-ROWS = [json.loads(line) for line in (SYMPTOMS / "mpi.jsonl").read_text().splitlines()
-        if line.strip()]
+ROWS = symptoms.rows("mpi")
 # Symptoms the catalogue's patterns name but whose text has no structure to read (MPICH's bare
 # "Attempting to use an MPI routine before initializing MPICH").
 UNSTRUCTURED = {"https://github.com/Crompulence/cpl-library/issues/6"}

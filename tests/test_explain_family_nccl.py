@@ -4,16 +4,12 @@ and mode; texts of other families and empty text give no reading."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from dsenv.doctor.explain.families import nccl
+from tests.harness import symptoms
 
-SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
-ROWS = [json.loads(line) for line in (SYMPTOMS / "comm.jsonl").read_text().splitlines()
-        if line.strip()]
+ROWS = symptoms.rows("comm")
 # Modes whose symptoms the parser reads by structure (the others are left to the catalogue's
 # patterns: an ImportError's undefined NCCL symbol is the loader family's, a watchdog timeout
 # torch.distributed's).

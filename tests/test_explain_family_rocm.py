@@ -4,16 +4,12 @@ thread established; texts of other families and empty text give no reading."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from dsenv.doctor.explain.families import rocm
+from tests.harness import symptoms
 
-SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
-ROWS = [json.loads(line) for line in (SYMPTOMS / "rocm.jsonl").read_text().splitlines()
-        if line.strip()]
+ROWS = symptoms.rows("rocm")
 
 
 def row(url_tail: str) -> dict:
