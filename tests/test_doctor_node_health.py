@@ -198,6 +198,19 @@ def test_usage_errors(argv):
 # -- on the namespaced Slurm cluster ----------------------------------------------------------
 
 
+def _resumed(cluster, name: str, seconds: float = 30) -> dict[str, str]:
+    """The host back to IDLE: a health check still running when the previous test restored
+    the configuration may drain it again after that test's RESUME (seen under a loaded CI)."""
+    deadline = time.monotonic() + seconds
+    node = _node(cluster, name)
+    while node["State"] != "IDLE" and time.monotonic() < deadline:
+        if "DRAIN" in node["State"]:
+            cluster.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"], timeout=30)
+        time.sleep(0.5)
+        node = _node(cluster, name)
+    return node
+
+
 def _node(cluster, name: str) -> dict[str, str]:
     shown = cluster.run(["scontrol", "show", "node", "-o", name], timeout=30).stdout
     fields = dict(t.split("=", 1) for t in shown.split() if "=" in t)
@@ -286,6 +299,7 @@ def test_cluster_prolog_drains_the_broken_host_and_the_job_runs_on_its_twin(slur
     wrapper = tmp_path / "dsenv-prolog"
     wrapper.write_text(PROLOG.format(conf=cluster.conf_path, python=sys.executable))
     wrapper.chmod(0o755)
+    assert _resumed(cluster, "h1")["State"] == "IDLE", _node(cluster, "h1")
     h1.mount_tmpfs("/dev/shm", 64)
     job_id = None
     try:
@@ -304,7 +318,7 @@ def test_cluster_prolog_drains_the_broken_host_and_the_job_runs_on_its_twin(slur
             if "held" in shown.stdout:
                 break
             time.sleep(0.5)
-        assert "launch failed requeued held" in shown.stdout, shown.stdout
+        assert "launch failed requeued held" in shown.stdout, (shown.stdout, _node(cluster, "h1"))
         drained = _node(cluster, "h1")
         assert "DRAIN" in drained["State"], drained
         assert drained["Reason"].startswith("dsenv: system.shm: /dev/shm is 64 MiB"), drained
