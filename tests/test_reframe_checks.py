@@ -102,7 +102,7 @@ def test_reframe_lists_every_check_with_its_parameters_and_the_fetch_fixture(tmp
     done, _ = reframe(tmp_path, "-l")
     assert done.returncode == 0, done.stdout + done.stderr
     listing = done.stdout
-    assert "- DsenvDoctor" in listing
+    assert "- DsenvDoctor" in listing and "- DsenvNodeHealth" in listing
     for workload in registry.smoke_names():
         assert f"- DsenvSmoke %workload={workload} %preset=fp32 %launcher=none" in listing
     for workload in registry.full_names():
@@ -116,15 +116,18 @@ def test_reframe_lists_every_check_with_its_parameters_and_the_fetch_fixture(tmp
 def test_checks_pass_here_and_the_perflog_has_samples_per_s_and_busbw(tmp_path, run_env):
     (tmp_path / "site-references.toml").write_text(SITE_REFERENCES)
     done, data = reframe(tmp_path, "-r", "-n", "DsenvDoctor$", "-n", SMOKE,
-                         "-n", "DsenvDistributed%launcher=torchrun$",
+                         "-n", "DsenvDistributed%launcher=torchrun$", "-n", "DsenvNodeHealth$",
                          "-S", f"DsenvSmoke.references={tmp_path / 'site-references.toml'}",
                          env=run_env)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     ran = cases(data)
     assert {name: case["result"] for name, case in ran.items()} == {
-        "DsenvDoctor": "pass",
+        "DsenvDoctor": "pass", "DsenvNodeHealth": "pass",
         "DsenvSmoke %workload=bert-squad %preset=fp32 %launcher=none": "pass",
         "DsenvDistributed %launcher=torchrun": "pass"}
+    # this node alone, under the local scheduler: its own file, empty (healthy)
+    health = Path(ran["DsenvNodeHealth"]["outputdir"])
+    assert [p.read_text() for p in health.glob("node-health.*")] == [""]
     smoke_log = (tmp_path / "perflogs/here/local/DsenvSmoke.log").read_text()
     # the site's reference (20 samples/s, tolerance 0.5), not the shipped table's
     assert "samples_per_s=" in smoke_log and "ref=20.0 lower=-0.5" in smoke_log, smoke_log
@@ -250,3 +253,57 @@ def test_a_full_run_waits_for_the_fetch_fixture_and_reports_dsenvs_verdict(tmp_p
                                           "loss drop"), full["fail_reason"]
     kept = json.loads((Path(full["stagedir"]) / "report.json").read_text())  # kept: failed
     assert (kept["mode"], kept["training"]["steps"]) == ("run", 2)
+
+
+TWO_HOSTS = ("-S", "nodes=2", "-S", "ranks_per_node=1")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="namespaced hosts need root")
+def test_on_two_hosts_the_checks_pass_and_a_broken_host_fails_by_name(tmp_path, slurm_cluster,
+                                                                      run_env, no_references):
+    """The multi-host test Slurm (h1, h2; ReFrame on h1, the login node; srun speaks PMIx): each node's health,
+    a bert-squad smoke with one srun rank per host over the fabric, and the distributed test
+    pass, the perflog has samples/s and busbw; then h1's /dev/shm is made 64 MB and the node
+    health check fails naming h1 with the doctor's line, h2 not named."""
+    cluster = slurm_cluster(mpi_default="pmix", hosts=2)  # as SLURM_CONFIG's cluster: no
+    # MPI rank srun starts would abort, so the doctor inside the distributed test passes
+    env = cluster.env({**run_env, "GLOO_SOCKET_IFNAME": "hsn0", "OMP_NUM_THREADS": "1"})
+    env = {k: v for k, v in env.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    smoke = "DsenvSmoke %workload=bert-squad %preset=fp32 %launcher=srun"
+    done, data = reframe(tmp_path, "-r", "-n", "DsenvNodeHealth$", "-n",
+                         "DsenvSmoke%workload=bert-squad%preset=fp32%launcher=srun$",
+                         "-n", "DsenvDistributed%launcher=srun$", *TWO_HOSTS,
+                         "-S", f"DsenvSmoke.references={no_references}",
+                         env=env, config=SLURM_CONFIG, slurm=cluster)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    ran = cases(data)
+    assert {name: case["result"] for name, case in ran.items()} == {
+        "DsenvNodeHealth": "pass", smoke: "pass", "DsenvDistributed %launcher=srun": "pass"}
+    health = Path(ran["DsenvNodeHealth"]["outputdir"])
+    assert sorted(p.name for p in health.glob("node-health.*")) == ["node-health.h1",
+                                                                    "node-health.h2"]
+    run = json.loads((Path(ran[smoke]["outputdir"]) / "report.json").read_text())["run"]
+    assert (run["launcher"], run["world_size"], run["hosts"]) == ("srun", 2, ["h1", "h2"])
+    logs = tmp_path / "perflogs/testslurm/debug"
+    assert float((logs / "DsenvSmoke.log").read_text().split("samples_per_s=")[1].split()[0]) > 0
+    busbw = (logs / "DsenvDistributed.log").read_text()
+    assert float(busbw.split("busbw=")[1].split()[0]) > 0, busbw
+    distributed = json.loads((Path(ran["DsenvDistributed %launcher=srun"]["outputdir"])
+                              / "doctor.json").read_text())
+    assert distributed["distributed"]["world_size"] == 2, distributed["distributed"]
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    cluster.hosts["h1"].mount_tmpfs("/dev/shm", 64)
+    try:
+        done, data = reframe(broken, "-r", "-n", "DsenvNodeHealth$", *TWO_HOSTS, env=env,
+                             config=SLURM_CONFIG, slurm=cluster)
+    finally:
+        cluster.hosts["h1"].undo_mounts()
+    assert done.returncode != 0
+    health = cases(data)["DsenvNodeHealth"]
+    assert health["result"] == "fail" and health["fail_phase"] == "sanity"
+    assert health["fail_reason"].startswith(
+        "sanity error: h1: ERROR: dsenv: system.shm: /dev/shm is 64 MiB"), health["fail_reason"]
+    assert "h2:" not in health["fail_reason"]

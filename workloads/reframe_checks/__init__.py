@@ -17,6 +17,7 @@ CHECKS_FILE = "dsenv_checks.py"
 # The checks it defines (dsenv_checks.py), for the how-to `dsenv reframe` prints.
 CHECK_CLASSES = {
     "DsenvDoctor": "the doctor as a preflight: sanity is its verdict",
+    "DsenvNodeHealth": "`dsenv doctor --node-health` on every node of the job",
     "DsenvSmoke": "each workload's smoke, by %workload, %preset and %launcher",
     "DsenvRun": "each workload's full run, after the DsenvFetch fixture (`dsenv fetch`)",
     "DsenvDistributed": "`dsenv doctor --distributed`, busbw as a performance variable",

@@ -4,6 +4,9 @@ parameters and references come from dsenv's own tables.
 
 - ``DsenvDoctor``: ``dsenv doctor`` as a preflight; sanity is the doctor's verdict, and a
   failure names each failing finding (``gpu.devices: no GPU visible, ...``).
+- ``DsenvNodeHealth``: ``dsenv doctor --node-health`` on each node of the job (srun, one
+  task per node; this node alone elsewhere); a failure names the host and the doctor's
+  ``ERROR: dsenv: <check>: <reason>`` line.
 - ``DsenvSmoke %workload %preset %launcher``: ``dsenv smoke WORKLOAD --preset P --report
   report.json``; sanity is dsenv's sanity verdict (its own detail text when it fails), the
   performance variable ``samples_per_s`` (per device, as dsenv judges it) is checked against
@@ -55,6 +58,7 @@ WORKLOAD_LAUNCHERS = (ONE_PROCESS, *LAUNCHERS)
 PRESETS = preset_names()
 REPORT = "report.json"
 DOCTOR_REPORT = "doctor.json"
+NODE_HEALTH = "node-health"
 
 
 def _tail(path: str, lines: int = 3) -> str:
@@ -170,6 +174,50 @@ class DsenvDoctor(_DsenvCheck):
         return _doctor_verdict(_read_json(os.path.join(self.stagedir, DOCTOR_REPORT),
                                           "dsenv doctor",
                                           os.path.join(self.stagedir, self.stderr.evaluate())))
+
+
+@rfm.simple_test
+class DsenvNodeHealth(_DsenvCheck):
+    """``dsenv doctor --node-health`` on every node of the job, one task per node: the node's
+    own checks within ``budget`` seconds; a failing host is named with the doctor's line."""
+
+    descr = "dsenv doctor --node-health: every node of the job, its own checks"
+    tags = {"dsenv", "preflight"}
+    keep_files = [f"{NODE_HEALTH}.*"]
+    #: seconds each node's checks may take (the doctor's --budget)
+    budget = variable(float, value=10.0)
+
+    @run_after("setup")
+    def set_command(self):
+        # one file per host, named by the host itself: srun's output does not say which
+        # host printed a line, and the reason must name the broken one
+        run = (f"{self.dsenv} doctor --node-health --budget {self.budget:g} "
+               f"{' '.join(self.extra_options)} > {NODE_HEALTH}.$(hostname) 2>&1")
+        scheduled = self.current_partition.scheduler.registered_name in ("slurm", "squeue")
+        self._launch("srun" if scheduled else ONE_PROCESS, ["-c", f"'{run}'"])
+        self.executable = "sh"
+        if scheduled:
+            self.num_tasks, self.num_tasks_per_node = self.nodes, 1
+
+    @sanity_function
+    def nodes_healthy(self):
+        reports = sorted(name for name in os.listdir(self.stagedir)
+                         if name.startswith(f"{NODE_HEALTH}."))
+        hosts = [name.split(".", 1)[1] for name in reports]
+        expected = self.num_tasks or 1
+        if len(hosts) < expected:
+            raise SanityError(f"dsenv doctor --node-health: {len(hosts)} of {expected} nodes "
+                              f"reported ({', '.join(hosts) or 'none'}): "
+                              f"{_tail(os.path.join(self.stagedir, self.stderr.evaluate()))}")
+        failing = []
+        for host, name in zip(hosts, reports):
+            with open(os.path.join(self.stagedir, name), encoding="utf-8",
+                      errors="replace") as handle:
+                failing += [f"{host}: {line.strip()}" for line in handle
+                            if line.startswith("ERROR:")]
+        if failing:
+            raise SanityError("; ".join(failing))
+        return True
 
 
 class _DsenvWorkload(_DsenvCheck):
