@@ -14,7 +14,8 @@ from dsenv.doctor.fix.command import run_fixes
 from dsenv.doctor.health import run_node_health
 from dsenv.doctor.health import validate_usage as validate_health_usage
 from dsenv.doctor.registry import AREAS, all_checks
-from dsenv.doctor.render import exit_code, render_json, render_text
+from dsenv.doctor import page
+from dsenv.doctor.render import exit_code, redacted_report, render_json, render_text
 from dsenv.doctor.runner import run_checks
 from dsenv.errors import UsageError
 from dsenv.facts.python import target_env
@@ -66,6 +67,9 @@ def run_doctor(args) -> int:
     results = run_checks(selected, ctx)
     timing = timing_section(ctx, time.monotonic() - start)
     fix = getattr(args, "fix", False)
+    if args.html:
+        page.write(args.html, redacted_report(results, ctx, {"timing": timing},
+                                              strict=args.strict))
     if args.json:
         extra: dict = {"timing": timing}
         if fix:  # the screen of --fix goes to stderr; the report keeps what it did

@@ -221,8 +221,13 @@ def report_dict(results: list[Result], ctx: Context, extra: dict | None = None,
     }
 
 
+def redacted_report(results: list[Result], ctx: Context, extra: dict | None = None,
+                    strict: bool = False) -> dict:
+    """The report with secrets masked: what --json prints and --html draws."""
+    return Redactor(ctx.env).scrub_obj(report_dict(results, ctx, extra, strict))
+
+
 def render_json(results: list[Result], ctx: Context, extra: dict | None = None,
                 strict: bool = False) -> str:
     """Every check, whatever the screen folds."""
-    report = report_dict(results, ctx, extra, strict)
-    return json.dumps(Redactor(ctx.env).scrub_obj(report), indent=2)
+    return json.dumps(redacted_report(results, ctx, extra, strict), indent=2)

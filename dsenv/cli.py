@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "`dsenv provision` prefix, or a Python executable (default: the "
                              "activated environment, else python3 on PATH)")
     doctor.add_argument("--json", action="store_true", help="write the versioned JSON report")
+    doctor.add_argument("--html", type=Path, metavar="FILE",
+                        help="also write the report as one self-contained HTML page (with "
+                             "--distributed: busbw, host-pair and per-rank plots)")
     doctor.add_argument("--only", type=csv_list, metavar="AREA[,AREA]",
                         help="run only these areas: " + ", ".join(AREAS))
     doctor.add_argument("--skip", type=csv_list, metavar="ID[,ID]", default=[],

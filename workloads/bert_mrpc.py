@@ -118,21 +118,31 @@ def scores(labels: list[int], predicted: list[int]) -> dict[str, float]:
     return {"accuracy": accuracy, "f1": f1}
 
 
-def print_pairs(console, split, predicted: list[int], count: int, names: list[str]) -> None:
-    """A few classified pairs: both sentences, the prediction and the label."""
+def pair_rows(split, predicted: list[int], count: int, names: list[str]) -> list[dict]:
+    """``count`` classified pairs spread over the set: both sentences, the prediction and
+    the label (printed, and in the report for its HTML page)."""
+    if count <= 0:
+        return []
+    step = max(1, len(predicted) // count)
+    return [{"sentence1": split[i]["sentence1"], "sentence2": split[i]["sentence2"],
+             "predicted": names[predicted[i]], "label": names[split[i]["label"]],
+             "correct": predicted[i] == split[i]["label"]}
+            for i in list(range(0, len(predicted), step))[:count]]
+
+
+def print_pairs(console, rows: list[dict]) -> None:
+    """Classified pairs (:func:`pair_rows`): both sentences, the prediction and the label."""
     from rich.table import Table  # rich: only once a run starts
 
-    if count <= 0:
+    if not rows:
         return
     table = Table(title="classified pairs", show_lines=True, title_justify="left")
     for column in ("sentence1", "sentence2", "predicted", "label"):
         table.add_column(column, overflow="fold")
-    step = max(1, len(predicted) // count)
-    for i in list(range(0, len(predicted), step))[:count]:
-        label = split[i]["label"]
-        colour = "green" if predicted[i] == label else "red"
-        table.add_row(split[i]["sentence1"], split[i]["sentence2"],
-                      f"[{colour}]{names[predicted[i]]}[/]", names[label])
+    for row in rows:
+        colour = "green" if row["correct"] else "red"
+        table.add_row(row["sentence1"], row["sentence2"], f"[{colour}]{row['predicted']}[/]",
+                      row["label"])
     console.print(table)
 
 
@@ -187,8 +197,10 @@ def train_and_evaluate(run: runner.Run, data: runner.SavedData) -> int:
                                              source_rank=best["rank"])
     stats = replace(stats, loss_curve=best["loss_curve"])
 
+    examples = pair_rows(splits["validation"], best["predicted"], args.examples, names)
+
     def show() -> None:
-        print_pairs(rt.console, splits["validation"], best["predicted"], args.examples, names)
+        print_pairs(rt.console, examples)
         if not synced:
             print_ranks(rt.console, ranks, best["rank"])
 
@@ -197,7 +209,8 @@ def train_and_evaluate(run: runner.Run, data: runner.SavedData) -> int:
         data_info={"source": data.source, "train_pairs": len(splits["train"]),
                    "validation_pairs": len(splits["validation"])},
         model_dir=model_dir, show=show,
-        extra={"gradient_sync": synced, "best_rank": best["rank"],
+        extra={"examples": {"kind": "pairs", "rows": examples},
+               "gradient_sync": synced, "best_rank": best["rank"],
                "ranks": [{k: r[k] for k in ("rank", "accuracy", "f1", "loss_last",
                                             "weights_sha256")} for r in ranks]})
 

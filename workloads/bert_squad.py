@@ -214,9 +214,11 @@ def train_and_evaluate(run: runner.Run, data: SquadData) -> int:
             "max_query_length": s.max_query_length})
 
     model_dir = engine.save_model_atomically(ds, rt, run.out_dir / "model", extra=save_extras)
+    examples = squad.example_rows(data.dev, answers, count=args.examples)
     return runner.conclude(
         run, stats, metrics, data_info=data.info, model_dir=model_dir,
-        show=lambda: squad.print_examples(rt.console, data.dev, answers, count=args.examples))
+        extra={"examples": {"kind": "qa", "rows": examples}},
+        show=lambda: squad.print_examples(rt.console, examples))
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -282,7 +284,7 @@ def evaluate_saved(args) -> int:
     answers = squad.best_answers(data.dev, data.dev_f, logits["start_logits"],
                                  logits["end_logits"])
     metrics = squad.squad_scores(data.dev, {qid: text for qid, (text, _) in answers.items()})
-    squad.print_examples(rt.console, data.dev, answers, count=len(data.dev))
+    squad.print_examples(rt.console, squad.example_rows(data.dev, answers, len(data.dev)))
     rt.log(f"[bold]{len(data.dev)} dev questions {start}..{start + len(data.dev) - 1}[/] of "
            f"{data.info['dev']}: exact match {metrics['exact_match']:.1f}, "
            f"F1 {metrics['f1']:.1f} (official SQuAD v1.1)")

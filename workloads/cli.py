@@ -64,6 +64,12 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                              "./dsenv-output/WORKLOAD-MODE)")
     parser.add_argument("--report", metavar="FILE",
                         help="write the JSON run report here (default OUTPUT_DIR/report.json)")
+    parser.add_argument("--html", metavar="FILE",
+                        help="write the HTML report here: plots of the loss and samples/s "
+                             "per step, verdicts, examples; one file that opens offline "
+                             "(default OUTPUT_DIR/report.html beside report.json)")
+    parser.add_argument("--no-html", action="store_true",
+                        help="write no HTML report")
     parser.add_argument("--references", metavar="FILE",
                         help="performance reference table (TOML) instead of the shipped one")
     parser.add_argument("--examples", type=int, default=3, metavar="N",

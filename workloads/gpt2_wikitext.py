@@ -192,31 +192,44 @@ def step_clock(rt, steps: int):
             warmup = min(warmup, max(done - 1, 0))
             timed_from = self.ends[warmup - 1] if warmup else self.begin
             timed = self.ends[-1] - timed_from if done else 0.0
+            marks = [self.begin, *self.ends]
             return engine.TrainStats(done, warmup, self.losses, self.ends[-1] - self.begin
                                      if done else 0.0, timed,
                                      (done - warmup) * train_batch / timed if timed > 0
-                                     else 0.0, train_batch)
+                                     else 0.0, train_batch,
+                                     step_seconds=[round(b - a, 6) for a, b in
+                                                   zip(marks, marks[1:], strict=False)])
 
     return StepClock()
 
 
 # ----------------------------------------------------------------------------- evaluate
-def print_continuations(console, tokenizer, prompts: list[list[int]], generated: list[list[int]],
-                        actual: list[list[int]]) -> None:
-    """A validation block's start, what the model wrote next, and what the text says."""
+def continuation_rows(tokenizer, prompts: list[list[int]], generated: list[list[int]],
+                      actual: list[list[int]]) -> list[dict]:
+    """A validation block's start, what the model wrote next, and what the text says
+    (printed, and in the report for its HTML page)."""
+    rows = []
+    for prompt, out, truth in zip(prompts, generated, actual, strict=True):
+        new = out[len(prompt):]
+        rows.append({"prompt": tokenizer.decode(prompt), "generated": tokenizer.decode(new),
+                     "actual": tokenizer.decode(truth), "correct": new == truth[:len(new)]})
+    return rows
+
+
+def print_continuations(console, rows: list[dict]) -> None:
+    """Continuations (:func:`continuation_rows`), the generated text green where it is the
+    text's own."""
     from rich.table import Table  # rich: only once a run starts
 
-    if not prompts:
+    if not rows:
         return
     table = Table(title="continuations", show_lines=True, title_justify="left")
     for column in ("prompt", "generated", "actual"):
         table.add_column(column, overflow="fold")
-    for prompt, out, truth in zip(prompts, generated, actual, strict=True):
-        new = out[len(prompt):]
-        same = new == truth[:len(new)]
-        table.add_row(repr(tokenizer.decode(prompt)),
-                      f"[{'green' if same else 'red'}]{tokenizer.decode(new)!r}[/]",
-                      repr(tokenizer.decode(truth)))
+    for row in rows:
+        table.add_row(repr(row["prompt"]),
+                      f"[{'green' if row['correct'] else 'red'}]{row['generated']!r}[/]",
+                      repr(row["actual"]))
     console.print(table)
 
 
@@ -264,7 +277,8 @@ def train_and_evaluate(run: runner.Run, blocks: dict) -> int:
     loss = trainer.evaluate()["eval_loss"]
     metrics = {"perplexity": math.exp(min(loss, 700.0)), "eval_loss": loss}
     ds = trainer.model_wrapped  # the DeepSpeedEngine the integration made
-    prompts, generated, actual = continuations(ds, rt, blocks["validation"], s, args.examples)
+    examples = continuation_rows(tokenizer, *continuations(ds, rt, blocks["validation"], s,
+                                                           args.examples))
 
     model_dir = engine.save_model_atomically(ds, rt, run.out_dir / "model",
                                              extra=tokenizer.save_pretrained)
@@ -272,10 +286,11 @@ def train_and_evaluate(run: runner.Run, blocks: dict) -> int:
         trainer_dir.rmdir()
     return runner.conclude(
         run, stats, metrics, data_info=blocks["info"], model_dir=model_dir,
-        extra={"trainer": {"integration": "transformers.Trainer, "
+        extra={"examples": {"kind": "continuations", "rows": examples},
+               "trainer": {"integration": "transformers.Trainer, "
                                           "TrainingArguments(deepspeed=ds_config)",
                            "engine": type(ds).__name__}},
-        show=lambda: print_continuations(rt.console, tokenizer, prompts, generated, actual))
+        show=lambda: print_continuations(rt.console, examples))
 
 
 # ----------------------------------------------------------------------------- the run

@@ -207,49 +207,59 @@ def write_report(path: str | Path, report: dict) -> Path:
     return write_json_atomically(path, report, indent=2, default=str)
 
 
+def summary_rows(report: dict) -> list[tuple[str, str]]:
+    """What ran where and the numbers, as (label, text): the terminal's summary and the
+    HTML page's show the same rows."""
+    run, batch, train = report["run"], report["batch"], report["training"]
+    rows = [("workload", f"{report['workload']} ({report['mode']})"),
+            ("launcher", f"{run['launcher']}, world size {run['world_size']}, "
+                         f"{run['backend']} on {run['device_type']}")]
+    if len(run.get("hosts", [])) > 1:
+        rows.append(("hosts", ", ".join(f"{h} ({n} rank{'s' if n > 1 else ''})"
+                                        for h, n in run["ranks_per_host"].items())))
+    rows.append(("preset", f"{batch['preset']}"
+                 + (f" + {batch['user_config']}" if batch.get("user_config") else "")))
+    rows.append(("global batch", f"{batch['train_batch_size']} = micro-batch "
+                 f"{batch['micro_batch']} x grad-accum {batch['grad_accum']} x world size "
+                 f"{batch['world_size']}"))
+    rows.append(("learning rate", f"{batch['lr']:g}" + (
+        f" ({batch['lr_scaling']} scaling of {batch['base_lr']:g})"
+        if batch["lr_scaling"] != "none" else "")))
+    rows.append(("training", f"{train['steps']} steps in {train['seconds']:.1f} s, "
+                 f"loss {train['loss_first']:.3f} -> {train['loss_last']:.3f}"))
+    rows.append(("throughput", f"{train['samples_per_s']:.1f} samples/s after "
+                 f"{train['warmup_steps']} warm-up steps"))
+    load = train.get("contention")
+    if load:  # what else ran on the node while the steps were timed
+        rows.append(("node load", f"others took {load['others_share']:.0%} of the run's "
+                     f"{load['cores']} core(s), the run {load['run_share']:.0%}"
+                     + (f"; {len(load['gpu_others'])} other process(es) on the GPUs"
+                        if load["gpu_others"] else "")))
+    if train.get("efficiency"):
+        rows.append(("efficiency", efficiency.describe(train["efficiency"])))
+    rows.append(("metrics", ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                                      for k, v in report["metrics"].items())))
+    return rows
+
+
 def print_summary(console, report: dict) -> None:
     """One screen: what ran where, the numbers, and the two verdicts."""
     from rich.panel import Panel  # rich: only once a run reports
     from rich.table import Table  # rich: likewise
 
-    run, batch, train = report["run"], report["batch"], report["training"]
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("workload", f"{report['workload']} ({report['mode']})")
-    table.add_row("launcher", f"{run['launcher']}, world size {run['world_size']}, "
-                  f"{run['backend']} on {run['device_type']}")
-    if len(run.get("hosts", [])) > 1:
-        table.add_row("hosts", ", ".join(f"{h} ({n} rank{'s' if n > 1 else ''})"
-                                         for h, n in run["ranks_per_host"].items()))
-    table.add_row("preset", f"{batch['preset']}"
-                  + (f" + {batch['user_config']}" if batch.get("user_config") else ""))
-    table.add_row("global batch", f"{batch['train_batch_size']} = micro-batch "
-                  f"{batch['micro_batch']} x grad-accum {batch['grad_accum']} x world size "
-                  f"{batch['world_size']}")
-    table.add_row("learning rate", f"{batch['lr']:g}" + (
-        f" ({batch['lr_scaling']} scaling of {batch['base_lr']:g})"
-        if batch["lr_scaling"] != "none" else ""))
-    table.add_row("training", f"{train['steps']} steps in {train['seconds']:.1f} s, "
-                  f"loss {train['loss_first']:.3f} -> {train['loss_last']:.3f}")
-    table.add_row("throughput", f"{train['samples_per_s']:.1f} samples/s after "
-                  f"{train['warmup_steps']} warm-up steps")
-    load = train.get("contention")
-    if load:  # what else ran on the node while the steps were timed
-        table.add_row("node load", f"others took {load['others_share']:.0%} of the run's "
-                      f"{load['cores']} core(s), the run {load['run_share']:.0%}"
-                      + (f"; {len(load['gpu_others'])} other process(es) on the GPUs"
-                         if load["gpu_others"] else ""))
-    if train.get("efficiency"):
-        table.add_row("efficiency", efficiency.describe(train["efficiency"]))
-    table.add_row("metrics", ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
-                                       for k, v in report["metrics"].items()))
+    for label, text in summary_rows(report):
+        table.add_row(label, text)
     for verdict in report["verdicts"]:
         colour = {"PASS": "green", "FAIL": "red"}.get(verdict["status"], "yellow")
         table.add_row(verdict["name"], f"[{colour}]{verdict['status']}[/] {verdict['detail']}")
     if report.get("model_dir"):
         table.add_row("model", str(report["model_dir"]))
     table.add_row("report", str(report.get("report_path", "")))
+    if report.get("html_path"):
+        table.add_row("html", str(report["html_path"]))
     table.add_row("wall time", f"{report['wall_s']:.1f} s")
     status = report["status"]
     console.print(Panel(table, title=f"dsenv {report['mode']} {report['workload']}: "

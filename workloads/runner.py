@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from dsenv import targetlock
 from dsenv.staging import staged_dir
-from dsenv.workloads import efficiency, report
+from dsenv.workloads import efficiency, pages, report
 from dsenv.workloads.contract import Workload
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.fetch import assets
@@ -418,13 +418,23 @@ def conclude(run: Run, stats, metrics: dict, *, data_info: dict, model_dir: Path
                          "contention": (stats.contention.to_json()
                                         if stats.contention else None),
                          "loss_first": first, "loss_last": last, "loss_drop": drop,
-                         "loss_curve": stats.loss_curve},
+                         "loss_curve": stats.loss_curve,
+                         "step_seconds": stats.step_seconds},
             "metrics": metrics, **(extra or {}),
             "verdicts": [v.as_dict() for v in verdicts],
             "model_dir": str(model_dir) if model_dir else None,
             "report_path": str(report_path), "wall_s": time.perf_counter() - run.wall_start,
         }
+        page = pages.html_path(args, report_path)
+        doc["html_path"] = str(page) if page else None
         report.write_report(report_path, doc)
+        if page is not None:
+            try:
+                pages.write_run_page(doc, page)
+            except OSError as exc:  # the run and its JSON report stand without the page
+                doc["html_path"] = None
+                rt.log(f"[yellow]dsenv: HTML report not written: {page}: "
+                       f"{exc.strerror or exc}[/]")
         report.print_summary(rt.console, doc)
     status = runtime.broadcast(rt, status)
     runtime.shutdown()

@@ -334,19 +334,32 @@ def highlight(context: str, start: int, length: int, style: str = "bold black on
     return text
 
 
-def print_examples(console, examples: Sequence[Example], predictions: dict[str, tuple[str, int]],
-                   count: int = 3) -> None:
-    """QA examples with the predicted answer highlighted in its paragraph."""
-    from rich.panel import Panel  # rich: only once a run shows answers
-
+def example_rows(examples: Sequence[Example], predictions: dict[str, tuple[str, int]],
+                 count: int = 3) -> list[dict]:
+    """``count`` QA examples spread over the set: the paragraph, the question, the predicted
+    answer and where it starts in the paragraph, the expected answer (printed, and in the
+    report for its HTML page)."""
     step = max(1, len(examples) // max(count, 1))
-    for ex in list(examples[::step])[:count]:
+    rows = []
+    for ex in list(examples[::step])[:count] if count > 0 else []:
         answer, start = predictions.get(ex.id, ("", -1))
         truth = ex.answers[0].text
-        ok = exact_match_score(answer, truth)
-        body = highlight(ex.context, start, len(answer))
-        body.append(f"\n\nQ: {ex.question}\nA: ", style="bold")
+        rows.append({"title": ex.title, "context": ex.context, "question": ex.question,
+                     "answer": answer, "start": start, "expected": truth,
+                     "correct": bool(exact_match_score(answer, truth))})
+    return rows
+
+
+def print_examples(console, rows: list[dict]) -> None:
+    """QA examples (:func:`example_rows`) with the predicted answer highlighted in its
+    paragraph."""
+    from rich.panel import Panel  # rich: only once a run shows answers
+
+    for row in rows:
+        answer, ok = row["answer"], row["correct"]
+        body = highlight(row["context"], row["start"], len(answer))
+        body.append(f"\n\nQ: {row['question']}\nA: ", style="bold")
         body.append(answer or "(no answer)", style="green" if ok else "red")
         if not ok:
-            body.append(f"   (expected: {truth})", style="dim")
-        console.print(Panel(body, title=ex.title, title_align="left", expand=False))
+            body.append(f"   (expected: {row['expected']})", style="dim")
+        console.print(Panel(body, title=row["title"], title_align="left", expand=False))

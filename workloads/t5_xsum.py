@@ -137,22 +137,33 @@ def rouge(references: list[str], predictions: list[str]) -> dict[str, float]:
             for kind in kinds}
 
 
-def print_summaries(console, split, predictions: list[str], count: int) -> None:
-    """A few generated summaries beside their references (and the document's start)."""
+def summary_rows(split, predictions: list[str], count: int) -> list[dict]:
+    """``count`` generated summaries spread over the set, beside their references and the
+    document (printed, and in the report for its HTML page)."""
+    if count <= 0:
+        return []
+    step = max(1, len(predictions) // count)
+    return [{"document": " ".join(split[i]["document"].split()),
+             "generated": predictions[i], "reference": split[i]["summary"],
+             "correct": predictions[i].strip() == split[i]["summary"].strip()}
+            for i in list(range(0, len(predictions), step))[:count]]
+
+
+def print_summaries(console, rows: list[dict]) -> None:
+    """Generated summaries (:func:`summary_rows`) beside their references (and the
+    document's start)."""
     from rich.table import Table  # rich: only once a run starts
 
-    if count <= 0:
+    if not rows:
         return
     table = Table(title="generated summaries", show_lines=True, title_justify="left")
     for column in ("document", "generated", "reference"):
         table.add_column(column, overflow="fold")
-    step = max(1, len(predictions) // count)
-    for i in list(range(0, len(predictions), step))[:count]:
-        document = " ".join(split[i]["document"].split())
-        ok = predictions[i].strip() == split[i]["summary"].strip()
+    for row in rows:
+        document = row["document"]
         table.add_row(document[:160] + ("..." if len(document) > 160 else ""),
-                      f"[{'green' if ok else 'red'}]{predictions[i] or '(empty)'}[/]",
-                      split[i]["summary"])
+                      f"[{'green' if row['correct'] else 'red'}]"
+                      f"{row['generated'] or '(empty)'}[/]", row["reference"])
     console.print(table)
 
 
@@ -192,13 +203,14 @@ def train_and_evaluate(run: runner.Run, data: runner.SavedData) -> int:
 
     model_dir = engine.save_model_atomically(ds, rt, run.out_dir / "model",
                                              extra=tokenizer.save_pretrained)
+    examples = summary_rows(splits["validation"], predictions, args.examples)
     return runner.conclude(
         run, stats, metrics,
         data_info={"source": data.source, "train_documents": len(splits["train"]),
                    "validation_documents": len(splits["validation"])},
-        model_dir=model_dir, extra={"parameters": parameters},
-        show=lambda: print_summaries(rt.console, splits["validation"], predictions,
-                                     args.examples))
+        model_dir=model_dir,
+        extra={"parameters": parameters, "examples": {"kind": "summaries", "rows": examples}},
+        show=lambda: print_summaries(rt.console, examples))
 
 
 # ----------------------------------------------------------------------------- the run

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from dsenv.doctor.distributed import ranks
-from dsenv.doctor.distributed.outcome import AllreduceRow, WrongElement
+from dsenv.doctor.distributed.outcome import RANK_PHASES, AllreduceRow, WrongElement
 from dsenv.doctor.distributed.pairs import rows_of, time_pairs
 
 if TYPE_CHECKING:
@@ -73,9 +73,19 @@ def check_and_time(run: RankRun, seed: int) -> None:
     run.timing.bandwidth_s = time.monotonic() - started
     run.enter("gather")
     # nccl-tests reports the time averaged over the ranks (its -a 1 default)
-    gathered = torch.tensor(times, dtype=torch.float64, device=device)
+    # ... and, in the same all-reduce, each rank's seconds per phase in its own slot
+    phases = [float(getattr(run.timing, name) or 0.0) for name in RANK_PHASES]
+    slots = [0.0] * (n * len(phases))
+    slots[run.rank * len(phases):(run.rank + 1) * len(phases)] = phases
+    gathered = torch.tensor(times + slots, dtype=torch.float64, device=device)
     dist.all_reduce(gathered)
-    for row, total in zip(run.rows, gathered.tolist(), strict=True):
+    values = gathered.tolist()
+    if run.rank == 0:
+        for rank, record in run.records.items():
+            mine = values[len(times) + rank * len(phases):][:len(phases)]
+            record["phases"] = {name: round(v, 6) for name, v in zip(RANK_PHASES, mine,
+                                                                     strict=True)}
+    for row, total in zip(run.rows, values[:len(times)], strict=True):
         seconds = total / n
         row.time_us = seconds * 1e6
         row.algbw_gbps = ranks.algorithm_bandwidth(row.bytes, seconds)

@@ -74,6 +74,12 @@ class RankRecord(RankIdentity, total=False):
     interface: str  # the interface its sockets use towards MASTER_ADDR (and what chose it)
     address: str | None  # its local address on that interface
     fingerprint: Fingerprint
+    arrived_epoch: float  # wall clock when it posted this record at the rendezvous
+    phases: dict[str, float]  # rank 0 adds each rank's seconds per phase (RANK_PHASES)
+
+
+# Each rank's own seconds per phase, gathered by rank 0 with the bandwidth times (.allreduce).
+RANK_PHASES = ("rendezvous_s", "init_s", "check_s", "bandwidth_s")
 
 
 # -- how a run ended -------------------------------------------------------------------------

@@ -183,6 +183,7 @@ class RankRun:
         key = f"{self.prefix}fingerprint/{record['fingerprint']['digest']}"
         if not self.store.check([key]):  # identical environments send their table once
             self.store.set(key, json.dumps(table))
+        record["arrived_epoch"] = round(time.time(), 4)
         self.store.set(f"{self.prefix}identity/{self.rank}", json.dumps(record))
         go = self._rank0_rendezvous() if self.rank == 0 else self._peer_rendezvous()
         self.timing.rendezvous_s = time.monotonic() - started

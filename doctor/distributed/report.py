@@ -24,7 +24,9 @@ from dsenv.doctor.distributed import (
 )
 from dsenv.doctor.distributed.command import AREA, Plan, defaults
 from dsenv.doctor.distributed.outcome import Failure, Outcome, RankRecord
-from dsenv.doctor.render import exit_code, render_json, render_text, use_color
+from dsenv.doctor import page as doctor_page
+from dsenv.doctor.distributed import page as distributed_page
+from dsenv.doctor.render import exit_code, redacted_report, render_json, render_text, use_color
 from dsenv.doctor.runner import run_checks
 from dsenv.envs.sites import load_site
 from dsenv.provision import ProvisionError
@@ -255,6 +257,9 @@ def report(outcome: Outcome, plan: Plan, args, checks, ctx, marked_ok: bool = Tr
             ctx.options.launcher = outcome.launcher
         results = run_checks(checks, ctx) + results
     outcome.expect_busbw_gbps, outcome.expect_source = expectation(plan, len(outcome.hosts()))
+    if getattr(args, "html", None):
+        shown = redacted_report(results, ctx, {"distributed": outcome.to_json()}, args.strict)
+        doctor_page.write(args.html, shown, distributed_page.sections(shown))
     if args.json:
         sys.stdout.write(render_json(results, ctx, extra={"distributed": outcome.to_json()},
                                      strict=args.strict) + "\n")

@@ -38,7 +38,7 @@ from dsenv.staging import staged_dir
 from dsenv.workloads.errors import WorkloadError
 from dsenv.workloads.training.dsconfig import required_ops
 from dsenv.workloads.training.opbuild import prepare_arch_list, reported
-from dsenv.workloads.training.phases import PhaseClock
+from dsenv.workloads.training.phases import PhaseClock, StepTimes
 from dsenv.workloads.training.runtime import Runtime, barrier, gather
 
 UNMEASURED_BUILD_S = 90  # an op envs/training_stack.toml has no first-build time for
@@ -207,6 +207,7 @@ class TrainStats:
     train_batch_size: int
     split: dict = field(default_factory=dict)  # ms per step by phase (phases.PhaseClock)
     contention: contention.Contention | None = None  # others on the node while timed (rank 0)
+    step_seconds: list[float] = field(default_factory=list)  # each step (phases.StepTimes)
 
 
 def _sync(rt: Runtime) -> None:
@@ -239,6 +240,7 @@ def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps
     engine.train()
     losses = []
     clock = PhaseClock(rt.on_gpu)
+    step_times = StepTimes(rt.on_gpu)
     # live bar on an interactive terminal; plain lines in logs (mpirun gives ranks a pty,
     # so a batch job's log would otherwise fill with redraws)
     live = rt.is_main and rt.console.is_interactive
@@ -251,6 +253,7 @@ def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps
     with progress:
         task = progress.add_task(label, total=steps, loss="-")
         for step in range(steps):
+            step_times.mark()
             if step == warmup_steps:
                 _sync(rt)
                 timed_from = time.perf_counter()
@@ -281,6 +284,7 @@ def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps
             elif not live and ((step + 1) % every == 0 or step == steps - 1):
                 rt.log(f"{label} step {step + 1}/{steps} loss {float(losses[-1]):.4f} "
                        f"({time.perf_counter() - begin:.1f} s)")
+    step_times.mark()
     _sync(rt)
     end = time.perf_counter()
     busy = _contention(rt, before) if before is not None else None
@@ -290,7 +294,7 @@ def train(engine, rt: Runtime, batches: Iterator[dict], steps: int, warmup_steps
     split = clock.summary(grad_accum)
     return TrainStats(steps, warmup_steps, curve, end - begin, timed,
                       timed_steps * train_batch / timed if timed > 0 else 0.0, train_batch,
-                      split, busy)
+                      split, busy, step_times.seconds())
 
 
 def _contention(rt: Runtime, before) -> contention.Contention:

@@ -12,6 +12,41 @@ import time
 
 PHASES = ("forward", "backward", "optimizer")
 MAX_STEPS = 64  # enough for a stable mean; bounds the events kept on the device
+MAX_STEP_MARKS = 100_000  # per-step times: a long run's first 100k steps (a few MB)
+
+
+def _now(on_gpu: bool):
+    """A point on the device's timeline (a recorded CUDA event: no host sync), else the
+    host clock."""
+    if on_gpu:
+        import torch  # torch: only once a run starts
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+    return time.perf_counter()
+
+
+def _seconds(a, b) -> float:
+    return a.elapsed_time(b) / 1000 if hasattr(a, "elapsed_time") else b - a
+
+
+class StepTimes:
+    """Every optimizer step's duration, for samples/s per step in the report's plot: one
+    mark at each step boundary (a CUDA event on a GPU, read once after the last step)."""
+
+    def __init__(self, on_gpu: bool):
+        self.on_gpu = on_gpu
+        self.marks: list = []
+
+    def mark(self) -> None:
+        if len(self.marks) <= MAX_STEP_MARKS:
+            self.marks.append(_now(self.on_gpu))
+
+    def seconds(self) -> list[float]:
+        """Seconds of each step marked (call after a sync)."""
+        return [round(_seconds(a, b), 6) for a, b in zip(self.marks, self.marks[1:],
+                                                          strict=False)]
 
 
 class PhaseClock:
@@ -21,13 +56,7 @@ class PhaseClock:
         self._current: list | None = None
 
     def _now(self):
-        if self.on_gpu:
-            import torch  # torch: only once a run starts
-
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
+        return _now(self.on_gpu)
 
     def mark(self, index: int, timed: bool) -> None:
         """Boundary ``index`` (0: before forward, 1: after forward, 2: after backward,
