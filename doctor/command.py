@@ -6,6 +6,7 @@ import os
 import sys
 import time
 
+from dsenv.doctor import page
 from dsenv.doctor.catalogue import by_check
 from dsenv.doctor.context import Context, Options
 from dsenv.doctor.distributed.command import validate_usage
@@ -14,7 +15,6 @@ from dsenv.doctor.fix.command import run_fixes
 from dsenv.doctor.health import run_node_health
 from dsenv.doctor.health import validate_usage as validate_health_usage
 from dsenv.doctor.registry import AREAS, all_checks
-from dsenv.doctor import page
 from dsenv.doctor.render import exit_code, redacted_report, render_json, render_text
 from dsenv.doctor.runner import run_checks
 from dsenv.errors import UsageError

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.browser import look_at, offline_browser
+
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="namespaced hosts need root"),
               pytest.mark.slow]
 
@@ -87,15 +89,31 @@ def test_a_slow_link_is_named_by_host_pair(slurm_cluster, run_env, tmp_path):
     cluster = slurm_cluster(hosts=4)
     h4 = cluster.hosts["h4"]
     h4.limit_rate("hsn0", "100mbit")  # 12.5 MB/s; the others run at hundreds of MB/s
+    page = tmp_path / "distributed.html"
     try:
         report, _, _ = distributed_doctor(cluster, tmp_path, job_env(cluster, run_env), 4,
-                                          args="--sizes 1M,4M --iters 3 --warmup 1")
+                                          args=f"--sizes 1M,4M --iters 3 --warmup 1 "
+                                               f"--html {page}")
     finally:
         h4.unlimit("hsn0")
     pairs = results(report)["distributed.links"]
     assert pairs["status"] == "warn", pairs
     assert "h4 is in every slow pair" in pairs["summary"], pairs
     assert "3 slow pairs" in pairs["summary"]  # h1-h4, h2-h4, h3-h4; the other 3 are fine
+
+    # the page, in a browser with no network: the heat map outlines the three pairs with h4
+    with offline_browser(tmp_path / "browser") as browser:
+        seen = look_at(browser, page, screenshot="doctor-distributed-4-hosts")
+    assert seen.requests == [page.as_uri()] and seen.scripts == 0
+    width, height = seen.plots["pairs"]
+    assert width >= 200 and height >= 200, seen.plots
+    assert len(seen.cells) == 12  # 6 pairs, each drawn on both sides of the diagonal
+    assert sorted(set(seen.slow_cells)) == ["h1-h4", "h2-h4", "h3-h4"]
+    assert "busbw" in seen.plots and "ranks" in seen.plots
+    assert seen.headline == report["verdict"]["line"]
+    arrived = [r["arrived_epoch"] for r in report["distributed"]["ranks"]]
+    assert len(arrived) == 4 and max(arrived) - min(arrived) < 60
+    assert "every host has the same environment" in seen.body
 
 
 def test_a_host_whose_fabric_is_down_is_named(two_hosts, run_env, tmp_path):

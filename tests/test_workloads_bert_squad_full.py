@@ -10,7 +10,10 @@ import time
 import pytest
 
 from dsenv import proc
+from tests.harness.browser import look_at, offline_browser
 from tests.harness.workload_runs import MODULE, RUN, bad_input, explain, one_line, run_dsenv
+
+PLANT = "<script>document.title = 'run by the data set'</script>"
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +108,8 @@ def test_full_run_end_to_end_from_what_fetch_placed(tmp_path, run_env):
     for name in ("HF_HUB_CACHE", "HF_DATASETS_CACHE", "HF_DATASETS_OFFLINE",
                  "TRANSFORMERS_OFFLINE", "XDG_CACHE_HOME"):
         run_env.pop(name, None)
-    with HubServer(bert_squad_repos(tmp_path / "served", train_rows=160,
-                                    validation_rows=24)) as hub:
+    with HubServer(bert_squad_repos(tmp_path / "served", train_rows=160, validation_rows=24,
+                                    plant=PLANT)) as hub:
         run_env["HF_ENDPOINT"] = hub.url
         fetched = proc.run([sys.executable, "-m", "dsenv", "fetch", "bert-squad"],
                            timeout=120, env=run_env)
@@ -133,3 +136,17 @@ def test_full_run_end_to_end_from_what_fetch_placed(tmp_path, run_env):
     assert [v["name"] for v in doc["verdicts"]] == ["sanity", "performance"]
     assert (tmp_path / "out" / "model" / "dsenv-features.json").is_file()
     assert f"dsenv run bert-squad: {doc['status']}" in result.stdout
+
+    # its HTML page, beside report.json, in a browser with no network: the loss of every
+    # step, the verdicts as the JSON has them, and the data set's markup shown as text
+    page = tmp_path / "out" / "report.html"
+    with offline_browser(tmp_path / "browser") as browser:
+        seen = look_at(browser, page, screenshot="run-bert-squad")
+    assert seen.requests == [page.as_uri()] and seen.scripts == 0
+    assert seen.title == "dsenv run bert-squad" and seen.verdict == doc["status"]
+    assert seen.details == {v["name"]: v["detail"] for v in doc["verdicts"]}
+    assert seen.series["loss/train loss"] == doc["training"]["steps"]
+    assert seen.series["throughput/each step"] == doc["training"]["steps"]
+    assert doc["examples"]["rows"] and all(PLANT in r["context"]
+                                           for r in doc["examples"]["rows"])
+    assert len(seen.examples) == 2 and all(PLANT in text for text in seen.examples)

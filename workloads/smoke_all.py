@@ -28,7 +28,8 @@ from dsenv.workloads.training import dsconfig
 SMOKE_TIMEOUT_S = 1800  # a first run may JIT-build DeepSpeed ops (minutes on 2 cores)
 # options that belong to one workload, refused for all of them at once
 SINGLE_WORKLOAD_OPTIONS = {"data_dir": "--data-dir", "no_sync_gradients": "--no-sync-gradients",
-                           "shuffle_labels": "--shuffle-labels"}
+                           "shuffle_labels": "--shuffle-labels",
+                           "html": "--html"}  # all: each page beside its workload's report
 
 
 def child_arguments(args) -> list[str]:
@@ -39,7 +40,8 @@ def child_arguments(args) -> list[str]:
              ("--references", args.references), ("--examples", args.examples),
              ("--steps", getattr(args, "steps", None))]
     out = [item for flag, value in given if value is not None for item in (flag, str(value))]
-    return out + (["--verbose"] if args.verbose else [])
+    return out + (["--verbose"] if args.verbose else []) + (
+        ["--no-html"] if getattr(args, "no_html", False) else [])
 
 
 def child_env(index: int, env=None) -> dict:

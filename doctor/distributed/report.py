@@ -13,9 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+from dsenv.doctor import page as doctor_page
 from dsenv.doctor.distributed import (
     fingerprint as distributed_fingerprint,
 )
+from dsenv.doctor.distributed import page as distributed_page
 from dsenv.doctor.distributed import (
     pairs as distributed_pairs,
 )
@@ -24,8 +26,6 @@ from dsenv.doctor.distributed import (
 )
 from dsenv.doctor.distributed.command import AREA, Plan, defaults
 from dsenv.doctor.distributed.outcome import Failure, Outcome, RankRecord
-from dsenv.doctor import page as doctor_page
-from dsenv.doctor.distributed import page as distributed_page
 from dsenv.doctor.render import exit_code, redacted_report, render_json, render_text, use_color
 from dsenv.doctor.runner import run_checks
 from dsenv.envs.sites import load_site

@@ -36,7 +36,7 @@ tr.odd td{background:#fff3e0}td.differs{background:#ffcdd2;font-weight:600}
 .frame{fill:none;stroke:#999}.grid{stroke:#eee}.tick{font-size:11px;fill:#555}
 .axis{font-size:12px;fill:#333}.legend{font-size:12px;font-weight:600}
 .band{fill:#c8e6c9;opacity:.6}.ref{stroke:#2e7d32;stroke-dasharray:6 4;stroke-width:1.5}
-.measured{stroke:#c62828;stroke-width:1.5}.vline{stroke:#777;stroke-dasharray:2 3}.mark{fill:none;stroke:#c62828;stroke-width:2}
+.measured{stroke:#333;stroke-width:1.5;stroke-dasharray:10 3}.vline{stroke:#777;stroke-dasharray:2 3}.mark{fill:none;stroke:#c62828;stroke-width:2}
 .cell.slow rect{stroke:#000;stroke-width:3}.value{font-size:10px;fill:#111}
 .nodata{fill:#888;font-style:italic}
 mark{background:#fff176}.wrong{color:#c62828}.right{color:#2e7d32}

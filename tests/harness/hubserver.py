@@ -349,10 +349,13 @@ def squad_parquet(rows: list[dict]) -> bytes:
     return buffer.getvalue()
 
 
-def bert_squad_repos(tmp_dir: Path, train_rows: int = 40, validation_rows: int = 12) -> Repos:
+def bert_squad_repos(tmp_dir: Path, train_rows: int = 40, validation_rows: int = 12,
+                     plant: str = "") -> Repos:
     """bert-squad's two repositories, built for real: a tiny BertForQuestionAnswering
     (hidden 32, 2 layers, 2 heads) with a WordPiece tokenizer trained here, under
-    google-bert/bert-base-uncased; SQuAD-v1.1-shaped parquet files under rajpurkar/squad."""
+    google-bert/bert-base-uncased; SQuAD-v1.1-shaped parquet files under rajpurkar/squad.
+    ``plant``: a text appended to every validation paragraph (after its answer), as a
+    hostile data set would carry it."""
     import torch
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import BertConfig, BertForQuestionAnswering, BertTokenizerFast
@@ -360,6 +363,8 @@ def bert_squad_repos(tmp_dir: Path, train_rows: int = 40, validation_rows: int =
     tmp_dir = Path(tmp_dir)
     train = squad_rows(train_rows, 1, "train")
     validation = squad_rows(validation_rows, 2, "validation")
+    for row in validation if plant else ():
+        row["context"] += f" {plant}"
 
     wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)

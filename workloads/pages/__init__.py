@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dsenv.htmlreport.page import write_page
+from dsenv.workloads.pages.run import render
+
 HTML_NAME = "report.html"
 
 
@@ -19,7 +22,4 @@ def html_path(args, report_path: Path) -> Path | None:
 
 
 def write_run_page(report: dict, path: Path) -> Path:
-    from dsenv.htmlreport.page import write_page
-    from dsenv.workloads.pages.run import render
-
     return write_page(path, render(report))

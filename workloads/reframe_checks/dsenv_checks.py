@@ -210,7 +210,7 @@ class DsenvNodeHealth(_DsenvCheck):
                               f"reported ({', '.join(hosts) or 'none'}): "
                               f"{_tail(os.path.join(self.stagedir, self.stderr.evaluate()))}")
         failing = []
-        for host, name in zip(hosts, reports):
+        for host, name in zip(hosts, reports, strict=True):
             with open(os.path.join(self.stagedir, name), encoding="utf-8",
                       errors="replace") as handle:
                 failing += [f"{host}: {line.strip()}" for line in handle
