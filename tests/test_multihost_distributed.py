@@ -179,7 +179,8 @@ def test_hosts_whose_environments_differ_are_named(two_hosts, run_env, tmp_path)
     try:
         env = {**job_env(two_hosts, run_env), "HF_HOME": str(hf_home)}
         report, _, _ = distributed_doctor(two_hosts, tmp_path / "job", env, 2,
-                                          exports="export NCCL_SOCKET_IFNAME==hsn1")
+                                          exports="export NCCL_SOCKET_IFNAME==hsn1",
+                                          args=f"--html {tmp_path / 'hosts.html'}")
     finally:
         h2.undo_mounts()
         h1.run(["ip", "link", "del", "hsn1"], timeout=15)
@@ -193,4 +194,13 @@ def test_hosts_whose_environments_differ_are_named(two_hosts, run_env, tmp_path)
     assert "64 MiB" in text  # /dev/shm
     assert "hsn1" in text  # the interface h2 lacks
     assert "hf assets" in text or "hub cache" in text  # the offline cache
+
+    # the page: h2's row highlighted, each difference with both values, h2's side marked
+    with offline_browser(tmp_path / "browser") as browser:
+        seen = look_at(browser, tmp_path / "hosts.html", screenshot="doctor-hosts-differ")
+    assert seen.scripts == 0 and len(seen.requests) == 1
+    assert seen.odd_hosts == ["h2"]
+    differing = {row[0][0]: (row[1][0], row[2][0], row[2][1]) for row in seen.differing}
+    assert differing["transformers"] == (dist.version, "4.0.0", True), differing
+    assert differing["/dev/shm"][1] == "64 MiB"
 

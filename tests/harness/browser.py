@@ -55,6 +55,11 @@ LOOK = """() => {
     examples: text('[data-example]'),
     environment: text('[data-environment]')[0] || '',
     findings: attr('[data-finding]', 'data-finding'),
+    odd_hosts: text('[data-table=hosts] tr.odd td:first-child'),
+    differing: Array.from(document.querySelectorAll('[data-table=differences] tr'),
+                          tr => Array.from(tr.querySelectorAll('td'), td =>
+                              [td.textContent.trim(), td.classList.contains('differs')]))
+                    .filter(row => row.length),
     areas: attr('[data-area]', 'data-area'),
     scripts: document.querySelectorAll('script, iframe, object, embed, link, img').length,
     body: document.body.innerText,
