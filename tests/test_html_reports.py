@@ -173,3 +173,24 @@ def _size(n: int) -> str:
     from dsenv.doctor.distributed.ranks import format_size
 
     return format_size(n)
+
+
+@pytest.mark.slow
+def test_a_failed_distributed_run_still_writes_its_page_with_the_failure(tmp_path, run_env,
+                                                                         browser):
+    """Rank 1 exits during the all-reduce check (the test hook): the page says NOT READY,
+    the failing finding is there with its fix, and the plots say what they lack."""
+    page = tmp_path / "failed.html"
+    env = {**run_env, "DSENV_DISTRIBUTED_TEST_FAULT": "exit:1@check"}
+    done = run([sys.executable, "-m", "dsenv", "doctor", "--distributed", "--launch",
+                "torchrun", "-n", "2", "--only", "distributed", "--timeout", "20", "--json",
+                "--html", str(page)], timeout=180, env=env, cwd=tmp_path)
+    assert done.returncode == 1, explain(done)
+    report = json.loads(done.stdout)
+    failing = [r["id"] for r in report["results"] if r["status"] in ("fail", "error", "warn")]
+    seen = look_at(browser, page, screenshot="doctor-distributed-failed")
+    nothing_fetched(seen, page, page.read_text())
+    assert seen.verdict == "NOT READY" and seen.headline == report["verdict"]["line"]
+    assert failing and seen.findings == failing
+    assert "fix:" in seen.body
+    assert "no data for all-reduce" in seen.body  # the busbw plot, empty, says so

@@ -77,12 +77,9 @@ class PhaseClock:
         done = [m for m in self.marks if len(m) == 4]
         if not done:
             return {"source": "not measured (no timed steps)"}
-        if self.on_gpu:
-            def span(a, b):
-                return a.elapsed_time(b)
-        else:
-            def span(a, b):
-                return 1000 * (b - a)
+        def span(a, b):  # milliseconds
+            return 1000 * _seconds(a, b)
+
         spans = [[span(m[i], m[i + 1]) for i in range(3)] for m in done]
         per_micro = [sum(s[i] for s in spans) / len(spans) for i in range(3)]
         walls = [span(a[0], b[0]) for a, b in zip(done, done[1:], strict=False)]
