@@ -138,6 +138,8 @@ def test_checks_pass_here_and_the_perflog_has_samples_per_s_and_busbw(tmp_path, 
                 ["outputdir"])  # ReFrame keeps report.json with the job's output
     perf = next(v for v in json.loads((kept / "report.json").read_text())["verdicts"]
                 if v["name"] == "performance")
+    assert "<svg" in (kept / "report.html").read_text()  # its page kept beside it
+    assert "dsenv doctor on" in (Path(ran["DsenvDoctor"]["outputdir"]) / "doctor.html").read_text()
     assert "this site's own measurement" in perf["detail"]
     busbw_log = (tmp_path / "perflogs/here/local/DsenvDistributed.log").read_text()
     assert "busbw=" in busbw_log and "GB/s" in busbw_log, busbw_log

@@ -58,6 +58,8 @@ WORKLOAD_LAUNCHERS = (ONE_PROCESS, *LAUNCHERS)
 PRESETS = preset_names()
 REPORT = "report.json"
 DOCTOR_REPORT = "doctor.json"
+PAGE = "report.html"  # the run's HTML page, written beside --report
+DOCTOR_PAGE = "doctor.html"
 NODE_HEALTH = "node-health"
 
 
@@ -159,7 +161,7 @@ class DsenvDoctor(_DsenvCheck):
     """``dsenv doctor`` as a preflight: ready, or the failing findings in ReFrame's report."""
 
     descr = "dsenv doctor: is this node ready for DeepSpeed jobs?"
-    keep_files = [DOCTOR_REPORT]
+    keep_files = [DOCTOR_REPORT, DOCTOR_PAGE]
     tags = {"dsenv", "preflight"}
     #: options for the doctor (e.g. `--target compute --gpus-per-node 4 --strict`)
     doctor_options = variable(typ.List[str], value=[])
@@ -167,7 +169,8 @@ class DsenvDoctor(_DsenvCheck):
     @run_after("setup")
     def set_command(self):
         self._launch(ONE_PROCESS, ["doctor", *self._env_options(), *self.doctor_options,
-                                   *self.extra_options, "--json", ">", DOCTOR_REPORT])
+                                   *self.extra_options, "--html", DOCTOR_PAGE, "--json", ">",
+                                   DOCTOR_REPORT])
 
     @sanity_function
     def doctor_ready(self):
@@ -224,7 +227,7 @@ class _DsenvWorkload(_DsenvCheck):
     """A workload's run: sanity is dsenv's sanity verdict, samples_per_s its throughput."""
 
     mode = "smoke"
-    keep_files = [REPORT]  # dsenv's report.json beside ReFrame's output of the run
+    keep_files = [REPORT, PAGE]  # dsenv's report and its page beside ReFrame's output
     #: a site's references table (TOML, references.toml's layout), for ReFrame and dsenv
     references = variable(str, value="")
 
@@ -352,7 +355,7 @@ class DsenvDistributed(_DsenvCheck):
     descr = "dsenv doctor --distributed: rendezvous, exact all-reduce, bus bandwidth"
     tags = {"dsenv", "distributed"}
     launcher = parameter(("torchrun", "mpirun", "srun"))
-    keep_files = [DOCTOR_REPORT]
+    keep_files = [DOCTOR_REPORT, DOCTOR_PAGE]
     #: expected bus bandwidth in GB/s (default: the site profile's expect_busbw_gbps)
     expect_busbw = variable(float, value=0.0)
     doctor_options = variable(typ.List[str], value=[])
@@ -361,7 +364,7 @@ class DsenvDistributed(_DsenvCheck):
     def set_command(self):
         expect = ["--expect-busbw", str(self.expect_busbw)] if self.expect_busbw else []
         common = ["doctor", "--distributed", *self._env_options(), *expect,
-                  *self.doctor_options, *self.extra_options, "--json"]
+                  *self.doctor_options, *self.extra_options, "--html", DOCTOR_PAGE, "--json"]
         if self.launcher == "srun":
             world = self.nodes * self.ranks_per_node
             self._launch("srun", [*common, "--expect-world-size", str(world)])
