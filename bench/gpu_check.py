@@ -449,6 +449,9 @@ def cmd_fullrun(a) -> int:
         put(a.json, f"{key}.report", summarise_report(report, keep_config=True))
         if a.save:
             shutil.copyfile(report, a.save)
+            page = report.with_name("report.html")  # the run's HTML page, GPU plots and all
+            if page.is_file():
+                shutil.copyfile(page, Path(a.save).with_suffix(".html"))
     return 0 if result["rc"] == 0 and fetch["rc"] == 0 else 1
 
 
