@@ -78,13 +78,22 @@ def test_catalogue_is_three_times_the_first():
 # cause. Each is detected by a doctor check, so the mode stays; the list may only shrink.
 ONE_THREAD_SO_FAR = {
     "deepspeed.op-missing-arch": "other 'no kernel image' threads with a DeepSpeed op show no "
-                                 "settled cause (DeepSpeed#6549, #5724, #3255)",
+                                 "settled cause (DeepSpeed#6549, #5724, #3255, #6720 / "
+                                 "DeepSpeedExamples#935); searched again: fused_adam/"
+                                 "multi_tensor_adam/transformer_inference/evoformer/MII ops, "
+                                 "Hopper/Blackwell, prebuilt docker ops, pages: none settled",
     "comm.ib-disable-left-set": "threads printing 'NCCL_IB_DISABLE set by environment to 1' "
-                                "had other causes (horovod#3658, nccl#1053)",
-    "comm.p2p-disable-left-set": "NCCL_P2P_* set on purpose or no log text (nccl#428, #631)",
-    "comm.slingshot-no-ofi-plugin": "threads show only the fixed state or no log text",
+                                "had other causes (horovod#3658, nccl#1053); searched again: "
+                                "LlamaFactory#6111/#5014/#4916, nccl#676, nccl-tests#373, pages: "
+                                "none shows the log with unsetting it as the fix",
+    "comm.p2p-disable-left-set": "NCCL_P2P_* set on purpose or no log text (nccl#428, #631); "
+                                 "searched again: nccl#1439/#1817/#1829/#1199, nccl-tests#373 "
+                                 "(P2P_LEVEL=LOC, 1 GPU per node), pages: none",
     "container.apptainer-no-nv": "apptainer/singularity#6203 shows the GPU-less error but the "
-                                 "'Singularity>' prompt is not in the failing line's message",
+                                 "'Singularity>' prompt is not in the failing line's message; "
+                                 "dorado#116 and panda-autograsp#150 (forgot --nv) print 'CUDA "
+                                 "driver version is insufficient', which explain names "
+                                 "gpu.driver-too-old; DeepSpaCE#7, mlcube#236: no cause/text",
 }
 
 
