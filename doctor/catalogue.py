@@ -34,6 +34,7 @@ class Mode:
     sources: tuple[str, ...]
     also: tuple[str, ...] = ()  # more message evidence (doctor/explain/rank.py)
     against: tuple[str, ...] = ()  # evidence that the symptom came from elsewhere
+    goes_on: bool = False  # the process goes on after this symptom (a fallback, a notice)
 
     def matches(self, text: str) -> list[str]:
         """The patterns of this mode that ``text`` matches."""
@@ -52,7 +53,8 @@ def modes() -> tuple[Mode, ...]:
     return tuple(Mode(r["id"], r["area"], r["title"], r["symptom"], tuple(r.get("match", ())),
                       r["cause"], r["detect"], r.get("check", ""), r["fix"],
                       r.get("fixable", ""), tuple(r["sources"]), tuple(r.get("also", ())),
-                      tuple(r.get("against", ()))) for r in rows)
+                      tuple(r.get("against", ())), bool(r.get("goes_on", False)))
+                 for r in rows)
 
 
 def mode(mode_id: str) -> Mode | None:

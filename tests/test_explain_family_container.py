@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from dsenv.doctor.explain.command import explain_text
 from dsenv.doctor.explain.families import container
 from tests.harness import symptoms
 
@@ -110,6 +111,46 @@ def test_kfd_missing_in_the_container_and_bind_points():
     mode, got = parts(row("apptainer/singularity/issues/1182")["text"])[0]
     assert (mode, got["destination"]) == ("container.bind-destination-missing",
                                           "/usr/bin/nvidia-smi")
+
+
+def test_nccl_across_the_docker_bridge():
+    # the peer advertised its container's bridge address (nccl#929)
+    mode, got = parts(row("NVIDIA/nccl/issues/929")["text"])[0]
+    assert (mode, got["peer"], got["container"]) == (
+        "container.network-isolation", "172.17.0.2", "e57377aacbb6")
+    # a container that cannot bind the hosts' address (nccl#331): its eth0 is on the bridge
+    mode, got = parts(row("NVIDIA/nccl/issues/331")["text"])[0]
+    assert (mode, got["container"], got["failure"], got["address"]) == (
+        "container.network-isolation", "e82c50601d13", "cannot bind the address asked for",
+        "eth0 172.17.0.3")
+
+
+def test_the_same_socket_errors_on_a_host_are_not_the_bridge():
+    text = row("NVIDIA/nccl/issues/929")["text"]
+    # a routable peer, or the host's own docker0 (.1), from a host that is not a container id
+    assert parts(text.replace("172.17.0.2", "10.0.0.2").replace("e57377aacbb6", "node1")) == []
+    assert parts(text.replace("172.17.0.2", "172.17.0.1").replace("e57377aacbb6", "node1")) == []
+    assert parts(row("NVIDIA/nccl/issues/331")["text"].replace("e82c50601d13", "gpu2")) == []
+    # a container id on a line that is not a network failure says nothing about the network
+    assert parts("cf0b62962198:378932:380974 [0] include/shm.h:28 NCCL WARN Call to "
+                 "posix_fallocate failed : No space left on device") == []
+
+
+def test_no_bootstrap_interface_in_a_container_names_both_causes():
+    # NCCL's subnet WARN names the address it was asked to reach: comm.no-bootstrap-interface
+    # first, the container's bridge network second; a container with no socket at all is the
+    # bridge (or no network) first.
+    for comm_row in symptoms.rows("comm"):
+        if comm_row["mode"] == "comm.no-bootstrap-interface":
+            _, _, sure, _ = explain_text(comm_row["text"])
+            assert [m.id for m in sure][:2] == ["comm.no-bootstrap-interface",
+                                                "container.network-isolation"]
+    bare = ("include/socket.h:344 WARN Socket creation failed : Address family not supported by "
+            "protocol")
+    _, _, sure, _ = explain_text("3f2a9c41b7d0:3171:3171 [0] " + bare)
+    assert sure[0].id == "container.network-isolation"
+    _, _, sure, _ = explain_text(bare)
+    assert [m.id for m in sure] == ["comm.no-bootstrap-interface"]
 
 
 def test_other_families_and_empty_text_give_no_reading():

@@ -18,7 +18,8 @@ PARSED = {"comm.no-bootstrap-interface", "comm.ibverbs-unloadable",
           "comm.nvls-fabric-manager", "comm.p2p-peer-access-unsupported", "comm.gdr-disabled",
           "comm.roce-gid-index", "comm.socket-ifname-missing", "comm.memlock-low",
           "comm.nccl-newer-than-driver", "comm.ib-link-errors", "comm.efa-unavailable",
-          "comm.slingshot-no-ofi-plugin", "comm.socket-virtual-interfaces"}
+          "comm.slingshot-no-ofi-plugin", "comm.socket-virtual-interfaces",
+          "comm.gloo-ifname-invalid"}
 
 
 def _modes(text: str) -> list[str]:
@@ -92,3 +93,45 @@ def test_the_chosen_interfaces_are_parts():
     found = [r for r in nccl.read(text) if r.mode == "comm.socket-virtual-interfaces"]
     assert found and dict(found[0].parts) == {"result": "", "interface": "ens5",
                                               "virtual": "vethe2e6725"}
+
+
+def _gloo(text: str) -> dict[str, str]:
+    return symptoms.parts(nccl, text, "comm.gloo-ifname-invalid")
+
+
+def test_gloo_reads_the_interface_value_it_could_not_find():
+    # torch's short form and gloo's enforce form (Horovod's copy of gloo) read alike
+    sparkrun = symptoms.text(ROWS, "spark-arena/sparkrun/issues/275")
+    assert _gloo(sparkrun) == {"result": "", "variable": "GLOO_SOCKET_IFNAME", "value": "eth0",
+                               "syntax": "an interface name this node does not have"}
+    horovod = symptoms.text(ROWS, "horovod/horovod/issues/1341")
+    assert _gloo(horovod)["value"] == "eth0"
+    # the same line with NCCL's list syntax or an address where a name belongs
+    assert _gloo(sparkrun.replace("eth0", "^lo"))["syntax"] == "NCCL's ^ exclusion list"
+    assert _gloo(horovod.replace("eth0", "=ib0"))["syntax"] == "NCCL's = exact-match prefix"
+    assert _gloo(sparkrun.replace("eth0", "10.0.0.7"))["syntax"] == (
+        "an address, not an interface name")
+    assert _gloo(sparkrun.replace("eth0", "bond0.100"))["value"] == "bond0.100"  # a VLAN
+
+
+def test_gloo_failing_on_the_hosts_own_name_is_not_the_interface_variable():
+    # device.cc's `rp` lookup is the hostname (it does not resolve), not GLOO_SOCKET_IFNAME
+    horovod = symptoms.text(ROWS, "horovod/horovod/issues/1341")
+    assert "comm.gloo-ifname-invalid" not in _modes(
+        horovod.replace("ifa != nullptr", "rp != nullptr").replace("eth0", "dgx-1.ai"))
+    assert _modes("RuntimeError: Unable to find address for: dgx-1.ai") == []
+    # an address looked up for MASTER_ADDR (device.cc: "Unable to find interface for")
+    assert _modes("RuntimeError: [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/"
+                  "device.cc:208] ifa != nullptr. Unable to find interface for: "
+                  "[10.16.32.68]") == []
+
+
+def test_a_container_without_a_socket_is_left_to_the_container_family():
+    # The same WARN: on a host it is this mode; from a container (Docker names the host after
+    # the container id) the container family names it (container.network-isolation).
+    bare = ("include/socket.h:344 WARN Socket creation failed : Address family not supported by "
+            "protocol")
+    assert _modes(bare) == ["comm.no-bootstrap-interface"]
+    assert _modes("3f2a9c41b7d0:3171:3171 [0] " + bare) == []
+    assert _modes("gpu7:3171:3171 [0] " + bare) == ["comm.no-bootstrap-interface"]
+

@@ -230,3 +230,27 @@ def test_torchruns_summary_and_an_interrupted_traceback_are_not_the_root():
 ])
 def test_launcher_prefixes_are_cleaned_and_library_names_kept(raw, text):
     assert logread.clean(raw) == text
+
+
+def test_a_fallback_warning_is_not_the_root_when_a_later_line_names_what_killed_the_job():
+    """NCCL cannot open libibverbs and goes on over sockets (comm.ibverbs-unloadable is
+    ``goes_on``; NCCL's maintainer: "the first one is to be ignored unless you want to use
+    Infiniband/RoCE", nccl-tests#14); the job dies of what a later line names. The fallback's
+    lines are horovod#789's as posted, the fatal one is nccl#331's (a catalogue symptom); the
+    fallback alone is still named (the twin)."""
+    from tests.harness import symptoms
+
+    fallback = ("e53b7da88fea:2493:2753 [0] misc/ibvwrap.cu:63 NCCL WARN Failed to open "
+                "libibverbs.so[.1]\n"
+                "e53b7da88fea:2493:2753 [0] NCCL INFO Using internal Network Socket\n"
+                "e53b7da88fea:2493:2753 [0] NCCL INFO NET : Using interface lo:127.0.0.1<0>\n"
+                "e53b7da88fea:2493:2753 [0] NCCL INFO NET : Using interface eth0:3.10.11.7<0>\n"
+                "e53b7da88fea:2493:2753 [0] NCCL INFO NET/Socket : 2 interfaces found\n"
+                "NCCL version 2.3.5+cuda9.0\n")
+    fatal = symptoms.text(symptoms.rows("comm"), "NVIDIA/nccl/issues/331")
+    _, line, sure, _ = explain_text(fallback + fatal)
+    ids = [m.id for m in sure]
+    assert ids[0] in ("comm.no-bootstrap-interface", "container.network-isolation"), ids
+    assert "comm.ibverbs-unloadable" in ids[1:] and line.text in fatal
+    _, line, sure, _ = explain_text(fallback)
+    assert sure[0].id == "comm.ibverbs-unloadable" and "libibverbs" in line.text

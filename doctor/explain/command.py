@@ -54,18 +54,35 @@ def read_input(arg: str | None) -> str:
 
 
 def explain_text(text: str):
-    """(reading, the line explained or None, its confident matches, the best weak ones)."""
+    """(reading, the line explained or None, its confident matches, the best weak ones).
+
+    The first line with a confident cause is the one explained, unless that cause is one the
+    process goes on after (``goes_on``: NCCL's fallback from a missing libibverbs to sockets,
+    a plugin notice): then a later line naming a cause the job dies of is explained instead,
+    with the fallback after it."""
     reading = logread.find_root(text)
     weak: list[rank.Match] = []
+    survived = None  # (line, matches) of the first confident line whose cause it goes on after
     for line in reading.candidates[:MAX_LINES_TRIED]:
         around = "" if reading.single else reading.context(line)
         matches = rank.rank(reading.message(line), around)
         sure = rank.confident(matches)
-        if sure:
+        if sure and not _goes_on(sure[0]):
+            if survived is not None:
+                return reading, line, sure + [m for m in survived[1] if m.id not in
+                                              {s.id for s in sure}], []
             return reading, line, sure, []
-        if line is reading.root:
+        if sure and survived is None:
+            survived = (line, sure)
+        if line is reading.root and not sure:
             weak = matches[:3]
+    if survived is not None:
+        return reading, survived[0], survived[1], []
     return reading, None, [], weak
+
+
+def _goes_on(match: rank.Match) -> bool:
+    return bool(match.mode is not None and match.mode.goes_on)
 
 
 def run_explain(args) -> int:

@@ -8,6 +8,8 @@ Fields of each ``[[mode]]``:
 - match: Python regexes (case-insensitive, multiline) searched in a failure's message;
 - also / against (optional): more message evidence for the mode (weight 3) and evidence that
   the same symptom came from elsewhere (weight -3), read by doctor/explain/rank.py;
+- goes_on (optional, default false): the process goes on after this symptom (NCCL falls back
+  to sockets, a notice): in a log, a later line that names a cause it dies of is the root;
 - cause; detect: how it is detected before the job, or "cannot: why";
 - check: the doctor check id that catches it ("" when none can, before launch);
 - fix: one concrete fix; fixable: "" or a doctor/fix/actions.py KIND `--fix` can apply;

@@ -9,8 +9,10 @@ A GPU container fails at one of three places, and each says which in its own for
 - binding the GPU in: Apptainer's --nv finds no driver files on the host, or a flag placed
   after the image runs as the container's command (``exec: --nv: not found``);
 - inside it: NVML's "Unknown Error" once the device cgroup was rewritten, "Insufficient
-  Permissions" under SELinux, the NGC images' "NVIDIA Driver was not detected" banner, and
-  ROCm's /dev/kfd missing from the container's /dev.
+  Permissions" under SELinux, the NGC images' "NVIDIA Driver was not detected" banner,
+  ROCm's /dev/kfd missing from the container's /dev, and NCCL's sockets failing on Docker's
+  default bridge network (the line's host is the container id, or the peer's address is a
+  bridge address).
 Each is read into its parts (the stage, the library, the required CUDA, the path, the flag)
 and the parts name the cause.
 """
@@ -68,12 +70,57 @@ NGC_NO_DRIVER = re.compile(r"The NVIDIA Driver was not detected\.\s+GPU function
 KFD_MISSING = re.compile(r"Unable to open /dev/kfd read-write: No such file or directory", IC)
 # rocminfo cannot name the user inside a container (its uid is not in the image's passwd).
 NO_USER_NAME = re.compile(r"Failed to get user name to check for (?:video|render) group", IC)
+# Docker names a container's host after the first 12 hex digits of its id, and NCCL starts
+# each line with HOST:PID:TID [DEV]: such a host is a container (a letter and a digit in it,
+# so neither a number nor a word passes for an id).
+DOCKER_HOST = re.compile(r"(?<![\w.-])(?P<host>(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{12})"
+                         r":\d+:\d+ \[\d+\]")
+# Docker's default bridge is 172.17.0.0/16 with the host's docker0 at .1 and the containers
+# numbered from 172.17.0.2: a rank that connects to such an address talks to a peer that
+# advertised its container-private address.
+BRIDGE_PEER = re.compile(r"Connect to (?P<addr>172\.17\.0\.(?!1<)\d{1,3})<\d+>", IC)
+BRIDGE_OWN = re.compile(r"\[\d+\](?P<iface>eth\d+):(?P<addr>172\.17\.0\.(?!1<)\d{1,3})<", IC)
+# NCCL's bootstrap socket failing for want of an interface or an address it may bind.
+NCCL_NO_NET = re.compile(r"Socket creation failed : Address family not supported by protocol"
+                         r"|Call to bind failed : Cannot assign requested address"
+                         r"|No usable listening interface found"
+                         r"|No interface found in the same subnet as remote address "
+                         r"(?P<remote>\S+)", IC)
+
+
+def docker_host(message: str) -> str:
+    """The container id NCCL's line prefix names ('' on a host that is not a container)."""
+    found = DOCKER_HOST.search(message)
+    return found["host"] if found else ""
+
+
+def _network(message: str) -> Reading | None:
+    """NCCL cannot reach or bind across a Docker bridge: the peer's address is a container's
+    bridge address, or a container's bootstrap finds no interface or address to use."""
+    host, own = docker_host(message), BRIDGE_OWN.search(message)
+    peer = BRIDGE_PEER.search(message)
+    if peer:  # the other rank advertised the private address only its own host can reach
+        return reading(FAMILY, "container.network-isolation", peer.group(0),
+                       peer=peer["addr"], container=host,
+                       network="Docker's default bridge (172.17.0.0/16)")
+    failed = NCCL_NO_NET.search(message)
+    if host and failed:  # a container with no interface, or none on the hosts' network
+        what = failed.group(0).lower()
+        return reading(FAMILY, "container.network-isolation", failed.group(0), container=host,
+                       failure="no IP interface" if "family" in what else
+                       "cannot bind the address asked for" if "bind" in what else
+                       "no interface on the peers' network",
+                       remote=(failed["remote"] or "").split("<")[0],
+                       address=f"{own['iface']} {own['addr']}" if own else "")
+    return None
 
 
 def read(message: str) -> list[Reading]:
     if not message:
         return []
     found: list[Reading] = []
+    if network := _network(message):
+        found.append(network)
     cli = CLI.search(message)
     if cli:
         stage, what = cli["stage"].lower(), cli["what"]

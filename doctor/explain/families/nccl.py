@@ -9,6 +9,10 @@ plugin loader), the call that failed (ibv_*, cuMulticast*, posix_fallocate) with
 text, and the names NCCL or libibverbs quote (interfaces, providers, plugins). Small rules
 map them to catalogue modes, so a new NCCL version's wording of the same failure is still
 understood.
+
+Gloo, torch's other backend, fails on the same interface choice in its own words
+(``[enforce fail at .../gloo/transport/tcp/device.cc:N] ifa != nullptr. Unable to find address
+for: NAME``): the NAME it looked up is read here too.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import re
 
 from dsenv.doctor.explain.families import Reading, reading
+from dsenv.doctor.explain.families.container import docker_host
 
 FAMILY = "nccl"
 
@@ -33,6 +38,12 @@ _PROVIDER = re.compile(r"libibverbs: Warning: couldn't load driver '(?P<provider
 _SOCKET_LIST = re.compile(r"NET/Socket : Using(?:\s+\[\d+\][\w.-]+:\S*)+")
 _IFACE = re.compile(r"\[\d+\]([\w.-]+):")
 _VIRTUAL = ("veth", "br-", "virbr", "docker", "cni", "flannel", "cali")
+# gloo's device.cc: `ifa` is the interface lookup of GLOO_SOCKET_IFNAME, `rp` the lookup of the
+# host's own name (another cause: a hostname that does not resolve); torch >= 2 may print the
+# message alone.
+_GLOO_IFACE = re.compile(r"(?:\b(?P<expr>ifa|rp) != nullptr\.\s+)?Unable to find address for: "
+                         r"(?P<value>[^\s'\"]+)")
+_ADDRESS = re.compile(r"^(?:\d{1,3}(?:\.\d{1,3}){3}|\[?[0-9a-f]*:[0-9a-f:]+\]?)$", re.I)
 _PLUGIN = re.compile(r"NET/Plugin ?: (?:Plugin load \((?P<lib>libnccl-net[\w.-]*)\) returned \d+|"
                      r"No plugin found|Could not find: (?P<lib2>libnccl-net[\w.-]*))"
                      r"|Unable to load (?P<lib3>libnccl-net[\w.-]*)")
@@ -81,7 +92,11 @@ def read(message: str) -> list[Reading]:
         # no interface in the peers' subnet.
         elif re.search(r"Address family not supported|No usable listening interface|No interface "
                        r"found in the same subnet", text):
-            add("comm.no-bootstrap-interface", text, file=source, call="bootstrap socket")
+            # A container (Docker names its host after the container id) that cannot even
+            # create a socket has no network at all: container.py names that; a subnet
+            # mismatch stays this mode (NCCL names the address it was asked to reach).
+            if not ("Address family not supported" in text and docker_host(message)):
+                add("comm.no-bootstrap-interface", text, file=source, call="bootstrap socket")
         # An interface name NCCL_SOCKET_IFNAME asked for matched nothing: "no socket interface
         # found", or a garbage address family from an empty interface list.
         elif re.search(r"no (?:NCCL_SOCKET_IFNAME )?socket interface found|neither AF_INET\(2\) "
@@ -129,6 +144,20 @@ def read(message: str) -> list[Reading]:
         elif (virtual := [n for n in names[1:] if n.startswith(_VIRTUAL)]) and not out:
             add("comm.socket-virtual-interfaces", m.group(0), interface=names[0],
                 virtual=",".join(virtual))
+    # Gloo takes GLOO_SOCKET_IFNAME as exact interface names: NCCL's ^ (exclude) and = (exact)
+    # prefixes, an address, or a name the node lacks are all looked up as a name and not found.
+    gloo = _GLOO_IFACE.search(message)
+    if gloo and gloo["expr"] != "rp":
+        value = gloo["value"].rstrip(".,;:")
+        # without the enforce expression, a dotted name with letters after the dot is the
+        # host's own name (dgx-1.ai), not an interface (VLANs are eth0.100)
+        if gloo["expr"] or _ADDRESS.match(value) or not re.search(r"\.[A-Za-z]", value):
+            add("comm.gloo-ifname-invalid", gloo.group(0), variable="GLOO_SOCKET_IFNAME",
+                value=value,
+                syntax="NCCL's ^ exclusion list" if value.startswith("^") else
+                "NCCL's = exact-match prefix" if value.startswith("=") else
+                "an address, not an interface name" if _ADDRESS.match(value) else
+                "an interface name this node does not have")
     # The plugin loader's notice is normal unless something else failed; named only when the
     # message has no other NCCL reading.
     if not out and (m := _PLUGIN.search(message)):
