@@ -155,6 +155,16 @@ def test_a_busy_smoke_is_compared_without_its_performance_row():
                       .replace("performance    INCONCLUSIVE", "performance    FAIL")) is not None
 
 
+def test_a_rate_that_happens_to_be_whole_still_matches():
+    """CI printed `= 50 GFLOP/s` where README had `= 7.55 GFLOP/s` (3 significant digits);
+    a rate's unit is what is compared, and another unit is not."""
+    screen = _screen("│ efficiency     (32 MFLOP/sample x 235.6/s = 7.55 GFLOP/s per device) │")
+    assert rs.compare(screen, "│ efficiency     (32 MFLOP/sample x 1562.5/s = 50 GFLOP/s per "
+                              "device) │") is None
+    assert rs.compare(screen, "│ efficiency     (32 MFLOP/sample x 1562.5/s = 50 TB/s per "
+                              "device) │") is not None
+
+
 # --- README's lists are the code's ---------------------------------------------------------
 
 def test_readme_lists_the_doctors_areas_in_the_registrys_order():

@@ -173,6 +173,8 @@ MASKS = [
     (re.compile(r'"(host|platform)": "[^"]*"'), r'"\1": "<\1>"'),
     # the shares of the node a smoke measured (others took 75% of ..., the run 25%)
     (re.compile(r"\b(took|the run) \d+%"), r"\1 <N>%"),
+    # a rate, whole or not (its 3 significant digits print 50 as "50": seen in CI)
+    (re.compile(rf"(?<![\w.]){_NUM}(?= (?:GFLOP|TFLOP|samples)/s\b)"), "<N>"),
     # a measurement before its threshold (loss drop 1 >= 0.5)
     (re.compile(rf"(?<![\w.]){_NUM}(?= (?:>=|<=|<|>|->) )"), "<N>"),
     # versions and other decimals (2.13.0+cpu, 6.18.44-fc-v669, 23.5, 0.003)
