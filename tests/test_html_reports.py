@@ -17,18 +17,9 @@ import pytest
 
 from tests.harness.browser import look_at, offline_browser, static_requests
 from tests.harness.cli import explain, run
-from tests.harness.workload_runs import SMOKE, run_dsenv
+from tests.harness.workload_runs import SMOKE, run_dsenv, site_references
 
-# A site's references: any CPU, low, so the band is drawn and the verdict holds when busy.
-REFERENCES = """
-[[bert-squad-smoke]]
-device = "*"
-world_size = 1
-preset = "fp32"
-samples_per_s = 20
-tolerance = 0.5
-source = "this test's own table"
-"""
+REFERENCES = site_references("this test's own table")
 PLANT = "<script>document.title='owned'</script><b>bold?</b>"
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dsenv.workloads import registry
+from tests.harness.workload_runs import site_references
 
 pytest.importorskip("reframe")
 
@@ -48,15 +49,7 @@ site_configuration = {
 # A site's own table: any device, so the reference holds on whatever machine runs the test;
 # low, so that a node other tests keep busy still meets it (a slow busy run is INCONCLUSIVE
 # to dsenv, and the check then sets no reference).
-SITE_REFERENCES = """
-[[bert-squad-smoke]]
-device = "*"
-world_size = 1
-preset = "fp32"
-samples_per_s = 20
-tolerance = 0.5
-source = "this site's own measurement"
-"""
+SITE_REFERENCES = site_references("this site's own measurement")
 
 
 def checks_path() -> str:

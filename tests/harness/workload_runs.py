@@ -70,3 +70,11 @@ def one_line(result) -> str:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     return lines[0]
+
+
+def site_references(source: str) -> str:
+    """A site's own references table (TOML): bert-squad's smoke, any device, world size 1,
+    fp32, 20 samples/s - 50%: low, so a node other tests keep busy still meets it, and the
+    band is drawn whatever machine runs the test; ``source`` names it in the verdict."""
+    return (f'[[bert-squad-smoke]]\ndevice = "*"\nworld_size = 1\npreset = "fp32"\n'
+            f'samples_per_s = 20\ntolerance = 0.5\nsource = "{source}"\n')
