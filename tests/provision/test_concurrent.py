@@ -77,9 +77,10 @@ def test_runs_on_one_prefix_build_it_once(tmp_path, tiny_lock, tiny_wheels, coun
     args = tiny_args(tiny_lock, tiny_wheels) + (["--no-bytecode"] if bytecode == "off" else [])
     results = run_together(prefix, count, stagger, args)
     assert_one_ready(results, prefix)
+    # Started together, a later run usually finds the first one building and waits; under
+    # load the first may already be done and it refuses at once: both are right (the waiting
+    # path is pinned down by test_a_run_that_waited_refuses_once_the_holder_built_it).
     waited = [r for r in results if "waiting for dsenv provision (pid " in r[1]]
-    if stagger == 0.0:  # started together: the later ones found the first one building
-        assert waited, results
     for _code, out, _ in waited:  # a run that waited says whose run, on which host, since when
         assert re.search(r"waiting for dsenv provision \(pid \d+ on \S+, since "
                          r"\d{4}-\d\d-\d\dT", out), out
@@ -144,6 +145,52 @@ def test_a_waiting_run_proceeds_when_the_holder_dies(holder, tiny_lock, tiny_whe
     code, out, err = finish(waiting, 120)
     assert code == 0, out + err
     assert f"pid {child.pid}" in out and "environment ready" in out
+
+
+BUILDER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from dsenv import targetlock
+    with targetlock.hold(sys.argv[1], "dsenv provision"):
+        print("holding", flush=True)
+        sys.stdin.readline()  # the test says when the build is done
+        Path(sys.argv[1]).mkdir(parents=True)
+""")
+
+
+def test_a_run_that_waited_refuses_once_the_holder_built_it(tmp_path, tiny_lock, tiny_wheels):
+    """The waiting path, deterministic: the holder keeps the lock until the waiter has said
+    it waits, then leaves a built prefix; the waiter refuses in one line, builds nothing."""
+    prefix = tmp_path / "envs" / "shared"
+    builder = subprocess.Popen([sys.executable, "-c", BUILDER, str(prefix)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    waiting = None
+    try:
+        assert builder.stdout.readline().strip() == "holding"
+        log = tmp_path / "waiter.out"
+        with log.open("w") as out_file:  # a file, so a silent waiter cannot block the test
+            waiting = start_dsenv("provision", "--arch", "cpu", "--ops", "none", "--prefix",
+                                  prefix, *tiny_args(tiny_lock, tiny_wheels), stdout=out_file)
+        deadline = time.monotonic() + 60
+        while "waiting for dsenv provision" not in log.read_text() \
+                and waiting.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        said = log.read_text()
+        assert f"waiting for dsenv provision (pid {builder.pid} on " in said, said
+        builder.stdin.write("built\n")
+        builder.stdin.flush()
+        assert builder.wait(timeout=30) == 0
+        err = waiting.communicate(timeout=120)[1]  # stderr: one line expected
+        code, said = waiting.returncode, log.read_text()
+    finally:
+        for child in (builder, waiting):
+            if child is not None and child.poll() is None:
+                child.kill()
+                child.wait(timeout=10)
+    assert "Traceback" not in said
+    assert_one_ready([(0, "environment ready", ""), (code, said, err)], prefix)
+    assert not (prefix / "bin").exists()  # the waiter built nothing into the holder's prefix
+    assert siblings(prefix) == ["shared"]
 
 
 def kill_job(child: subprocess.Popen) -> None:
