@@ -112,6 +112,39 @@ def test_deepspeed_ops_and_versions():
     assert got["api"] == "DeepSpeedEngine.load_checkpoint"
 
 
+# Real texts, posted at https://github.com/huggingface/transformers-bloom-inference/issues/5
+# (Python 3.8 shows a multi-line call's first line only) and at
+# https://github.com/OptimalScale/LMFlow/issues/643 (transformers' deepspeed_init, no DeepSpeed
+# API); tracebacks as pasted.
+INIT_INFERENCE = """Traceback (most recent call last):
+  File "bloom-ds-inference.py", line 187, in <module>
+    model = deepspeed.init_inference(model,
+TypeError: init_inference() got an unexpected keyword argument 'base_dir'"""
+DEEPSPEED_INIT = """  File "/LMFlow/src/lmflow/pipeline/utils/raft_trainer.py", line 2021, in _inner_training_loop
+    deepspeed_engine, optimizer, lr_scheduler = deepspeed_init(
+TypeError: deepspeed_init() got an unexpected keyword argument 'resume_from_checkpoint'"""
+
+
+def test_a_deepspeed_call_refusing_a_keyword_is_an_older_deepspeed():
+    mode, got = parts(INIT_INFERENCE)[0]
+    assert (mode, got["api"], got["argument"]) == ("deepspeed.version-too-old",
+                                                   "deepspeed.init_inference", "base_dir")
+    # The keyword in the call as shown; Python 3.11's markers and a rank prefix between.
+    mode, got = parts("[rank0]:     with deepspeed.zero.Init(remote_device='cpu', "
+                      "mpu_group=grp):\n[rank0]:          ^^^^^^^^^^^^^^^^^^^^^^^^\n[rank0]: "
+                      "TypeError: Init.__init__() got an unexpected keyword argument "
+                      "'mpu_group'")[0]
+    assert (mode, got["api"], got["argument"]) == ("deepspeed.version-too-old",
+                                                   "deepspeed.zero.Init", "mpu_group")
+    # Not DeepSpeed's API (a function named deepspeed_init), another callee than the line's
+    # call, or no call shown: no reading of this mode.
+    for text in (DEEPSPEED_INIT,
+                 "    deepspeed.init_distributed(dist_backend='nccl')\n"
+                 "TypeError: forward() got an unexpected keyword argument 'labels'",
+                 "TypeError: init_inference() got an unexpected keyword argument 'base_dir'"):
+        assert "deepspeed.version-too-old" not in [m for m, _ in parts(text)], text
+
+
 def test_extensions_folder_readings():
     mode, got = parts(row("huggingface/transformers/pull/18868")["text"])[0]
     assert (mode, got["build tag"], got["op"]) == ("jit.extensions-dir-shared", "py38_cu113",

@@ -254,3 +254,30 @@ def test_a_fallback_warning_is_not_the_root_when_a_later_line_names_what_killed_
     assert "comm.ibverbs-unloadable" in ids[1:] and line.text in fatal
     _, line, sure, _ = explain_text(fallback)
     assert sure[0].id == "comm.ibverbs-unloadable" and "libibverbs" in line.text
+
+
+# Open MPI's help block for a completion queue it could not create, as an HPC site's users
+# pasted it (the troubleshooting pages of github.com/jonescompneurolab/hnn's installer: "Error:
+# Cannot allocate memory. Check the CQE attribute", fixed there with `ulimit -l unlimited`);
+# and the line a
+# program prints when the queue was made, its healthy twin.
+OMPI_CQ = """Starting simulation. . .
+--------------------------------------------------------------------------
+Failed to create a completion queue (CQ):
+
+Hostname: node423
+Requested CQE: 16384
+Error:    Cannot allocate memory
+
+Check the CQE attribute
+--------------------------------------------------------------------------
+"""
+
+
+def test_open_mpi_completion_queue_failure_is_the_locked_memory_limit():
+    reading, line, sure, _ = explain_text(OMPI_CQ)
+    assert sure and sure[0].mode.id == "comm.memlock-low"
+    assert "Failed to create a completion queue" in line.text
+    _, _, sure, _ = explain_text("Completion queue (CQ) is created at 0x55d0 with 16384 "
+                                 "elements")
+    assert not sure

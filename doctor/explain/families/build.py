@@ -63,6 +63,11 @@ DS_CONFIG = re.compile(r"validation errors? for (DeepSpeed\w*Config)[\s\S]*?"
                        r"(extra fields not permitted|Extra inputs are not permitted)", FLAGS)
 KWARG = re.compile(r"((?:DeepSpeed\w*|Accelerator)\.\w+)\(\) got an unexpected keyword "
                    r"argument '?(\w+)", FLAGS)
+# A traceback's source line that calls a DeepSpeed API with a keyword, then the TypeError
+# refusing that keyword.
+UNKNOWN_KWARG = re.compile(r"TypeError: (?:\w+\.)*(\w+)\(\) got an unexpected keyword argument "
+                           r"'(\w+)'")
+DS_CALL = re.compile(r"\b(deepspeed(?:\.\w+)+)\(")
 GONE_MODULE = re.compile(r"No module named '(transformers\.deepspeed|torch\._six)'", FLAGS)
 EXT_SO = re.compile(r"torch_extensions/([^/\s]+)/(\w+)/\2\.so: (undefined symbol|cannot open "
                     r"shared object)", FLAGS)
@@ -198,11 +203,33 @@ def _deepspeed_readings(message: str) -> list[Reading]:
                              else "env.package-version-mismatch", config.group(0)[:80],
                              config=config.group(1),
                              deepspeed="before 0.15" if old else "0.15 or later"))
+    called = _deepspeed_call_refused(message)
+    if called:  # the training code calls DeepSpeed's API as a newer release has it
+        found.append(reading(FAMILY, "deepspeed.version-too-old", called[2], api=called[0],
+                             argument=called[1]))
     kwarg = KWARG.search(message) or GONE_MODULE.search(message)
     if kwarg:  # one package calls another's API as another release has it
         found.append(reading(FAMILY, "env.package-version-mismatch", kwarg.group(0),
                              api=kwarg.group(1)))
     return found
+
+
+def _deepspeed_call_refused(message: str) -> tuple[str, str, str] | None:
+    """(API, keyword, TypeError) when the source line a traceback shows just before the
+    TypeError calls ``deepspeed.<api>(`` with the keyword the TypeError refuses: the code
+    passes an argument the installed DeepSpeed does not have yet."""
+    for refused in UNKNOWN_KWARG.finditer(message):
+        before = message[max(0, refused.start() - 400):refused.start()]
+        calls = list(DS_CALL.finditer(before))
+        if not calls:
+            continue
+        api, function, keyword = calls[-1][1], refused[1], refused[2]
+        # The keyword is in the call as shown, or the TypeError names the function the line
+        # calls (Python before 3.11 shows only a multi-line call's first line).
+        if re.search(rf"\b{keyword}\s*=", before[calls[-1].start():]) \
+                or api.rsplit(".", 1)[-1] == function:
+            return api, keyword, refused[0]
+    return None
 
 
 def _jit_readings(message: str) -> list[Reading]:
