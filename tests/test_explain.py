@@ -74,3 +74,20 @@ def test_explain_reads_stdin_and_refuses_nothing_in_one_line():
     assert done.returncode == 0 and done.stdout.startswith("jit.cuda-home-missing:")
     empty = dsenv("explain", "")
     assert empty.returncode == 2 and empty.stderr.startswith("dsenv explain: give the error")
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """`dsenv explain LOG | head -2`: the pipe closes under explain's printing; it stops as
+    Unix tools do on SIGPIPE (exit 141), with nothing on stderr. Without the handling the
+    write raised BrokenPipeError and printed a traceback. The reader closes before explain
+    writes anything, so every run meets the closed pipe."""
+    import subprocess
+    import sys
+    text = "OSError: libmpi_cxx.so.40: cannot open shared object file: No such file or directory"
+    child = subprocess.Popen([sys.executable, "-m", "dsenv", "explain", "-"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    child.stdout.close()  # the reader is gone before the answer is written
+    _, err = child.communicate(text + "\n", timeout=60)
+    assert child.returncode == 141, err
+    assert "Traceback" not in err and not err.strip(), err

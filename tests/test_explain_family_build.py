@@ -145,6 +145,43 @@ def test_a_deepspeed_call_refusing_a_keyword_is_an_older_deepspeed():
         assert "deepspeed.version-too-old" not in [m for m, _ in parts(text)], text
 
 
+# Real texts: a cuRAND device-API header missing from a build
+# (https://github.com/ComputationalRadiationPhysics/haseongpu/issues/20), and names a package
+# of the training stack no longer has (https://github.com/THUDM/GLM/issues/86: torch_required
+# left transformers after 4.23; https://github.com/kanishkamisra/minicons/issues/94: gone in
+# transformers 5).
+CURAND_KERNEL = """In file included from include/calc_phi_ase_mpi.hpp:32:0,
+                 from src/calc_phi_ase_mpi.cc:25:
+include/mesh.hpp:33:48: fatal error: curand_kernel.h: No such file or directory
+ #include <curand_kernel.h> /* curand_uniform */"""
+TORCH_REQUIRED = ("ImportError: cannot import name 'torch_required' from 'transformers.utils'")
+VISION2SEQ = ("ImportError: cannot import name 'AutoModelForVision2Seq' from 'transformers' "
+              "(/usr/local/lib/python3.12/dist-packages/transformers/__init__.py)")
+
+
+def test_any_cuda_toolkit_header_is_the_toolkit_without_headers():
+    mode, got = parts(CURAND_KERNEL)[0]
+    assert (mode, got["header"]) == ("toolkit.cuda-headers-missing", "curand_kernel.h")
+    assert parts("fatal error: cub/cub.cuh: No such file or directory")[0][0] == \
+        "toolkit.cuda-headers-missing"
+    # NCCL's and cuDNN's headers come with those libraries, not with the toolkit.
+    for header in ("nccl.h", "cudnn.h"):
+        assert not parts(f"fatal error: {header}: No such file or directory"), header
+
+
+def test_a_name_the_stack_package_lacks_is_a_version_mismatch():
+    for text, name, module in ((TORCH_REQUIRED, "torch_required", "transformers.utils"),
+                               (VISION2SEQ, "AutoModelForVision2Seq", "transformers")):
+        mode, got = parts(text)[0]
+        assert (mode, got["name"], got["module"]) == ("env.package-version-mismatch", name,
+                                                      module)
+    # Python's wording for a circular import (the user's own transformers.py), and a package
+    # outside the training stack: no reading.
+    assert not parts("ImportError: cannot import name 'AutoTokenizer' from partially "
+                     "initialized module 'transformers' (most likely due to a circular import)")
+    assert not parts("ImportError: cannot import name 'soft_unicode' from 'markupsafe'")
+
+
 def test_extensions_folder_readings():
     mode, got = parts(row("huggingface/transformers/pull/18868")["text"])[0]
     assert (mode, got["build tag"], got["op"]) == ("jit.extensions-dir-shared", "py38_cu113",

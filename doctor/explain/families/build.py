@@ -68,6 +68,12 @@ KWARG = re.compile(r"((?:DeepSpeed\w*|Accelerator)\.\w+)\(\) got an unexpected k
 UNKNOWN_KWARG = re.compile(r"TypeError: (?:\w+\.)*(\w+)\(\) got an unexpected keyword argument "
                            r"'(\w+)'")
 DS_CALL = re.compile(r"\b(deepspeed(?:\.\w+)+)\(")
+# A name the code imports from a package of the training stack that the installed release does
+# not have (removed, or not added yet); a circular import is the code's own.
+STACK_IMPORT = re.compile(r"cannot import name '(\w+)' from '((?:transformers|accelerate|peft|trl"
+                          r"|datasets|torch|tokenizers|safetensors|bitsandbytes|diffusers"
+                          r"|optimum)(?:\.\w+)*)'", FLAGS)
+CIRCULAR = re.compile(r"partially initialized module|circular import", FLAGS)
 GONE_MODULE = re.compile(r"No module named '(transformers\.deepspeed|torch\._six)'", FLAGS)
 EXT_SO = re.compile(r"torch_extensions/([^/\s]+)/(\w+)/\2\.so: (undefined symbol|cannot open "
                     r"shared object)", FLAGS)
@@ -98,9 +104,11 @@ SIMPLE = (
     (VARIANT, "jit.arch-list-variant", ("arch",)),
     (UNKNOWN_ARCH, "toolkit.arch-unknown-to-torch", ("arch",)),
 )
-CUDA_HEADERS = {"cuda_runtime_api.h", "cuda_runtime.h", "cuda.h", "cuda_fp16.h", "cuda_bf16.h",
-                "cublas_v2.h", "cublasLt.h", "cusparse.h", "cusolverDn.h", "curand.h",
-                "cufft.h", "nvToolsExt.h", "nvrtc.h"}
+# The CUDA toolkit's own headers: the runtime and its math libraries (cuda*, cu<lib>*: cuBLAS,
+# cuRAND and its device API curand_kernel.h, cuSPARSE, cuSOLVER, cuFFT), NVTX, NVRTC, and the
+# CUB/Thrust folders it ships. NCCL's nccl.h and cuDNN's cudnn.h come with those libraries.
+CUDA_HEADER = re.compile(r"^(?:(?:cub|thrust|cuda)/.+|cuda\w*\.h|cu(?:blas|rand|sparse|solver|fft)"
+                         r"\w*\.h|nvToolsExt\.h|nvtx3/.+|nvrtc\.h)$")
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -158,10 +166,11 @@ def _compile_readings(message: str) -> list[Reading]:
     found = []
     header = HEADER.search(message)
     if header:
-        name = header.group(1).rsplit("/", 1)[-1]
+        path = header.group(1)
+        name = path.rsplit("/", 1)[-1]
         # The header names the package that lacks its development files.
         mode = ("toolkit.python-headers-missing" if name == "Python.h"
-                else "toolkit.cuda-headers-missing" if name in CUDA_HEADERS
+                else "toolkit.cuda-headers-missing" if CUDA_HEADER.match(path)
                 else "deepspeed.async-io-no-libaio" if name == "libaio.h" else "")
         if mode:
             found.append(reading(FAMILY, mode, header.group(0), header=name, **where))
@@ -207,6 +216,10 @@ def _deepspeed_readings(message: str) -> list[Reading]:
     if called:  # the training code calls DeepSpeed's API as a newer release has it
         found.append(reading(FAMILY, "deepspeed.version-too-old", called[2], api=called[0],
                              argument=called[1]))
+    name = STACK_IMPORT.search(message)
+    if name and not CIRCULAR.search(message):
+        found.append(reading(FAMILY, "env.package-version-mismatch", name.group(0),
+                             name=name.group(1), module=name.group(2)))
     kwarg = KWARG.search(message) or GONE_MODULE.search(message)
     if kwarg:  # one package calls another's API as another release has it
         found.append(reading(FAMILY, "env.package-version-mismatch", kwarg.group(0),
