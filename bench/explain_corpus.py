@@ -9,7 +9,10 @@ messages should be named; NOT-ENVIRONMENT ones should stay quiet (a cause there 
 Two tables: every environment message, and those whose text can name the cause (no
 ``evidence`` field: see the corpus README).
 
-    python bench/explain_corpus.py [--misses]
+    python bench/explain_corpus.py [--misses] [--corpus FILE]
+
+``--corpus tests/fixtures/explain_holdout/messages.jsonl``: the held-out messages (same
+fields), collected by someone who did not read the rules (its README).
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--misses", action="store_true", help="list the messages not named")
     ap.add_argument("--family", help="only this family")
+    ap.add_argument("--corpus", type=Path, default=CORPUS, help="messages.jsonl to read")
     args = ap.parse_args()
-    rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in args.corpus.read_text().splitlines() if line.strip()]
     if args.family:
         rows = [r for r in rows if r["family"] == args.family]
     tables = {"every message": collections.defaultdict(collections.Counter),

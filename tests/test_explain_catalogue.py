@@ -117,6 +117,15 @@ def test_symptoms_and_corpus_share_no_thread():
     assert not shared, shared
 
 
+def test_held_out_messages_share_no_thread_with_what_the_rules_came_from():
+    """The held-out set (tests/fixtures/explain_holdout/) measures explain on threads its
+    rules were not written from: none of them is a symptom, a corpus message or a source."""
+    held = {r["url"] for r in _jsonl(FIXTURES / "explain_holdout" / "messages.jsonl")}
+    sources = {s for m in catalogue.modes() for s in m.sources}
+    seen = {r["url"] for r in symptoms()} | {r["url"] for r in corpus()} | sources
+    assert len(held) >= 16 and not held & seen, held & seen
+
+
 @pytest.mark.parametrize("row", symptoms(), ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
 def test_explain_names_each_symptom(row):
     assert first_cause(row["text"]) == row["mode"]
