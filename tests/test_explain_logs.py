@@ -281,3 +281,45 @@ def test_open_mpi_completion_queue_failure_is_the_locked_memory_limit():
     _, _, sure, _ = explain_text("Completion queue (CQ) is created at 0x55d0 with 16384 "
                                  "elements")
     assert not sure
+
+
+# pip's "[output]" of a failed extension build indents the whole subprocess output, traceback
+# included, and the paste starts mid-traceback (https://github.com/facebookresearch/pytorch3d/
+# issues/1786, as posted).
+PIP_INDENTED = """        File "C:\\sd\\Real3DPortrait\\venv\\lib\\site-packages\\torch\\utils\\cpp_extension.py", line 499, in build_extensions
+          _check_cuda_version(compiler_name, compiler_version)
+        File "C:\\sd\\Real3DPortrait\\venv\\lib\\site-packages\\torch\\utils\\cpp_extension.py", line 387, in _check_cuda_version
+          raise RuntimeError(CUDA_MISMATCH_MESSAGE.format(cuda_str_version, torch.version.cuda))
+      RuntimeError:
+      The detected CUDA version (12.0) mismatches the version that was used to compile
+      PyTorch (11.7). Please make sure to use the same CUDA versions.
+
+      [end of output]
+
+  note: This error originates from a subprocess, and is likely not a problem with pip.
+  ERROR: Failed building wheel for pytorch3d
+  Running setup.py clean for pytorch3d
+Failed to build pytorch3d
+ERROR: Could not build wheels for pytorch3d, which is required to install pyproject.toml-based projects
+"""
+
+
+def test_an_indented_traceback_without_its_header_reads_its_exception():
+    """The exception is at the indentation the frames imply (two columns less), not at 0:
+    before, every indented line counted as inside the traceback and pip's 'Failed to build'
+    was read instead."""
+    reading, line, sure, _ = explain_text(PIP_INDENTED)
+    assert line.text.strip() == "RuntimeError:"
+    assert sure and sure[0].id == "jit.cuda-major-mismatch"
+
+
+def test_a_log_pasted_as_a_quote_reads_as_the_log():
+    """GitHub and e-mail replies quote pasted logs with '> ': the same root and cause."""
+    plain = explain_text(OMPI_CQ)
+    quoted = explain_text("".join(f"> {line}\n" if line else ">\n"
+                                  for line in OMPI_CQ.splitlines()))
+    assert quoted[1].text == plain[1].text and quoted[2][0].id == plain[2][0].id
+    # srun's own line behind a quote is still srun's (its component needs the line start)
+    _, line, sure, _ = explain_text(">   srun: error: Unable to create step for job 7: More\n"
+                                    ">   processors requested than permitted.\n")
+    assert line.text.startswith("srun: error:") and sure[0].id == "slurm.request-exceeds-node"

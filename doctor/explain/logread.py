@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 _PREFIXES = (
     r"\x1b\[[0-9;]*m",
+    # a log pasted as a Markdown or e-mail quote ("> "), or from the Python prompt (">>> ")
+    r">+[ \t]*(?=\S)",
     r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?:?\s*",
     r"\[[A-Za-z]*\d+(?:\|\d+)?\]: ?",  # torchrun's [rank3]:, [default0]:
     r"\[\d+,\d+\]<(?:stdout|stderr)>: ?",  # mpirun --tag-output
@@ -119,7 +121,10 @@ def read(text: str) -> list[Line]:
             lines.append(Line(number, raw, cleaned, "other"))
             continue
         if _FRAME_FILE.match(cleaned) and header is None:
-            header = 0  # another rank's line interrupted the traceback
+            # The header is not in the text (another rank's line interrupted the traceback,
+            # or the paste starts mid-traceback): frames sit two columns deeper than it,
+            # also inside output a tool indented (pip's "[output]" of a failed build).
+            header = max(0, _indent(cleaned) - 2)
         if header is not None and cleaned.strip():
             if _indent(cleaned) > header or _CARET.match(cleaned):
                 lines.append(Line(number, raw, cleaned, "other"))

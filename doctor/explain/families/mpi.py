@@ -42,7 +42,8 @@ _REASONS = (
     # No node of the partition can hold what one node was asked for (or -w contradicts -N/-n):
     # a request the cluster can never satisfy, refused at once.
     (r"Requested node configuration is not available|CPU count per node can not be satisfied"
-     r"|Node count specification invalid", "slurm.request-exceeds-node"),
+     r"|Node count specification invalid|More\s+processors\s+requested\s+than\s+permitted",
+     "slurm.request-exceeds-node"),
     # --gpus/--gpus-per-* need select/cons_tres; the cluster's SelectType refuses the syntax.
     (r"Requested GRES option unsupported by configured SelectType", "slurm.gres-syntax-unsupported"),
     # The GRES name/type/format is not one the partition's nodes define.
