@@ -57,6 +57,41 @@ def test_gcc_newer_than_nvcc_accepts_is_named_and_ccbin_clears_it(tmp_path, make
     assert run_one("toolkit.compiler", make_ctx(env=env)).status is Status.OK
 
 
+# -- toolkit.compiler: a g++ older than the judged torch builds extensions with --------------
+
+
+def test_gcc_older_than_torch_accepts_is_named_from_torchs_own_table(tmp_path, make_ctx,
+                                                                     run_one):
+    """The minimum comes from the installed torch's utils/cpp_extension.py (its CUDA row, else
+    MINIMUM_GCC_VERSION), never from a table of ours: RHEL 7's g++ 4.8.5 fails against this
+    CPU torch (minimum 5.0.0); g++ 5.4.0 passes it but fails against CUDA 11.6's row
+    (6.0.0); g++ 12 passes both; no torch, nothing to compare."""
+    import torch
+    location = str(Path(torch.__file__).parent)
+    bin_dir = tmp_path / "bin"
+    _script(bin_dir, "ninja", "echo 1.11.1\n")
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+
+    def compiler(version: str, build: TorchBuild | None):
+        _script(bin_dir, "c++", f"echo 'c++ (GCC) {version}'\n")
+        ctx = make_ctx(env=env, target="compute")
+        ctx.memo(tp.torch_build.memo_key, lambda: build or TorchBuild(None))
+        return run_one("toolkit.compiler", ctx)
+
+    cpu = TorchBuild("2.13.0+cpu", location=location)
+    cu116 = TorchBuild("2.13.0+cu116", cuda="11.6", location=location)
+    old = compiler("4.8.5 20150623 (Red Hat 4.8.5-44)", cpu)
+    assert old.status is Status.FAIL and "older than torch 2.13.0+cpu" in old.summary, old
+    assert "(g++ 5.0.0 or newer)" in old.summary
+    _names(old, "toolkit.gcc-too-old-for-torch")
+    assert "module load gcc" in here(old)
+    assert compiler("5.4.0", cpu).status is Status.OK
+    five = compiler("5.4.0", cu116)
+    assert five.status is Status.FAIL and "(g++ 6.0.0 or newer)" in five.summary
+    assert compiler("12.3.0", cu116).status is Status.OK
+    assert compiler("4.8.5", None).status is Status.OK  # no torch to build against
+
+
 # -- comm.infiniband: ports without a loadable libibverbs --------------------------------------
 
 

@@ -120,6 +120,16 @@ def compiler(ctx: Context):
                                 *evidence, here=fix)
         return finding("; ".join(missing) + ": DeepSpeed cannot JIT-compile its ops", fix,
                        *evidence)
+    too_old = _gcc_too_old(ctx, cxx)
+    if too_old:
+        minimum, build = too_old
+        return mode_finding(fail if ctx.is_compute else warn, "toolkit.gcc-too-old-for-torch",
+                            f"{cxx.name} {cxx.version} is older than torch {build.version} "
+                            f"builds extensions with (g++ {minimum} or newer): every DeepSpeed "
+                            "op build stops", *evidence,
+                            f"{build.location}/utils/cpp_extension.py: minimum {minimum}",
+                            here=f"`module load gcc` (g++ {minimum} or newer) or `conda install "
+                            "-c conda-forge gxx`, then export CXX=g++ from it")
     too_new = _gcc_too_new(ctx, cxx)
     if too_new:
         limit, header = too_new
@@ -132,12 +142,27 @@ def compiler(ctx: Context):
     return ok(f"{cxx.name} {cxx.version}, ninja {ninja.version}", *evidence)
 
 
+def _is_gcc(cxx: tk.Tool) -> bool:
+    return bool(cxx.major) and ("GCC" in cxx.how or "g++" in cxx.how)
+
+
+def _gcc_too_old(ctx: Context, cxx: tk.Tool) -> tuple[str, tp.TorchBuild] | None:
+    """(the oldest g++ the judged torch accepts, that torch) when ``cxx`` is an older GCC;
+    None when it is not GCC, torch is not installed or does not say."""
+    build = tp.torch_build(ctx)
+    if not _is_gcc(cxx) or not build.installed:
+        return None
+    minimum = tk.gcc_minimum_of_torch(build.location, build.cuda)
+    if not minimum or version_tuple(cxx.version) >= minimum:
+        return None
+    return ".".join(map(str, minimum)), build
+
+
 def _gcc_too_new(ctx: Context, cxx: tk.Tool) -> tuple[int, str] | None:
     """(the newest gcc major nvcc accepts, the header that says so) when ``cxx`` is a GCC
     newer than that; None otherwise (no nvcc, not GCC, or nvcc told to accept it)."""
     flags = ctx.env.get("NVCC_PREPEND_FLAGS", "") + " " + ctx.env.get("NVCC_APPEND_FLAGS", "")
-    if not cxx.major or "GCC" not in cxx.how and "g++" not in cxx.how \
-            or "-allow-unsupported-compiler" in flags or "-ccbin" in flags:
+    if not _is_gcc(cxx) or "-allow-unsupported-compiler" in flags or "-ccbin" in flags:
         return None
     nvcc = tk.nvcc(ctx)
     if not nvcc.found or not nvcc.home:

@@ -43,6 +43,10 @@ STD_REFUSED = re.compile(r"Value [`'‘]((?:c|gnu)\+\+\d\d)['’] is not defined
 PACK_HEADER = re.compile(r"/c\+\+/(\d+)/[\w/.]+:\d+:\d+: error: parameter packs not "
                          r"expanded", FLAGS)
 NO_OP_HANDLE = re.compile(r"'DeepSpeedCPU(\w+)' object has no attribute '(ds_opt_\w+)'", FLAGS)
+GCC_MIN = re.compile(r"current installed version of g\+\+ \(([\d.]+)\) is less than the minimum "
+                     r"required version by CUDA ([\d.]+) \(([\d.]+)\)"
+                     r"|too old version of GCC\. We need GCC (\d+) or later"
+                     r"|unrecognized command[- ]line option [`'‘](-std=c\+\+17)", FLAGS)
 GCC_MAX = re.compile(r"unsupported GNU version! gcc versions later than (\d+)", FLAGS)
 HEADER = re.compile(r"fatal error: ([\w/.+-]+\.(?:h|hpp|cuh)): No such file or directory", FLAGS)
 EXTENSION = re.compile(r"Error building extension '(\w+)'", FLAGS)
@@ -158,6 +162,18 @@ def _cuda_home_reading(message: str) -> Reading | None:
     return None
 
 
+def _gcc_min_reading(message: str) -> Reading | None:
+    """The g++ torch's extension builder (or its headers, or the compiler's own -std
+    refusal) found too old: its version, torch's CUDA and the minimum, where printed."""
+    found = GCC_MIN.search(message)
+    if not found:
+        return None
+    gcc, cuda, minimum, needed, flag = found.groups()
+    return reading(FAMILY, "toolkit.gcc-too-old-for-torch", found.group(0), gcc=gcc or "",
+                   cuda=cuda or "", minimum=minimum or (f"{needed}" if needed else "")
+                   or ("C++17" if flag else ""))
+
+
 def _compile_readings(message: str) -> list[Reading]:
     # Which op was being built (ninja's "Error building extension") and which object failed
     # ("FAILED: x.o"): said with whatever first error the build printed.
@@ -267,7 +283,8 @@ def _jit_readings(message: str) -> list[Reading]:
 def read(message: str) -> list[Reading]:
     if not message:
         return []
-    found = [r for r in (_arch_reading(message), _cuda_home_reading(message)) if r]
+    found = [r for r in (_arch_reading(message), _cuda_home_reading(message),
+                         _gcc_min_reading(message)) if r]
     for pattern, mode, names in SIMPLE:
         hit = pattern.search(message)
         if hit:

@@ -84,6 +84,12 @@ def read(message: str) -> list[Reading]:
         # CUDA error 217: the two GPUs have no peer access (p2p.cc IPC, shm.cc cuMem host).
         elif re.search(r"peer access is not supported|IPC handle : 217|failure 217", text):
             add("comm.p2p-peer-access-unsupported", text, file=source, call="CUDA peer access")
+        # accelerate refuses consumer cards without P2P (RTX 3090/4000 series) until NCCL's
+        # P2P and IB transports are turned off for them.
+        elif m := re.search(r"Using (RTX [\w ]+?) series doesn't support faster communication "
+                            r"broadband via P2P", text):
+            add("comm.p2p-peer-access-unsupported", m.group(0), call="accelerate's P2P check",
+                gpus=m[1])
         # A driver API the node's driver lacks: NCCL was built for a newer CUDA than the driver.
         elif re.search(r"Cuda failure .*API call is not supported in the installed CUDA driver",
                        text):

@@ -9,7 +9,9 @@ from pathlib import Path
 
 
 def parse_assignments(text: str, filename: str = "<text>") -> dict[str, object]:
-    """Top-level ``name = <literal>`` and ``name: T = <literal>`` assignments of Python source.
+    """Top-level ``name = <literal>`` and ``name: T = <literal>`` assignments of Python source;
+    a literal may name an earlier one (torch's ``CUDA_GCC_VERSIONS`` holds
+    ``MINIMUM_GCC_VERSION``).
 
     Raises SyntaxError (or ValueError, for null bytes) when the source does not parse."""
     tree = ast.parse(text, filename)
@@ -22,13 +24,25 @@ def parse_assignments(text: str, filename: str = "<text>") -> dict[str, object]:
         else:
             continue
         try:
-            literal = ast.literal_eval(value)
+            literal = ast.literal_eval(_EarlierLiterals(values).visit(value))
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
         for target in targets:
             if isinstance(target, ast.Name):
                 values[target.id] = literal
     return values
+
+
+class _EarlierLiterals(ast.NodeTransformer):
+    """Replaces a name already read as a literal by that literal."""
+
+    def __init__(self, values: dict[str, object]):
+        self.values = values
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.values:
+            return ast.parse(repr(self.values[node.id]), mode="eval").body
+        return node
 
 
 def read_assignments(path: Path) -> dict[str, object]:

@@ -16,6 +16,7 @@ from dsenv.data import load_table
 from dsenv.envs import archs
 from dsenv.facts.node import Node, probe
 from dsenv.facts.python import pyenv, target_env
+from dsenv.facts.python.pyfiles import read_assignments
 from dsenv.versions import version_tuple
 
 
@@ -284,3 +285,22 @@ def arch_list_code(value: str) -> tuple[list[str], list[str]]:
         if ptx:
             code.append(f"compute_{major}{minor}")
     return list(dict.fromkeys(code)), unknown
+
+
+def gcc_minimum_of_torch(location: str | None, cuda: str | None) -> tuple[int, ...] | None:
+    """The oldest g++ the torch at ``location`` builds extensions with, as torch says it: its
+    CUDA_GCC_VERSIONS row for ``cuda`` (major.minor), else MINIMUM_GCC_VERSION, read from
+    torch/utils/cpp_extension.py without importing torch; None when the file or value is
+    not there (a torch too old or too new to say)."""
+    if not location:
+        return None
+    try:
+        values = read_assignments(Path(location) / "utils" / "cpp_extension.py")
+    except (OSError, SyntaxError, ValueError):
+        return None
+    rows = values.get("CUDA_GCC_VERSIONS")
+    key = ".".join((cuda or "").split(".")[:2])
+    if isinstance(rows, dict) and key in rows:
+        return tuple(rows[key][0])
+    minimum = values.get("MINIMUM_GCC_VERSION")
+    return tuple(minimum) if isinstance(minimum, tuple) else None
