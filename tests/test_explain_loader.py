@@ -230,3 +230,16 @@ def test_nvcc_registration_symbols_and_libpython_name_their_causes():
     assert nvcc.mode == "loader.ext-built-for-other-cuda"
     py, = loader.parse("ImportError: libpython3.10.so.1.0: cannot open shared object file")
     assert (py.library, py.mode) == ("libpython3.10.so.1.0", "loader.libpython-not-found")
+
+
+def test_the_dependency_a_library_failed_to_load_is_the_missing_one():
+    """cuDNN names itself and then the library it could not open (as posted at
+    https://github.com/oobabooga/textgen/issues/486, WSL2): libcuda.so is the finding; a line
+    that names one library throughout stays that library."""
+    text = ("Could not load library libcudnn_cnn_infer.so.8. Error: libcuda.so: cannot open "
+            "shared object file: No such file or directory\n"
+            "Please make sure libcudnn_cnn_infer.so.8 is in your library path!")
+    assert [(f.kind, f.library) for f in loader.parse(text)] == [("missing", "libcuda.so")]
+    alone = ("Could not load library libcudnn_cnn_infer.so.8. Error: libcudnn_cnn_infer.so.8: "
+             "cannot open shared object file: No such file or directory")
+    assert [f.library for f in loader.parse(alone)] == ["libcudnn_cnn_infer.so.8"]

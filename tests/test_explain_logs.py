@@ -15,6 +15,7 @@ import pytest
 
 from dsenv.doctor.explain import logread, rank
 from dsenv.doctor.explain.command import explain_text
+from tests.harness import symptoms
 from tests.harness.cli import dsenv
 
 FIXTURES = Path(__file__).parent / "fixtures" / "explain"
@@ -323,3 +324,18 @@ def test_a_log_pasted_as_a_quote_reads_as_the_log():
     _, line, sure, _ = explain_text(">   srun: error: Unable to create step for job 7: More\n"
                                     ">   processors requested than permitted.\n")
     assert line.text.startswith("srun: error:") and sure[0].id == "slurm.request-exceeds-node"
+
+
+def test_a_caught_signal_is_read_with_its_backtrace():
+    """UCX prints `Caught signal 7 (Bus error ...)` and then the frames; NCCL's frames in
+    them make the bus error NCCL's shared memory (a page /dev/shm cannot back). Texts as
+    posted at https://github.com/msr-fiddle/pipedream/issues/76 (a container's 64 MB
+    /dev/shm); the same signal with no NCCL frame names nothing."""
+    log = next(r["text"] for r in symptoms.rows("system")
+               if r["url"].endswith("msr-fiddle/pipedream/issues/76"))
+    reading, line, sure, _ = explain_text("noise before\n" + log)
+    assert line.text.endswith("Caught signal 7 (Bus error: nonexistent physical address)")
+    assert "ncclGroupEnd()" in reading.message(line)
+    assert sure and sure[0].id == "system.shm-too-small"
+    no_nccl = "\n".join(x for x in log.splitlines() if "nccl" not in x.lower())
+    assert not explain_text(no_nccl)[2]

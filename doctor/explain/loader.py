@@ -228,11 +228,25 @@ def _extension(path: str) -> str:
     return name.split(".cpython")[0] if ".cpython" in name else ""
 
 
+DEPENDENCY = re.compile(r"\b" + _LIB + r"(?:'|\"|:|,)?\s*(?:: )?cannot open shared object file")
+
+
+def _loads_what_is_missing(text: str, match: re.Match, lib: str) -> bool:
+    """True when ``lib`` is the library being loaded and the rest of its line names the
+    dependency that is missing ("Could not load library libcudnn_cnn_infer.so.8. Error:
+    libcuda.so: cannot open shared object file"): that one is the finding."""
+    rest = text[match.end():].split("\n", 1)[0]
+    dependency = DEPENDENCY.search(rest)
+    return bool(dependency) and dependency.group(1) != lib
+
+
 def parse(text: str) -> list[Finding]:
     """The loader and linker errors in ``text``, each library once."""
     found: dict[tuple[str, str], Finding] = {}
     for m in MISSING.finditer(text):
         lib = next(g for g in m.groups()[1:] if g).rstrip(".")
+        if _loads_what_is_missing(text, m, lib):
+            continue
         shape, program = _missing_shape(text, m.start(), lib)
         found.setdefault(("missing", lib), Finding(
             "missing", lib, m.group(0), library_row(lib), version=soname_version(lib),

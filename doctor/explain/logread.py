@@ -76,6 +76,8 @@ _WHERE = re.compile(r'", line \d+, in ')
 _NEW_RECORD = re.compile(r"^\S+:\d+:\d+ \[\d+\]|^\s*\[?(?:INFO|WARNING|ERROR|DEBUG)\b"
                          r"|^[IWEF]\d{4} |^\[?\d{4}-\d\d-\d\d")
 CONTINUATION = 3  # lines after a failure read as part of its message
+BACKTRACE = 30  # frames of a caught signal's backtrace read as part of its message
+_SIGNAL = re.compile(r"\bCaught signal \d+ \(")
 _CARET = re.compile(r"^\s*[\^~]+\s*$")  # Python 3.11's markers under a frame's source
 
 
@@ -156,6 +158,8 @@ class Reading:
                     break
                 before.insert(0, prev.text.strip())
         after: list[str] = []
+        if _SIGNAL.search(line.text):  # UCX's "Caught signal 7 (...)" and the backtrace it prints
+            return " ".join([line.text.strip(), *self._backtrace(index)])
         for nxt in self.lines[index + 1:index + 1 + CONTINUATION]:
             if not nxt.text.strip() or nxt.kind in ("noise", "cascade") \
                     or _TRACEBACK.match(nxt.text) or _EXCEPTION.match(nxt.text) \
@@ -163,6 +167,19 @@ class Reading:
                 break
             after.append(nxt.text.strip())
         return " ".join([*before, line.text.strip(), *after])
+
+    def _backtrace(self, index: int) -> list[str]:
+        """The frames of the backtrace block that follows a caught signal (UCX prints it
+        between ==== lines), at most BACKTRACE lines: where the process was when it died."""
+        frames: list[str] = []
+        for nxt in self.lines[index + 1:index + 2 + BACKTRACE]:
+            text = nxt.text.strip()
+            if not frames and not text.startswith("==== backtrace"):
+                break
+            if frames and text.startswith("===="):
+                break
+            frames.append(text)
+        return frames
 
     def context(self, line: Line, width: int = 8) -> str:
         lo, hi = max(0, line.number - 1 - width), min(len(self.lines), line.number + width)

@@ -58,6 +58,8 @@ NO_COMPILER = re.compile(
     r"|^(?:make: )?(g\+\+|gcc|c\+\+|cc): No such file or directory"
     r"|error trying to exec '(cc1plus)'|Command '\['which', '(c\+\+)'\]' returned non-zero", FLAGS)
 DS_OP = re.compile(r"Unable to (?:pre-compile|JIT load the) (\w+)", FLAGS)
+NO_TORCH = re.compile(r"Unable to pre-compile ops (?:without torch installed|because torch is not "
+                      r"available)", FLAGS)
 LIBAIO = re.compile(r"async_io requires the (?:dev libaio|libraries: \['libaio-dev'\])", FLAGS)
 CUTLASS = re.compile(r"Please specify (?:the )?CUTLASS (?:location|repo) directory", FLAGS)
 VARIANT = re.compile(r"invalid literal for int\(\) with base 10: '(\d+[af])'", FLAGS)
@@ -105,6 +107,8 @@ SIMPLE = (
     (EXT_SO, "jit.extensions-dir-shared", ("build_tag", "op", "error")),
     (EXT_DENIED, "jit.extensions-dir-not-writable", ("path",)),
     (NINJA, "jit.ninja-missing", ()),
+    # DS_BUILD_OPS with no torch in the build: before (and instead of) any op failure.
+    (NO_TORCH, "deepspeed.precompile-without-torch", ()),
     (VARIANT, "jit.arch-list-variant", ("arch",)),
     (UNKNOWN_ARCH, "toolkit.arch-unknown-to-torch", ("arch",)),
 )

@@ -122,7 +122,8 @@ def read(message: str) -> list[Reading]:
         add("cache.hf-truncated-download", m[0], header=m[1])
         return found
     # The Hub answered: gated (401/403 with the gated wording), rate limit, server error.
-    if re.search(r"GatedRepoError|Cannot access gated repo for url|Access to model \S+ is "
+    if re.search(r"GatedRepoError|Cannot access gated repo for url|trying to access a gated repo"
+                 r"|Access to model \S+ is "
                  r"restricted", message):
         add("hf.gated-repo-auth", message[:200])
         return found

@@ -70,6 +70,12 @@ def read(message: str) -> list[Reading]:
                            r" error)", message)
     if link_fault:
         add("comm.ib-link-errors", link_fault.group(0), call="IB async event")
+    # A bus error inside NCCL (its frames in the backtrace): a page of NCCL's shared-memory
+    # segment that /dev/shm cannot back (tmpfs full, Docker's 64 MB default).
+    if re.search(r"Caught signal 7\b|\bSIGBUS\b|\bBus error\b", message) and (
+            frame := re.search(r"\b(nccl[A-Z]\w*)\(|libnccl\.so", message)):
+        add("system.shm-too-small", frame.group(0), call="bus error in NCCL's shared memory",
+            frame=frame.group(1) or "libnccl.so")
     for source, text in _warn_parts(message):
         base = source.rsplit("/", 1)[-1]
         # NCCL's shared-memory segment in /dev/shm ran out of space (a container's 64 MB
