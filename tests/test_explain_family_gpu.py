@@ -125,3 +125,28 @@ def test_other_families_give_no_reading(text):
 
 def test_empty_text_gives_no_reading():
     assert gpu.read("") == []
+
+
+def test_out_of_memory_is_another_process_only_when_this_one_holds_little():
+    """torch's OOM report says how much this process holds: 0.5 of 11.2 GiB with 12.5 MiB
+    free (the symptom) is memory held elsewhere; a batch too large fills the GPU itself (the
+    corpus's NOT-ENVIRONMENT messages from chnsh/DCRNN_PyTorch#6 and deepseek-ai/
+    DeepSeek-Coder#78, as posted) and gives no reading. The newer wording is read the same
+    way (its figures here: this process 1.2 of 79 GiB)."""
+    mode, got = parts(row("pytorch/pytorch/issues/40863")["text"])[0]
+    assert mode == "gpu.memory-held-by-other-process"
+    assert (got["this process"], got["free"], got["held elsewhere"]) == (
+        "530.00 MiB", "12.50 MiB", "10.64 GiB")
+    for text in ("RuntimeError:CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 5.80 GiB "
+                 "total capacity; 4.36 GiB already allocated; 6.69 MiB free; 4.63 GiB reserved "
+                 "in total by PyTorch)",
+                 "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB "
+                 "(GPU 3; 79.35 GiB total capacity; 77.08 GiB already allocated; 415.19 MiB "
+                 "free; 77.54 GiB reserved in total by PyTorch)"):
+        assert not parts(text), text
+    newer = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has "
+             "a total capacity of 79.10 GiB of which 12.56 MiB is free. Process 3721648 has "
+             "77.80 GiB memory in use. Including non-PyTorch memory, this process has 1.20 GiB "
+             "memory in use.")
+    assert parts(newer)[0][0] == "gpu.memory-held-by-other-process"
+    assert not parts(newer.replace("this process has 1.20 GiB", "this process has 78.90 GiB"))

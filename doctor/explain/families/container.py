@@ -67,6 +67,8 @@ NVML = re.compile(r"Failed to initialize NVML: (?P<why>Unknown Error|Insufficien
                   IC)
 NGC_NO_DRIVER = re.compile(r"The NVIDIA Driver was not detected\.\s+GPU functionality will not "
                            r"be available", IC)
+NO_LOOP = re.compile(r"failed to find loop device: (?P<why>could not attach image file to loop "
+                     r"device: no loop devices available|[^\n]*)", IC)
 KFD_MISSING = re.compile(r"Unable to open /dev/kfd read-write: No such file or directory", IC)
 # rocminfo cannot name the user inside a container (its uid is not in the image's passwd).
 NO_USER_NAME = re.compile(r"Failed to get user name to check for (?:video|render) group", IC)
@@ -213,6 +215,12 @@ def read(message: str) -> list[Reading]:
         # The NGC images' entrypoint found no driver: the container was started without --gpus
         found.append(reading(FAMILY, "container.no-gpu-runtime",
                              NGC_NO_DRIVER.search(message).group(0)))
+    loop = NO_LOOP.search(message)
+    if loop and "no loop devices" in loop["why"].lower():
+        # The setuid runtime mounts the SIF through a loop device and the node had none free
+        found.append(reading(FAMILY, "container.apptainer-no-loop-devices", loop.group(0),
+                             runtime="apptainer" if "apptainer" in message.lower()
+                             else "singularity"))
     kfd = KFD_MISSING.search(message)
     if kfd:
         # rocminfo only gets to /dev/kfd when the kernel module is loaded: the node has it, the

@@ -70,6 +70,20 @@ NVML_MISMATCH = re.compile(r"Driver/library version mismatch(?:[\s\S]{0,40}?NVML
 SMI_NO_DRIVER = re.compile(r"couldn.t communicate with the NVIDIA driver", IC)
 XID = re.compile(r"Xid \(PCI:(?P<bus>[^)]*)\): (?P<xid>\d+)", IC)
 OFF_BUS = re.compile(r"fallen off the bus", IC)
+# Kernels the GPU is too old for: FlashAttention-2 (sm80+), Triton behind torch.compile (7.0+).
+FLASH_AMPERE = re.compile(r"FlashAttention only supports Ampere GPUs or newer", IC)
+TRITON_OLD = re.compile(r"Found (?P<gpu>[^\n]+?) which is too old to be supported by the triton "
+                        r"GPU compiler[\s\S]{0,200}?capability (?P<cc>\d+\.\d+)", IC)
+# torch's out-of-memory report: what the GPU has, what is free, what this process holds.
+_SIZE = r"[\d.]+ [KMGT]?i?B"
+OOM_OLD = re.compile(rf"\(GPU (?P<gpu>\d+); (?P<total>{_SIZE}) total capacity; (?P<alloc>{_SIZE}) "
+                     rf"already allocated; (?P<free>{_SIZE}) free; (?P<mine>{_SIZE}) reserved "
+                     r"in total by PyTorch\)", IC)
+OOM_NEW = re.compile(rf"GPU (?P<gpu>\d+) has a total capacity of (?P<total>{_SIZE}) of which "
+                     rf"(?P<free>{_SIZE}) is free\.[\s\S]{{0,600}}?Including non-PyTorch memory, "
+                     rf"this process has (?P<mine>{_SIZE}) memory in use", IC)
+UNITS = {"B": 1, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "KB": 1e3, "MB": 1e6,
+         "GB": 1e9, "TB": 1e12}
 # The deepspeed runner: CUDA_VISIBLE_DEVICES turned into --include, or a slot it lacks.
 DS_INCLUDE = re.compile(r"Detected CUDA_VISIBLE_DEVICES=(?P<visible>\S+): setting "
                         r"--include=(?P<include>\S+)", IC)
@@ -151,10 +165,40 @@ def _arch_reading(message: str, text: str, error: str) -> Reading | None:
     return reading(FAMILY, "gpu.torch-build-lacks-arch", text, error=error)
 
 
+def _bytes(size: str) -> float:
+    number, unit = size.split()
+    return float(number) * UNITS.get(unit.upper(), 1)
+
+
+def _memory_elsewhere(message: str) -> Reading | None:
+    """Out of memory with most of the GPU held outside this process: what this process
+    holds and what is free add up to under half the GPU (a batch too large fills it
+    itself, and is the user's to fix)."""
+    oom = OOM_OLD.search(message) or OOM_NEW.search(message)
+    if not oom:
+        return None
+    total, free, mine = (_bytes(oom[k]) for k in ("total", "free", "mine"))
+    if not total or mine + free >= total / 2:
+        return None
+    return reading(FAMILY, "gpu.memory-held-by-other-process", oom.group(0)[:160],
+                   gpu=oom["gpu"], total=oom["total"], free=oom["free"], this_process=oom["mine"],
+                   held_elsewhere=f"{(total - mine - free) / 2**30:.2f} GiB")
+
+
 def read(message: str) -> list[Reading]:
     if not message:
         return []
     found: list[Reading] = []
+    flash = FLASH_AMPERE.search(message)
+    if flash:
+        found.append(reading(FAMILY, "gpu.flash-attn-needs-ampere", flash.group(0)))
+    triton = TRITON_OLD.search(message)
+    if triton:
+        found.append(reading(FAMILY, "gpu.too-old-for-triton", triton.group(0)[:120],
+                             gpu=triton["gpu"].strip(), capability=triton["cc"]))
+    elsewhere = _memory_elsewhere(message)
+    if elsewhere:
+        found.append(elsewhere)
     kind = _kind(message)
     if kind is None or kind[0] == "no-kernel-image":
         arch = _arch_reading(message, kind[1] if kind else "", kind[1] if kind else "")
