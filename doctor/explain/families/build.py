@@ -58,6 +58,7 @@ NO_COMPILER = re.compile(
     r"|^(?:make: )?(g\+\+|gcc|c\+\+|cc): No such file or directory"
     r"|error trying to exec '(cc1plus)'|Command '\['which', '(c\+\+)'\]' returned non-zero", FLAGS)
 DS_OP = re.compile(r"Unable to (?:pre-compile|JIT load the) (\w+)", FLAGS)
+DYNAMO_PYTHON = re.compile(r"Dynamo is not supported on Python (3\.\d+)\+", FLAGS)
 NO_TORCH = re.compile(r"Unable to pre-compile ops (?:without torch installed|because torch is not "
                       r"available)", FLAGS)
 LIBAIO = re.compile(r"async_io requires the (?:dev libaio|libraries: \['libaio-dev'\])", FLAGS)
@@ -109,6 +110,8 @@ SIMPLE = (
     (NINJA, "jit.ninja-missing", ()),
     # DS_BUILD_OPS with no torch in the build: before (and instead of) any op failure.
     (NO_TORCH, "deepspeed.precompile-without-torch", ()),
+    # torch.compile on a Python newer than this torch's Dynamo handles.
+    (DYNAMO_PYTHON, "env.python-too-new-for-dynamo", ("python",)),
     (VARIANT, "jit.arch-list-variant", ("arch",)),
     (UNKNOWN_ARCH, "toolkit.arch-unknown-to-torch", ("arch",)),
 )

@@ -81,6 +81,11 @@ def read(message: str) -> list[Reading]:
         found.append(reading(FAMILY, mode, text, exception=exc, host=hub, status=status,
                              repo=repo, **parts))
 
+    # The Trainer's W&B integration on, with no key and no terminal to ask for one.
+    if m := re.search(r"api_key not configured \(no-tty\)", message):
+        add("hf.wandb-no-api-key", m.group(0), integration="wandb")
+        return found
+
     # A name huggingface_hub removed (cached_download in 0.26) or added after the installed
     # release: the import itself fails, whatever the network.
     if m := _REMOVED.search(message):
