@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import resource
+from pathlib import Path
 
 import psutil
 from packaging.version import Version
@@ -14,6 +15,7 @@ from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.checks.node.gpu import slurm_gpu_variables
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
+from dsenv.facts.host import cachefs, mounts
 from dsenv.facts.host import machine as host
 from dsenv.facts.python import target_env
 from dsenv.redact import show_variable
@@ -116,6 +118,48 @@ def dev_shm(ctx: Context):
         return mode_finding(warn, SHM, f"/dev/shm is {human}; multi-GPU jobs need several GiB",
                             here=fix)
     return ok(f"/dev/shm is {human}")
+
+
+@check("system.noexec", "Build and cache folders allow exec")
+def noexec_folders(ctx: Context):
+    """Triton, Inductor and torch's JIT write shared objects and dlopen them; on a noexec
+    mount that fails with 'failed to map segment from shared object'."""
+    if not mounts.mount_table(ctx):
+        return skip("the mount table (/proc/self/mountinfo, /proc/mounts) could not be read")
+    blocked, evidence = [], []
+    for folder in cachefs.shared_object_folders(ctx.env):
+        where = mounts.nearest_existing(folder.path) or folder.path
+        mount = mounts.mount_for(ctx, where)
+        if mount is None:
+            continue
+        evidence.append(f"{folder.describe()}: on {mount.point} ({mount.kind})"
+                        + (", noexec" if "noexec" in mount.options else ""))
+        if "noexec" in mount.options:
+            blocked.append((folder, mount))
+    if not evidence:
+        return skip("no mount in the mount table holds the cache folders")
+    if not blocked:
+        return ok("tmp, Inductor, Triton and extensions folders: no noexec mount",
+                  *evidence)
+    names = ", ".join(f"{f.role} ({f.path} on {m.point})" for f, m in blocked)
+    elsewhere = _exec_folder(ctx)
+    here = " ".join(f"{f.variable}={elsewhere}/{f.variable.lower()}" for f, _ in blocked)
+    return mode_finding(fail if ctx.is_compute else warn, "system.tmp-noexec",
+                        f"{names}: mounted noexec, so the shared objects Triton, Inductor or "
+                        "torch's JIT build there cannot be loaded", *evidence,
+                        here=f"export {here}")
+
+
+def _exec_folder(ctx: Context) -> str:
+    """A folder this job can use whose mount allows exec: the first of the node's usual
+    places for one."""
+    home = ctx.env.get("HOME") or os.path.expanduser("~")
+    user = ctx.env.get("USER") or "user"
+    for candidate in (f"/var/tmp/{user}", f"/dev/shm/{user}", f"{home}/.cache"):
+        mount = mounts.mount_for(ctx, mounts.nearest_existing(Path(candidate)) or candidate)
+        if mount is not None and "noexec" not in mount.options:
+            return candidate
+    return "<a folder on a mount without noexec>"
 
 
 def rdma_devices(ctx: Context) -> list[str]:

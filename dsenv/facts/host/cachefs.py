@@ -70,6 +70,33 @@ def miopen_folders(env) -> list[CacheFolder]:
     return found
 
 
+def temp_folder(env) -> CacheFolder:
+    value = (env.get("TMPDIR") or "").strip()
+    return CacheFolder("temporary files", Path(value or "/tmp"), "TMPDIR",
+                       "TMPDIR" if value else "default")
+
+
+def shared_object_folders(env) -> list[CacheFolder]:
+    """Where a training job writes shared objects it then loads: the temporary folder (Triton's
+    helper modules, torch's and Inductor's scratch builds), Inductor's cache
+    (TORCHINDUCTOR_CACHE_DIR, else <tmp>/torchinductor_<user>), Triton's cache and torch's
+    JIT extensions (TORCH_EXTENSIONS_DIR, else $XDG_CACHE_HOME or ~/.cache, /torch_extensions).
+    A folder on a noexec mount builds fine and fails to load."""
+    tmp = temp_folder(env)
+    user = env.get("USER") or env.get("LOGNAME") or "user"
+    inductor = (env.get("TORCHINDUCTOR_CACHE_DIR") or "").strip()
+    extensions = (env.get("TORCH_EXTENSIONS_DIR") or "").strip()
+    cache_home = (env.get("XDG_CACHE_HOME") or "").strip() or f"{_home(env)}/.cache"
+    return [tmp,
+            CacheFolder("Inductor cache", Path(inductor) if inductor else
+                        tmp.path / f"torchinductor_{user}", "TORCHINDUCTOR_CACHE_DIR",
+                        "TORCHINDUCTOR_CACHE_DIR" if inductor else "default"),
+            triton_folder(env),
+            CacheFolder("torch extensions", Path(extensions or f"{cache_home}/torch_extensions"),
+                        "TORCH_EXTENSIONS_DIR", "TORCH_EXTENSIONS_DIR" if extensions
+                        else "default")]
+
+
 # -- a folder, tested -------------------------------------------------------------------
 
 
