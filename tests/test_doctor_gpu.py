@@ -313,3 +313,48 @@ def test_a_cpu_job_may_hide_the_gpus_of_its_node(make_ctx, run_one, tool_env):
 def test_slurm_gpu_counts(value, counts):
     found = slurm_gpu_variables({"SLURM_GPUS_PER_NODE": value, "SLURM_GPU_BIND": "closest"})
     assert bool(found) is counts
+
+
+# -- gpu.kernel-floors: FlashAttention-2 and Triton against the visible GPUs ------------------
+
+
+def test_kernel_floors_against_the_judged_environment(tmp_path, make_ctx, run_one):
+    """flash-attn 2 in the judged environment (a real venv with the package installed by uv)
+    on a V100 warns with the catalogue's mode and fix; an A100 is fine; triton on a P100 is
+    Triton's floor; no GPU and no such package skip with the reason."""
+    from dsenv.doctor import catalogue
+    from dsenv.facts.gpu.inventory import Gpu, visible_gpus
+    from tests.harness import pyenvs
+
+    venv = pyenvs.make_venv(tmp_path / "venv")
+    wheels = tmp_path / "wheels"
+    pyenvs.simple_wheel(wheels, "flash-attn", "2.5.8")
+    pyenvs.simple_wheel(wheels, "triton", "3.1.0")
+
+    def judged(*gpus):
+        ctx = make_ctx(env={"HOME": str(tmp_path)}, environment=str(venv), target="compute")
+        ctx.memo(visible_gpus.memo_key, lambda: list(gpus))
+        return run_one("gpu.kernel-floors", ctx)
+
+    v100 = Gpu("nvidia", 0, "Tesla V100-SXM2-32GB", "7.0", driver="550.54.14")
+    a100 = Gpu("nvidia", 0, "NVIDIA A100-SXM4-80GB", "8.0", driver="550.54.14")
+    p100 = Gpu("nvidia", 0, "Tesla P100-PCIE-16GB", "6.0", driver="550.54.14")
+    assert judged(v100).status is Status.SKIP  # nothing installed yet
+    pyenvs.uv_install(wheels, "flash-attn==2.5.8", python=venv / "bin" / "python")
+    found = judged(v100)
+    assert found.status is Status.WARN and found.mode == "gpu.flash-attn-needs-ampere", found
+    assert "Tesla V100-SXM2-32GB (7.0)" in found.summary and "8.0 or newer" in found.summary
+    assert found.fix == catalogue.fix_for("gpu.flash-attn-needs-ampere")
+    assert judged(a100).status is Status.OK
+    assert judged().status is Status.SKIP  # no GPU visible
+    pyenvs.uv_install(wheels, "triton==3.1.0", python=venv / "bin" / "python")
+    both = judged(p100)
+    assert both.mode == "gpu.flash-attn-needs-ampere"  # the first floor it is below
+    assert "flash-attn 2.5.8 installed" in both.evidence and "triton 3.1.0 installed" in \
+        both.evidence
+    venv = pyenvs.make_venv(tmp_path / "triton-only")
+    pyenvs.uv_install(wheels, "triton==3.1.0", python=venv / "bin" / "python")
+    pascal = judged(p100)
+    assert pascal.status is Status.WARN and pascal.mode == "gpu.too-old-for-triton", pascal
+    assert "torch.compile (Triton) cannot run on Tesla P100-PCIE-16GB (6.0)" in pascal.summary
+    assert judged(v100).status is Status.OK  # 7.0 is Triton's floor, inclusive

@@ -14,7 +14,8 @@ from dsenv.doctor.catalogue import mode_finding, mode_id
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.facts.gpu import inventory as probe
-from dsenv.facts.python import torch_info
+from dsenv.facts.python import pyenv, torch_info
+from dsenv.provision.record.manifest import installed_versions
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
 
 HANG_FIX = ("the node's GPU driver is stuck (look for Xid errors in `dmesg`): tell the admins "
@@ -243,3 +244,42 @@ def visible_devices(ctx: Context):
         return finding(f"{setting} hides every GPU", "unset it or name the GPUs to use, "
                        "e.g. `export CUDA_VISIBLE_DEVICES=0,1`", present)
     return ok(f"{setting}: {len(view.gpus)} of {len(view.physical)} GPU(s) visible")
+
+
+# The oldest compute capability each kernel library of the job's stack runs on: FlashAttention
+# 2 ships sm80+ kernels only; Triton (torch.compile's backend) supports 7.0 and newer.
+FLASH_ATTN_FLOOR, TRITON_FLOOR = (8, 0), (7, 0)
+
+
+def _capability(arch: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", arch)[:2])
+
+
+def _below(gpus, floor: tuple[int, int]) -> str:
+    """'Tesla V100-SXM2-32GB (7.0), ...' for the GPUs under ``floor``; '' when none is."""
+    return ", ".join(sorted({f"{g.name} ({g.arch})" for g in gpus if _capability(g.arch) < floor}))
+
+
+@check("gpu.kernel-floors", "GPUs new enough for FlashAttention-2 and Triton")
+def kernel_floors(ctx: Context):
+    gpus = [g for g in probe.visible_gpus(ctx) if g.vendor == "nvidia" and g.arch]
+    if not gpus:
+        return skip("no NVIDIA GPU with a known compute capability visible: nothing to compare")
+    installed = installed_versions(pyenv.search_path(ctx))
+    flash = installed.get("flash-attn", "")
+    flash = "" if flash.startswith("1.") else flash  # 1.x still runs on Turing
+    triton = installed.get("triton", "")
+    if not flash and not triton:
+        return skip("neither flash-attn 2 nor triton is installed in the judged environment")
+    evidence = [f"{name} {version} installed" for name, version in
+                (("flash-attn", flash), ("triton", triton)) if version] + [
+        f"GPU {g.index}: {g.name}, compute capability {g.arch}" for g in gpus]
+    if flash and (below := _below(gpus, FLASH_ATTN_FLOOR)):
+        return mode_finding(warn, "gpu.flash-attn-needs-ampere", f"FlashAttention-2 (2.x) cannot "
+                            f"run on {below}: it needs compute capability 8.0 or newer", *evidence)
+    if triton and (below := _below(gpus, TRITON_FLOOR)):
+        return mode_finding(warn, "gpu.too-old-for-triton", f"torch.compile (Triton) cannot run "
+                            f"on {below}: it needs compute capability 7.0 or newer", *evidence)
+    return ok("every visible GPU is new enough for " + " and ".join(
+        what for what, version in (("FlashAttention-2", flash), ("Triton", triton)) if version),
+        *evidence)
