@@ -30,6 +30,10 @@ from dsenv.argtypes import non_negative_float
 from dsenv.errors import DsenvError
 
 POLL_SECONDS = 0.2
+# A holder takes the lock, then writes who it is (over a record a killed run may have left): a
+# run that finds the lock in between asks again for this long before it says it waits for
+# "another dsenv run".
+OWNER_GRACE_SECONDS = 2.0
 
 
 class TargetBusy(DsenvError):
@@ -73,6 +77,26 @@ def read_owner(target: str | os.PathLike) -> Owner | None:
         return None
 
 
+def _alive_here(owner: Owner) -> bool:
+    """False only for a holder on this host whose process is gone: a record a killed run
+    left, which the next holder has not overwritten yet."""
+    if owner.host != socket.gethostname():
+        return True
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def current_owner(target: str | os.PathLike) -> Owner | None:
+    """The holder while the lock is held: the written record, unless it is a dead run's."""
+    owner = read_owner(target)
+    return owner if owner is not None and _alive_here(owner) else None
+
+
 def is_held(target: str | os.PathLike) -> bool:
     """Whether some process (this one included) holds the target's lock right now."""
     path = lock_path(target)
@@ -111,7 +135,8 @@ class TargetLock:
         None: no limit). ``on_wait`` is called once, with the holder, when we must wait.
         TargetBusy names the holder when the wait ends without the lock."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        deadline = None if wait is None else time.monotonic() + wait
+        started = time.monotonic()
+        deadline = None if wait is None else started + wait
         told = False
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -125,7 +150,10 @@ class TargetLock:
             os.close(fd)  # not ours, or the holder removed that file as it released
             if got:
                 continue
-            owner = read_owner(self.target)
+            owner = current_owner(self.target)
+            if owner is None and time.monotonic() - started < OWNER_GRACE_SECONDS:
+                time.sleep(POLL_SECONDS / 4)  # the holder is writing who it is
+                continue
             if deadline is not None and time.monotonic() >= deadline:
                 raise TargetBusy(self._busy_message(owner, wait))
             if not told and on_wait is not None:

@@ -48,6 +48,43 @@ def stop(child: subprocess.Popen) -> None:
     child.wait(timeout=10)
 
 
+SLOW_WRITER = textwrap.dedent("""
+    import sys, time
+    from dsenv import targetlock
+    lock = targetlock.TargetLock(sys.argv[1], "dsenv slow-writer")
+    write = lock._write_owner
+    def late():  # the window between taking the lock and saying who holds it, made long
+        print("locked", flush=True)
+        time.sleep(float(sys.argv[2]))
+        write()
+    lock._write_owner = late
+    lock.acquire(wait=0)
+    time.sleep(30)
+""")
+
+
+def test_a_run_that_finds_the_lock_before_its_owner_is_written_still_names_the_owner(tmp_path):
+    """The holder has the lock and has not written who it is yet: the second run asks again
+    (a grace of OWNER_GRACE_SECONDS) and names the holder, in the refusal and in the waiting
+    line; without the grace it said "another dsenv run" (the fourth CI run's
+    test_two_dsenv_lock_runs_writing_one_lock_file_take_turns)."""
+    target = tmp_path / "env"
+    for attempt, wait in enumerate((0, 5)):
+        child = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(target), "0.6"],
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline().strip() == "locked"
+            waited = []
+            with pytest.raises(targetlock.TargetBusy) as error:
+                targetlock.TargetLock(target, "dsenv provision").acquire(
+                    wait=wait, on_wait=lambda owner: waited.append(owner))
+            assert f"pid {child.pid}" in str(error.value), (attempt, str(error.value))
+            if wait:
+                assert waited and waited[0] is not None and waited[0].pid == child.pid
+        finally:
+            stop(child)
+
+
 def test_a_second_run_refuses_at_once_naming_the_holder(tmp_path):
     target = tmp_path / "env"
     child = start_holder(target, 30)
