@@ -77,7 +77,7 @@ def test_a_run_that_finds_the_lock_before_its_owner_is_written_still_names_the_o
             waited = []
             with pytest.raises(targetlock.TargetBusy) as error:
                 targetlock.TargetLock(target, "dsenv provision").acquire(
-                    wait=wait, on_wait=lambda owner: waited.append(owner))
+                    wait=wait, on_wait=waited.append)
             assert f"pid {child.pid}" in str(error.value), (attempt, str(error.value))
             if wait:
                 assert waited and waited[0] is not None and waited[0].pid == child.pid
