@@ -40,6 +40,12 @@ def test_refused_arch_is_too_new_or_retired_by_the_toolkit_release():
     mode, got = parts("Cuda compilation tools, release 13.0, V13.0.48\n"
                       "nvcc fatal   : Unsupported gpu architecture 'compute_52'")[0]
     assert (mode, got["nvcc"]) == ("toolkit.arch-too-old-for-nvcc", "13.0")
+    # No release printed: an arch CUDA 13 dropped (Volta) is the current toolkit retiring it;
+    # one newer than 11.8's list (Blackwell) is too new for the toolkit.
+    assert parts("nvcc fatal   : Unsupported gpu architecture 'compute_70'")[0][0] == \
+        "toolkit.arch-too-old-for-nvcc"
+    assert parts("nvcc fatal   : Unsupported gpu architecture 'compute_100'")[0][0] == \
+        "toolkit.arch-too-new-for-nvcc"
 
 
 def test_cuda_home_forms():

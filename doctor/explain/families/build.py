@@ -144,8 +144,9 @@ def _arch_reading(message: str) -> Reading | None:
         retired = False  # the loaded nvcc predates the arch (or the row says nothing else)
     else:
         # No nvcc version in the message: archs below 5.0 are gone from every CUDA 12
-        # toolkit; anything else nvcc refuses is newer than the toolkit.
-        retired = _version(arch) < (5, 0)
+        # toolkit, and those CUDA 13 dropped (the last release 12.9) are refused by the
+        # current one; anything else nvcc refuses is newer than the toolkit.
+        retired = _version(arch) < (5, 0) or last == "12.9"
     mode = "toolkit.arch-too-old-for-nvcc" if retired else "toolkit.arch-too-new-for-nvcc"
     return reading(FAMILY, mode, found.group(0), arch=arch, nvcc=nvcc,
                    first_cuda_that_builds_it=first, last_cuda_that_builds_it=last)
