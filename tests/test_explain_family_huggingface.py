@@ -103,3 +103,17 @@ def test_other_families_give_no_reading(stem):
 def test_empty_text_gives_no_reading():
     assert huggingface.read("") == []
     assert huggingface.read("   \n") == []
+
+
+def test_a_model_type_transformers_does_not_know():
+    """transformers' own message names the model type; older releases raise a bare KeyError
+    from CONFIG_MAPPING in configuration_auto.py (the frames are what say so: a KeyError
+    elsewhere is the code's own)."""
+    parts = _parts(_text("1038lab/ComfyUI-QwenVL/issues/3"), "hf.transformers-too-old-for-model")
+    assert parts["model type"] == "qwen3_vl"
+    old = ('  File "/env/lib/python3.11/site-packages/transformers/models/auto/'
+           'configuration_auto.py", line 723, in __getitem__\n    raise KeyError(key)\n'
+           "KeyError: 'qwen2'")
+    assert [r.mode for r in huggingface.read(old)] == ["hf.transformers-too-old-for-model"]
+    assert not huggingface.read('  File "train.py", line 12, in <module>\n'
+                                "    cfg = CONFIGS[name]\nKeyError: 'qwen2'")

@@ -81,6 +81,15 @@ def read(message: str) -> list[Reading]:
         found.append(reading(FAMILY, mode, text, exception=exc, host=hub, status=status,
                              repo=repo, **parts))
 
+    # A model_type the installed transformers has no class for: its message, or (older
+    # releases) the KeyError its CONFIG_MAPPING raises inside configuration_auto.py.
+    unknown = re.search(r"has model type `?(?P<type>[\w.-]+?)`? but Transformers does not "
+                        r"recognize this architecture", message)
+    key = re.search(r"configuration_auto\.py[\s\S]{0,400}?KeyError: '(?P<type>[\w.-]+)'", message)
+    if unknown or key:
+        hit = unknown or key
+        add("hf.transformers-too-old-for-model", hit.group(0)[-120:], model_type=hit["type"])
+        return found
     # The Trainer's W&B integration on, with no key and no terminal to ask for one.
     if m := re.search(r"api_key not configured \(no-tty\)", message):
         add("hf.wandb-no-api-key", m.group(0), integration="wandb")
