@@ -150,3 +150,19 @@ def test_out_of_memory_is_another_process_only_when_this_one_holds_little():
              "memory in use.")
     assert parts(newer)[0][0] == "gpu.memory-held-by-other-process"
     assert not parts(newer.replace("this process has 1.20 GiB", "this process has 78.90 GiB"))
+
+
+def test_cublas_refusing_a_bf16_gemm_is_a_gpu_without_bf16():
+    """CUBLAS_STATUS_NOT_SUPPORTED says little alone; bfloat16 operands in the call it names
+    (CUDA_R_16BF, as on the M40 at opendatalab/MinerU#1508) make it the GPU's missing bf16.
+    The same status for an fp16 GEMM (CUDA_R_16F, as posted at buaacyw/GaussianEditor#46)
+    gives no reading."""
+    text = next(r["text"] for r in symptoms.rows("system")
+                if r["url"].endswith("opendatalab/MinerU/issues/1508"))
+    mode, got = parts(text)[0]
+    assert (mode, got["call"], got["dtype"]) == ("job.bf16-unsupported-gpu",
+                                                 "cublasGemmStridedBatchedEx", "CUDA_R_16BF")
+    fp16 = ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmEx( "
+            "handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16F, lda, b, CUDA_R_16F, ldb, &fbeta, "
+            "c, CUDA_R_16F, ldc, CUDA_R_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`")
+    assert not parts(fp16)

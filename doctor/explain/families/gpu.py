@@ -74,6 +74,8 @@ OFF_BUS = re.compile(r"fallen off the bus", IC)
 FLASH_AMPERE = re.compile(r"FlashAttention only supports Ampere GPUs or newer", IC)
 TRITON_OLD = re.compile(r"Found (?P<gpu>[^\n]+?) which is too old to be supported by the triton "
                         r"GPU compiler[\s\S]{0,200}?capability (?P<cc>\d+\.\d+)", IC)
+# cuBLAS refusing a bfloat16 GEMM (CUDA_R_16BF operands): a GPU without bf16 tensor support.
+BF16_GEMM = re.compile(r"CUBLAS_STATUS_NOT_SUPPORTED when calling `?cublas\w+\([^`]*?CUDA_R_16BF", IC)
 # torch's out-of-memory report: what the GPU has, what is free, what this process holds.
 _SIZE = r"[\d.]+ [KMGT]?i?B"
 OOM_OLD = re.compile(rf"\(GPU (?P<gpu>\d+); (?P<total>{_SIZE}) total capacity; (?P<alloc>{_SIZE}) "
@@ -196,6 +198,11 @@ def read(message: str) -> list[Reading]:
     if triton:
         found.append(reading(FAMILY, "gpu.too-old-for-triton", triton.group(0)[:120],
                              gpu=triton["gpu"].strip(), capability=triton["cc"]))
+    bf16 = BF16_GEMM.search(message)
+    if bf16:
+        found.append(reading(FAMILY, "job.bf16-unsupported-gpu", bf16.group(0)[:100],
+                             call=bf16.group(0).split("calling", 1)[1].strip(" `").split("(")[0],
+                             dtype="CUDA_R_16BF"))
     elsewhere = _memory_elsewhere(message)
     if elsewhere:
         found.append(elsewhere)
