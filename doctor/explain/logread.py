@@ -78,6 +78,7 @@ _NEW_RECORD = re.compile(r"^\S+:\d+:\d+ \[\d+\]|^\s*\[?(?:INFO|WARNING|ERROR|DEB
 CONTINUATION = 3  # lines after a failure read as part of its message
 BACKTRACE = 30  # frames of a caught signal's backtrace read as part of its message
 _SIGNAL = re.compile(r"\bCaught signal \d+ \(")
+_DETAIL = re.compile(r"^\s{2,}[\w .-]+:\s")  # a help text's indented "key: value" line
 _CARET = re.compile(r"^\s*[\^~]+\s*$")  # Python 3.11's markers under a frame's source
 
 
@@ -160,12 +161,22 @@ class Reading:
         after: list[str] = []
         if _SIGNAL.search(line.text):  # UCX's "Caught signal 7 (...)" and the backtrace it prints
             return " ".join([line.text.strip(), *self._backtrace(index)])
-        for nxt in self.lines[index + 1:index + 1 + CONTINUATION]:
-            if not nxt.text.strip() or nxt.kind in ("noise", "cascade") \
-                    or _TRACEBACK.match(nxt.text) or _EXCEPTION.match(nxt.text) \
-                    or _NEW_RECORD.match(nxt.text):
+        following = self.lines[index + 1:index + 2 + CONTINUATION]
+        for at, nxt in enumerate(following[:CONTINUATION + 1]):
+            if not nxt.text.strip():
+                # A help text's detail block (Open MPI, PRRTE: "  plm_rsh_agent: ssh : rsh",
+                # "  Local host: n1") follows its sentence after one blank line, indented.
+                after_blank = following[at + 1] if at + 1 < len(following) else None
+                if after_blank is not None and _DETAIL.match(after_blank.text) \
+                        and (after or line.text.rstrip().endswith(":")):
+                    continue
+                break
+            if nxt.kind in ("noise", "cascade") or _TRACEBACK.match(nxt.text) \
+                    or _EXCEPTION.match(nxt.text) or _NEW_RECORD.match(nxt.text):
                 break
             after.append(nxt.text.strip())
+            if len(after) >= CONTINUATION:
+                break
         return " ".join([*before, line.text.strip(), *after])
 
     def _backtrace(self, index: int) -> list[str]:

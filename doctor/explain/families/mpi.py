@@ -120,6 +120,14 @@ _OMPI = (
      "mpi.openib-warning"),
     # vader's single copy (process_vm_readv) refused with EPERM (errno 1): a container's seccomp.
     (re.compile(r"Read -1, expected (?P<n>\d+), errno = 1\b"), "mpi.vader-cma-container"),
+    # The ssh/rsh launcher component found neither program: an image without an ssh client.
+    (re.compile(r"could not be found:? plm_rsh_agent: (?P<agent>.+?)(?= Please|$)"
+                r"|FORCE-TERMINATE AT Not found:-13 - error plm_rsh_component\.c"), "mpi.no-rsh-agent"),
+    # Two releases of Open MPI/PRRTE in one job: the daemons' wire formats differ.
+    (re.compile(r"(?P<runtime>PRTE|Open MPI) detected a mismatch in versions between two "
+                r"processes(?:.*?Local (?:PRTE|Open MPI) version: (?P<local>\S+) Peer "
+                r"(?:PRTE|Open MPI) version: (?P<peer>\S+))?"
+                r"|Data unpack would read past end of buffer"), "mpi.version-mismatch-across-nodes"),
 )
 # Every rank printing that it is rank 0 of a world of 1 (the same words before "0 of 1" on
 # several lines): the launcher's PMI was not the one the MPI library speaks, so each rank
