@@ -27,6 +27,8 @@ LAST_CUDA = {"2.0": "8.0", "2.1": "8.0", "3.0": "10.2", "3.2": "10.2", "3.5": "1
 
 ARCH = re.compile(r"Unsupported gpu architecture [`'‘\"]?compute_(\d+)([a-z]?)"
                   r"|Value [`'‘]?sm_(\d+)([a-z]?)['’] is not defined for option", FLAGS)
+TRITON_PTXAS = re.compile(r"Internal Triton PTX codegen error|PTXASError|triton/backends/nvidia/bin/"
+                          r"ptxas", FLAGS)
 NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V\d|/cuda-(\d+\.\d+)\b", FLAGS)
 NVCC_PATH = re.compile(r"No such file or directory: '([^'\n]*)/bin/nvcc'"
                        r"|unable to execute '([^'\n]*)/bin/nvcc'"
@@ -148,6 +150,10 @@ def _arch_reading(message: str) -> Reading | None:
         # current one; anything else nvcc refuses is newer than the toolkit.
         retired = _version(arch) < (5, 0) or last == "12.9"
     mode = "toolkit.arch-too-old-for-nvcc" if retired else "toolkit.arch-too-new-for-nvcc"
+    if not retired and TRITON_PTXAS.search(message):
+        # Triton's own ptxas refusing a GPU newer than it: not the toolkit's nvcc
+        return reading(FAMILY, "toolkit.triton-ptxas-too-old", found.group(0), arch=arch,
+                       ptxas="triton's bundled ptxas")
     return reading(FAMILY, mode, found.group(0), arch=arch, nvcc=nvcc,
                    first_cuda_that_builds_it=first, last_cuda_that_builds_it=last)
 

@@ -81,6 +81,11 @@ def read(message: str) -> list[Reading]:
         found.append(reading(FAMILY, mode, text, exception=exc, host=hub, status=status,
                              repo=repo, **parts))
 
+    # The finished download moved from the cache into a target on another file system.
+    if m := re.search(r"\[Errno 18\] Invalid cross-device link: '(?P<src>[^']*huggingface[^']*)' -> "
+                      r"'(?P<dst>[^']*)'", message):
+        add("cache.hf-cross-device-move", m.group(0)[:160], cache=m["src"], target=m["dst"])
+        return found
     # A model_type the installed transformers has no class for: its message, or (older
     # releases) the KeyError its CONFIG_MAPPING raises inside configuration_auto.py.
     unknown = re.search(r"has model type `?(?P<type>[\w.-]+?)`? but Transformers does not "

@@ -78,6 +78,11 @@ def read(message: str) -> list[Reading]:
     if not message:
         return []
     found: list[Reading] = []
+    bnb = re.search(r"Configured ROCm binary not found at \S*?libbitsandbytes_rocm(?P<tag>\d+)\.so",
+                    message)
+    if bnb:  # the library bitsandbytes asks for is named after torch's HIP, not its build's
+        found.append(reading(FAMILY, "rocm.bnb-binary-version-tag", bnb.group(0)[:160],
+                             asked_for=f"libbitsandbytes_rocm{bnb['tag']}.so"))
     code = NO_CODE_OBJECT.search(message) or TENSILE.search(message)
     if code:  # the build has no kernels for this GPU's target
         gfx = GFX.search(message)
