@@ -12,7 +12,9 @@ from tests.harness.mountns import doctor_json, in_namespace, needs_namespace, re
 
 RUN = """
 D=$(mktemp -d); mount -t tmpfs -o "$OPTIONS" none "$D"
-TMPDIR="$D" "$PY" -m dsenv doctor --only system --target compute --json || true
+# the job's other placements at their defaults: Inductor's cache then lives under TMPDIR
+env -u TORCHINDUCTOR_CACHE_DIR -u TRITON_CACHE_DIR -u TORCH_EXTENSIONS_DIR TMPDIR="$D" \
+    "$PY" -m dsenv doctor --only system --target compute --json || true
 umount "$D"; rmdir "$D"
 """
 
