@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from dsenv.doctor.catalogue import mode_finding, mode_id
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
+from dsenv.envs import archs
 from dsenv.facts.gpu import inventory as probe
 from dsenv.facts.python import pyenv, torch_info
 from dsenv.provision.record.manifest import installed_versions
@@ -251,13 +252,10 @@ def visible_devices(ctx: Context):
 FLASH_ATTN_FLOOR, TRITON_FLOOR = (8, 0), (7, 0)
 
 
-def _capability(arch: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", arch)[:2])
-
-
 def _below(gpus, floor: tuple[int, int]) -> str:
     """'Tesla V100-SXM2-32GB (7.0), ...' for the GPUs under ``floor``; '' when none is."""
-    return ", ".join(sorted({f"{g.name} ({g.arch})" for g in gpus if _capability(g.arch) < floor}))
+    return ", ".join(sorted({f"{g.name} ({g.arch})" for g in gpus
+                            if (archs.cuda_capability(g.arch) or floor) < floor}))
 
 
 @check("gpu.kernel-floors", "GPUs new enough for FlashAttention-2 and Triton")
