@@ -476,6 +476,10 @@ def cmd_summary(a) -> int:
         lines.append(f"loop {name}: {row.get('samples_per_s')} samples/s, ratio to plain "
                      f"{row.get('ratio_to_plain_autocast')}, {row.get('optimizer')}"
                      + (f" ERROR {row.get('error')}" if row.get("error") else ""))
+    plain = ((loops.get("results") or {}).get("plain_autocast") or {}).get("samples_per_s")
+    if isinstance(plain, (int, float)) and isinstance(report.get("samples_per_s"), (int, float)):
+        lines.append(f"full run vs plain loop: {report['samples_per_s'] / plain:.3f} "
+                     f"({_round(report['samples_per_s'])} / {plain} samples/s)")
     for name, step in (doc.get("steps") or {}).items():
         if step.get("rc"):
             lines.append(f"step {name}: {step.get('status')} rc {step.get('rc')}")

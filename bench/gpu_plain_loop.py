@@ -64,9 +64,11 @@ def _presets_toml() -> dict | None:
     return None
 
 
-def dsenv_bf16_config(reports: list[str], micro_batch: int, on_gpu: bool) -> tuple[dict, str]:
-    """dsenv's bf16 preset as dsenv built it for a run, the batch sizes set to ours."""
-    config, source = None, None
+def dsenv_bf16_config(reports: list[str], micro_batch: int,
+                      on_gpu: bool) -> tuple[dict, str, bool]:
+    """dsenv's bf16 preset as dsenv built it for a run, the batch sizes set to ours, and
+    whether that run clipped gradients itself (its report's ``outside_clipping``)."""
+    config, source, outside = None, None, False
     for report in reports:
         try:
             doc = json.loads(Path(report).read_text())
@@ -75,6 +77,7 @@ def dsenv_bf16_config(reports: list[str], micro_batch: int, on_gpu: bool) -> tup
         if isinstance(doc.get("ds_config"), dict) and (doc.get("batch") or {}).get(
                 "preset", "bf16") == "bf16":
             config, source = copy.deepcopy(doc["ds_config"]), f"ds_config of {report}"
+            outside = bool((doc.get("batch") or {}).get("outside_clipping"))
             break
     if config is None:
         table = _presets_toml() or {}
@@ -90,7 +93,7 @@ def dsenv_bf16_config(reports: list[str], micro_batch: int, on_gpu: bool) -> tup
     if not on_gpu:  # dsenv does this on CPU too: no fused_adam build there
         config.setdefault("optimizer", {}).setdefault("params", {}).setdefault(
             "torch_adam", True)
-    return config, source
+    return config, source, outside
 
 
 def merged(base: dict, *changes: dict, drop: tuple[str, ...] = ()) -> dict:
@@ -106,23 +109,30 @@ def merged(base: dict, *changes: dict, drop: tuple[str, ...] = ()) -> dict:
     return config
 
 
-def variants(base: dict) -> dict[str, tuple[dict, bool]]:
-    """name -> (config, client fused AdamW?)"""
+def variants(base: dict, dsenv_clips: bool = False) -> dict[str, tuple[dict, bool, bool]]:
+    """name -> (config, client fused AdamW?, clip_grad_norm_ between backward and step
+    outside the engine, as dsenv's runs do where the preset says ``clip_outside_engine``)"""
     autocast = {"torch_autocast": {"enabled": True, "dtype": "bfloat16"}}
-    auto = merged(base, autocast, TIMERS_OFF, drop=("bf16", "fp16"))
+    # DeepSpeed clips (1.0) unless a variant says otherwise: dsenv's own ds_config may carry 0
+    auto = merged(base, autocast, TIMERS_OFF, {"gradient_clipping": 1.0}, drop=("bf16", "fp16"))
+    no_clip = {"gradient_clipping": 0.0}
     return {
-        "dsenv_bf16": (copy.deepcopy(base), False),
-        "bf16_timers_off": (merged(base, TIMERS_OFF), False),
-        "autocast_z0_timers_off": (auto, False),
-        "autocast_client_fused_adamw": (merged(auto, drop=("optimizer",)), True),
-        "autocast_no_clip": (merged(auto, {"gradient_clipping": 0.0}), False),
+        "dsenv_bf16": (copy.deepcopy(base), False, dsenv_clips),
+        "bf16_timers_off": (merged(base, TIMERS_OFF), False, False),
+        "autocast_z0_timers_off": (auto, False, False),
+        "autocast_client_fused_adamw": (merged(auto, drop=("optimizer",)), True, False),
+        "autocast_no_clip": (merged(auto, no_clip), False, False),
+        # dsenv's [bf16.gpu] recipe: DeepSpeed's clipping off, torch's clip_grad_norm_ outside
+        "autocast_outside_clip": (merged(auto, no_clip), False, True),
+        "autocast_client_fused_outside_clip": (
+            merged(auto, no_clip, drop=("optimizer",)), True, True),
         "bf16_z1_no_overflow_check": (merged(
             base, {"bf16": {"enabled": True, "check_grad_overflow": False},
                    "zero_optimization": {"stage": 1, "overlap_comm": False}}, TIMERS_OFF),
-            False),
+            False, False),
         "fp16_timers_off": (merged(
             base, {"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}},
-            TIMERS_OFF, drop=("bf16",)), False),
+            TIMERS_OFF, drop=("bf16",)), False, False),
     }
 
 
@@ -403,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         from deepspeed.utils import logger as ds_logger
 
         ds_logger.setLevel(logging.WARNING)
-        base, source = dsenv_bf16_config(a.ds_config_from, B, on_gpu)
+        base, source, dsenv_clips = dsenv_bf16_config(a.ds_config_from, B, on_gpu)
         put(J, f"{K}.dsenv_preset_source", source)
         put(J, f"{K}.dsenv_preset_config", base)
         with contextlib.redirect_stdout(sys.stderr):
@@ -412,11 +422,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001
         put(J, f"{K}.deepspeed_error", failed(exc))
         return 1
-    table = variants(base)
-    put(J, f"{K}.variants", {name: cfg_ for name, (cfg_, _) in table.items()})
+    table = variants(base, dsenv_clips)
+    put(J, f"{K}.variants", {name: {"config": cfg_, "client_fused_adamw": client,
+                                    "clip_outside_engine": outside}
+                             for name, (cfg_, client, outside) in table.items()})
 
     def build(name: str):
-        config, client = table[name]
+        config, client, outside_clip = table[name]
         model = fresh_model()
         optimizer = fused_adamw(model.parameters())[0] if client else None
         engine, ds_opt, _, _ = deepspeed.initialize(
@@ -432,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
             with phase("backward"):
                 engine.backward(loss)
             with phase("step"):
+                if outside_clip:
+                    torch.nn.utils.clip_grad_norm_(engine.module.parameters(), 1.0)
                 engine.step()
 
         inner = getattr(ds_opt, "optimizer", None)
