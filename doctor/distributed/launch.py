@@ -21,8 +21,9 @@ from dsenv import proc
 from dsenv.doctor.distributed import ranks
 from dsenv.doctor.distributed.command import Plan, make_plan
 from dsenv.doctor.distributed.outcome import Failure, Launched, Outcome
-from dsenv.doctor.distributed.rank import RankRun
+from dsenv.doctor.distributed.rank import RankRun, message_of
 from dsenv.doctor.distributed.report import RESULT_MARK, report
+from dsenv.doctor.explain import logread
 from dsenv.errors import UsageError
 from dsenv.net import free_port
 from dsenv.workloads.errors import WorkloadError
@@ -130,6 +131,11 @@ def launch(plan: Plan, args, checks, ctx) -> int:
     env.setdefault("MASTER_ADDR", "127.0.0.1")  # one node
     env["MASTER_PORT"] = str(free_port())
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # The ranks run `python -m dsenv` and must run the dsenv that launched them: without this
+    # (Python >= 3.11) the working directory comes first on their path, and a `dsenv` folder
+    # there (the source checkout, a project of that name) was imported instead: on a GPU node,
+    # run from the clone, every rank died at import and no rank reported.
+    env["PYTHONSAFEPATH"] = "1"
     deadline = time.time() + plan.timeout_s
     rank_command = ["-m", "dsenv", "doctor", "--distributed", *plan.passed,
                     "--expect-world-size", str(plan.nprocs), "--rank-output", "marked",
@@ -195,10 +201,21 @@ def collected_outcome(ran: proc.CommandResult, plan: Plan) -> Outcome:
         if others and outcome.failure:  # what ranks saw beyond rank 0's word
             outcome.failure.evidence = [*(outcome.failure.evidence or []), *others]
         return outcome
-    tail = [line for line in (ran.stderr or ran.stdout).strip().splitlines() if line.strip()]
+    output = "\n".join(text for text in (ran.stderr, ran.stdout) if text and text.strip())
+    tail = [line for line in output.strip().splitlines() if line.strip()]
     how = (f"did not finish within {plan.timeout_s + LAUNCH_GRACE_S:g} s (killed)"
            if ran.timed_out else f"exited {ran.returncode}")
     return Outcome(launcher=plan.launch, world_size=plan.nprocs, timeout_s=plan.timeout_s,
                    seconds=ran.seconds,
                    failure=Failure("launch", f"{plan.launch} {how} and no rank reported",
-                                   "start", evidence=tail[-8:]))
+                                   "start", evidence=[*first_error(output), *tail[-8:]]))
+
+
+def first_error(output: str) -> list[str]:
+    """The ranks' own first error in the launcher's output, which a launcher's closing summary
+    (torchrun's "ChildFailedError" block, mpirun's help text) pushes out of the tail."""
+    reading = logread.find_root(output)
+    if reading.root is None or reading.single:
+        return []
+    return [f"first error (line {reading.root.number} of the launcher's output): "
+            f"{message_of(reading.root.text.strip())}"]
