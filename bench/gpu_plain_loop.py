@@ -290,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--profile-steps", type=int, default=5)
     p.add_argument("--deadline", type=float, default=0.0)
+    p.add_argument("--plain-only", action="store_true",
+                   help="only the plain PyTorch sides (a peer figure beside a dsenv run)")
     a = p.parse_args(argv)
     J, K = a.json, a.key
 
@@ -399,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         del model, opt
         release()
 
+    if a.plain_only:
+        return 0
     # ---- DeepSpeed
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if arch and any(c.isalpha() for c in arch.replace("PTX", "")):
