@@ -84,6 +84,19 @@ def test_a_dataset_script_of_its_own_is_not_an_old_loader():
     assert (parts["version"], parts["loader"]) == ("1.2.1", "csv")
 
 
+def test_a_script_absent_at_the_installed_release_is_an_old_datasets():
+    parts = _parts(_text("datasets/issues/2707"), "hf.datasets-too-old-for-loader")
+    assert (parts["version"], parts["loader"]) == ("1.1.2", "lama")
+    # a branch name is no release: a script missing on master says nothing about the version
+    # (ylsung/Ladder-Side-Tuning#7: a typo in the dataset name)
+    text = ("FileNotFoundError: Couldn't find remote file with version master at https://raw."
+            "githubusercontent.com/huggingface/datasets/master/datasets/glue/glue.py")
+    assert huggingface.read(text) == []
+    text = ("FileNotFoundError: Couldn't find file at https://raw.githubusercontent.com/"
+            "huggingface/datasets/master/datasets/glue/glue.py")
+    assert huggingface.read(text) == []
+
+
 def test_other_locks_are_not_the_hub_cache():
     text = "PermissionError: [Errno 13] Permission denied: '/tmp/triton/d645ef562cfc8f31.lock'"
     assert huggingface.read(text) == []

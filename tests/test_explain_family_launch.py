@@ -58,6 +58,13 @@ def test_the_errno_decides_between_a_busy_port_and_a_name():
     assert (parts["host"], parts["port"]) == ("user", "53821")
 
 
+def test_accelerates_own_port_check_names_the_port():
+    parts = _parts(_text("NovaSearch-Team/RAG-Retrieval/issues/50"), "launch.port-in-use")
+    assert parts["port"] == "29500"
+    # its other port messages are not a busy port
+    assert launch.read("ValueError: main_process_port must be set for multi-node training") == []
+
+
 def test_ssh_failures_are_told_apart():
     assert _parts(_text("DeepSpeed/issues/438"), "launch.sshd-refused")["port"] == "2222"
     assert _parts(_text("TsinghuaAI/CPM-2-Finetune/issues/42"),

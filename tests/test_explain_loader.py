@@ -195,13 +195,29 @@ def test_the_shape_of_a_missing_library_names_the_cause(text, shape, mode):
     ("_ZNK3c1010TensorImpl4sizeEl", "", "loader.ext-built-for-other-torch"),
     ("_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
      "abi", "loader.ext-cxx11-abi-mismatch"),
-    ("_ZN3c106detail14torchCheckFailEPKcS2_jRKSs", "abi", "loader.ext-cxx11-abi-mismatch"),
+    # the old ABI's Ss is what a matching build against a torch <= 2.6 asks for too: alone it
+    # says another torch release (mmdetection#3991's mmcv, fixed by rebuilding against torch)
+    ("_ZN3c106detail14torchCheckFailEPKcS2_jRKSs", "", "loader.ext-built-for-other-torch"),
 ])
 def test_an_undefined_torch_symbol_names_the_extension_and_the_abi(symbol, shape, mode):
     text = (f"ImportError: /home/u/.cache/torch_extensions/py310_cu121/fused_adam/fused_adam.so: "
             f"undefined symbol: {symbol}")
     found, = loader.parse(text)
     assert (found.shape, found.mode, found.extension) == (shape, mode, "fused_adam")
+
+
+@pytest.mark.parametrize("torch_line, shape", [
+    ("torch 2.7.1+cu128", "abi"), ("torch==2.9.0", "abi"),  # pip wheels with the new ABI
+    ("torch 2.6.0+cu124", ""), ("torch 1.4.0", ""),  # old-ABI wheels: Ss is theirs too
+])
+def test_an_old_abi_symbol_is_the_abi_only_beside_a_new_abi_torch(torch_line, shape):
+    text = (f"{torch_line}\nImportError: /env/lib/python3.10/site-packages/flash_attn_2_cuda."
+            "cpython-310-x86_64-linux-gnu.so: undefined symbol: "
+            "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs")
+    found, = loader.parse(text)
+    assert found.shape == shape
+    assert found.mode == ("loader.ext-cxx11-abi-mismatch" if shape else
+                          "loader.ext-built-for-other-torch")
 
 
 def test_tensorflows_wording_is_the_same_shape():

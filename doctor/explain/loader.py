@@ -192,9 +192,21 @@ TORCH_CUDA = re.compile(r"\+cu(?P<cu>1[0-3])\d\b|\bCUDA(?: Version| version)?:? 
                         re.IGNORECASE)
 # Libraries whose soname major is the CUDA major (libcudart.so.11.0 ships with every 11.x).
 CUDA_MAJOR_SONAME = re.compile(r"^lib(?:cudart|cublas(?:Lt)?|nvrtc)\.so\.(?P<cu>\d+)")
-# An undefined C++ symbol with the std::string ABI tag: the module and the library it links
-# were built with different _GLIBCXX_USE_CXX11_ABI (the new ABI mangles __cxx11, the old Ss).
-ABI_TAG = re.compile(r"__cxx11|(?:RK|E|N)Ss(?:E|$)")
+# An undefined C++ symbol with a std::string ABI tag: the new ABI mangles `__cxx11`, the old
+# one `Ss`. torch's pip wheels were built with the old ABI up to 2.6 and the new one from 2.7, so
+# a missing `__cxx11` symbol is the ABI whatever the torch, but an `Ss` one is what a matching
+# build against a torch <= 2.6 asks for too: there it means "another torch release"
+# (mmdetection#3991's mmcv), and the ABI only where the text names a new-ABI torch.
+NEW_ABI = re.compile(r"__cxx11")
+OLD_ABI = re.compile(r"(?:RK|E|N)Ss(?:E|$)")
+NEW_ABI_TORCH = re.compile(r"\btorch(?:==|-| |/| version:? ?)v?(?:2\.(?:[7-9]|\d\d)|[3-9]\.)\d*",
+                           re.IGNORECASE)
+
+
+def _abi_shape(sym: str, text: str) -> str:
+    if NEW_ABI.search(sym) or (OLD_ABI.search(sym) and NEW_ABI_TORCH.search(text)):
+        return "abi"
+    return ""
 # A compiled module named by its path: site-packages/<pkg>/..., torch_extensions/<build>/<op>.
 EXT_PATH = re.compile(r"(?:torch_extensions/[^/\s]+/(?P<op>[\w-]+)/|(?:site|dist)-packages/"
                       r"(?P<pkg>[\w.-]+?)(?:/|\.cpython|\.so))")
@@ -266,7 +278,7 @@ def parse(text: str) -> list[Finding]:
         by = m.group("by") or ""
         found.setdefault(("undefined-symbol", sym), Finding(
             "undefined-symbol", lib, m.group(0), row, symbol=sym, version=ver,
-            required_by=by, shape="abi" if ABI_TAG.search(sym) else "",
+            required_by=by, shape=_abi_shape(sym, text),
             extension=_extension(by)))
     for m in LINK.finditer(text):
         lib = f"lib{m.group('name')}.so"

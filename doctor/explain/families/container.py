@@ -36,7 +36,10 @@ NO_GPU_DRIVER = re.compile(r"could not select device driver \"(?P<driver>[^\"]*)
                            r"capabilities: \[\[(?P<caps>[^\]]*)", IC)
 NO_HOOK = re.compile(r"(?P<binary>nvidia-container-(?:runtime-hook|runtime|cli))\W{0,8}: executable "
                      r"file not found in \$PATH|couldn't find binary (?P<cli>nvidia-container-cli)", IC)
-NO_RUNTIME = re.compile(r"Unknown runtime specified (?P<runtime>[\w.-]+?)\.?(?:[\s\"']|$)", IC)
+# Docker before 23 says "Unknown runtime specified nvidia", later releases "unknown or invalid
+# runtime name: nvidia" (3dgrut#71, AirSLAM#113)
+NO_RUNTIME = re.compile(r"(?:Unknown runtime specified|unknown or invalid runtime name:) "
+                        r"(?P<runtime>[\w.-]+?)\.?(?:[\s\"']|$)", IC)
 # Apptainer/Singularity.
 NV_NOTHING = re.compile(r"Could not find any (?:nv files|NVIDIA (?:libraries|binaries)) on this "
                         r"host", IC)

@@ -46,6 +46,11 @@ _HOME_DENIED = re.compile(r"problem when trying to write in your cache folder \(
                           r"(?:/hub)?)?/?)'")
 _DATASETS_SCRIPT = re.compile(r"Couldn't reach https://raw\.githubusercontent\.com/huggingface/"
                               r"datasets/(?P<version>[\w.]+)/(?:datasets|metrics)/(?P<name>[\w-]+)/")
+# A dataset added to the library after the installed release: its script is not at that
+# release's tag at all (404, "Couldn't find file"), whatever the network (datasets#1444, #2707).
+_DATASETS_SCRIPT_ABSENT = re.compile(
+    r"Couldn't find file (?:locally at \S+, or remotely )?at https://raw\.githubusercontent\.com/"
+    r"huggingface/datasets/(?P<version>\d[\w.]*)/(?:datasets|metrics)/(?P<name>[\w-]+)/")
 # The generic loaders later datasets releases bundle (a dataset's own script, xsum.py, still
 # needs the network with any release: failing to fetch it says nothing about the version).
 _PACKAGED = {"csv", "json", "text", "pandas", "parquet", "arrow", "sql", "generator",
@@ -161,6 +166,10 @@ def read(message: str) -> list[Reading]:
     # fails, and a release that bundles the loader needs no network.
     m = _DATASETS_SCRIPT.search(message)
     if m and m["name"] in _PACKAGED and "ProxyError" not in message:
+        add("hf.datasets-too-old-for-loader", m[0], version=m["version"], loader=m["name"])
+        return found
+    m = _DATASETS_SCRIPT_ABSENT.search(message)
+    if m:
         add("hf.datasets-too-old-for-loader", m[0], version=m["version"], loader=m["name"])
         return found
     reach = _HUB_REACH.search(message)

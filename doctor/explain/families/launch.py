@@ -38,7 +38,10 @@ _CLIENT = re.compile(r"client socket has (?:timed out after \S+ while trying to 
 _GAI = re.compile(r"network addresses of \((\S+), (\d+)\) cannot be retrieved \(gai error: "
                   r"(-?\d+) - ([^)]*)\)|host not found: Name or service not known", FLAGS)
 _BIND = re.compile(r"failed to bind to (\S+?) \(errno: 98|port: (\d+), useIpv6: \S+ code: -(?:98|48)"
-                   r"|\bEADDRINUSE\b|Address already in use", FLAGS)
+                   r"|\bEADDRINUSE\b|Address already in use"
+                   # accelerate checks the port before it starts torch's store
+                   r"|launch distributed communication on port `?(\d+)`?, but another process "
+                   r"is utilizing it", FLAGS)
 _RDZV_CONN = re.compile(r"RendezvousConnectionError|connection to the C10d store has failed", FLAGS)
 _RDZV_TIMEOUT = re.compile(r"RendezvousTimeoutError|Timed out after \d+ seconds waiting for "
                            r"clients\. (\d+)/(\d+) clients joined", FLAGS)
@@ -103,7 +106,7 @@ def _read_rendezvous(message: str, add) -> None:
         add("launch.rdzv-wrong-interface", m, endpoint=_endpoint(client))
         return
     if m := _BIND.search(message):  # the server side: the port is someone else's
-        port = m.group(2) or (m.group(1) or "").rpartition(":")[2]
+        port = m.group(2) or m.group(3) or (m.group(1) or "").rpartition(":")[2]
         add("launch.port-in-use", m, port=port, errno="98 EADDRINUSE")
         return
     if m := _GAI.search(message):  # the rendezvous name does not resolve here
