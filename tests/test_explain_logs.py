@@ -339,3 +339,19 @@ def test_a_caught_signal_is_read_with_its_backtrace():
     assert sure and sure[0].id == "system.shm-too-small"
     no_nccl = "\n".join(x for x in log.splitlines() if "nccl" not in x.lower())
     assert not explain_text(no_nccl)[2]
+
+
+def test_a_hint_near_the_root_names_the_cause_no_failure_line_names():
+    # UCX prints its advice ("Please set max locked memory (ulimit -l) ...") on a line no
+    # failure word marks, above "failed: Cannot allocate memory" and "Failed to create UCP
+    # worker", which alone name no cause
+    _, text = fixture("memlock_hint_above_ucx_mlperf_664.log")
+    reading, line, sure, _ = explain_text(text)
+    assert sure and sure[0].id == "comm.memlock-low"
+    assert "Please set max locked memory" in line.text and line.kind == "other"
+    # the same log without the hint: nothing near the root names a cause
+    without = "\n".join(x for x in text.splitlines() if "max locked memory" not in x)
+    assert explain_text(without)[2] == []
+    # a hint far above the root is another part of the log, not this error's
+    far = text.replace("[...]", "\n".join(f"step {i} ok" for i in range(12)), 1)
+    assert explain_text(far)[2] == []

@@ -18,6 +18,7 @@ from dsenv.doctor.explain import here, logread, rank
 from dsenv.errors import UsageError
 
 MAX_LINES_TRIED = 40  # distinct failure lines scored, from the root on
+HINT_WINDOW = 8  # lines either side of the root read for a cause when no failure line names one
 
 
 def add_explain_parser(subparsers) -> None:
@@ -78,7 +79,29 @@ def explain_text(text: str):
             weak = matches[:3]
     if survived is not None:
         return reading, survived[0], survived[1], []
+    hint = _hint_near_root(reading)
+    if hint is not None:
+        return reading, hint[0], hint[1], []
     return reading, None, [], weak
+
+
+def _hint_near_root(reading):
+    """(line, confident matches) of a line near the root error that no failure keyword marks
+    but that names the cause itself (UCX's "Please set max locked memory (ulimit -l) to
+    'unlimited'" above its "Failed to create UCP worker"), when no failure line did: only the
+    root's neighbourhood, so a long log costs a few more readings, not one per line."""
+    root = reading.root
+    if root is None or reading.single:
+        return None
+    lo, hi = max(0, root.number - 1 - HINT_WINDOW), min(len(reading.lines),
+                                                         root.number + HINT_WINDOW)
+    for line in reading.lines[lo:hi]:
+        if line.kind not in ("other", "warning") or not line.text.strip():
+            continue
+        sure = rank.confident(rank.rank(line.text, reading.context(line)))
+        if sure and not _goes_on(sure[0]):
+            return line, sure
+    return None
 
 
 def _goes_on(match: rank.Match) -> bool:
