@@ -355,3 +355,22 @@ def test_a_hint_near_the_root_names_the_cause_no_failure_line_names():
     # a hint far above the root is another part of the log, not this error's
     far = text.replace("[...]", "\n".join(f"step {i} ok" for i in range(12)), 1)
     assert explain_text(far)[2] == []
+
+
+@pytest.mark.parametrize("text, named", [
+    # aws-samples/aws-do-eks#69's error: every rank advertises loopback
+    ("RuntimeError: Gloo connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/"
+     "tcp/pair.cc:152]\n  timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]"
+     ":29501\n  (rank=8, size=16, local=[127.0.0.1])", True),
+    # the same failure towards a routable peer is a firewall, a dead peer, ...: not this cause
+    ("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/"
+     "pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[10.0.0.2]:40000",
+     False),
+    # sglang#3226's bare form names no address
+    ("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/"
+     "pair.cc:144] no error", False),
+])
+def test_a_gloo_mesh_towards_loopback_is_the_host_name(text, named):
+    sure = explain_text(text)[2]
+    assert (bool(sure) and sure[0].id == "comm.gloo-hostname-loopback") == named
+    assert named or not sure
