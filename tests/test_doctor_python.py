@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 import pytest
@@ -169,3 +170,21 @@ def test_requirements_broken_on_generated_site(tmp_path, make_ctx, run_one):
     for spec in ("'huggingface-hub<2.0,>=1.3.0'", "'tokenizers<=0.23.0,>=0.22.0'",
                  "'sympy>=1.13.3'"):
         assert spec in here(result)
+
+
+def test_requirements_names_torchvision_built_for_another_torch(tmp_path, make_ctx, run_one):
+    """torchvision's wheel pins the torch its operators were built for (vllm-project/vllm-ascend
+    #479: torchvision 0.21 beside torch 2.5.1 -> "operator torchvision::nms does not exist")."""
+    site = make_prefix(tmp_path / "env")
+    write_dist(site, "torch", "2.5.1", [])
+    write_dist(site, "torchvision", "0.21.0", ["numpy", "torch==2.6.0"])
+    write_dist(site, "numpy", "2.2.6")
+    result = run_one("python.requirements", make_ctx_with(make_ctx, tmp_path / "env"))
+    assert result.status == Status.FAIL
+    assert "torchvision 0.21.0 has requirement torch==2.6.0, but you have torch 2.5.1" in \
+        result.summary + " ".join(result.evidence)
+    # the healthy twin: the pair pip installs together
+    shutil.rmtree(site / "torchvision-0.21.0.dist-info")
+    write_dist(site, "torchvision", "0.20.1", ["numpy", "torch==2.5.1"])
+    result = run_one("python.requirements", make_ctx_with(make_ctx, tmp_path / "env"))
+    assert result.status == Status.OK, result

@@ -126,7 +126,10 @@ def test_held_out_messages_share_no_thread_with_what_the_rules_came_from():
         row["source"] for row in loader.table() if row.get("source")}
     logs = {path.read_text().partition("\n")[0].strip()
             for path in (FIXTURES / "explain").glob("*.log")}  # each log's first line
-    seen = {r["url"] for r in symptoms()} | {r["url"] for r in corpus()} | sources | logs
+    lookalikes = {r["url"] for path in (FIXTURES / "explain_lookalikes").glob("*.jsonl")
+                  for r in _jsonl(path)}
+    seen = {r["url"] for r in symptoms()} | {r["url"] for r in corpus()} | sources | logs \
+        | lookalikes
     assert len(held) >= 16 and not held & seen, held & seen
 
 

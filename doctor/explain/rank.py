@@ -170,7 +170,7 @@ def score_modes(message: str, around: str) -> list[Match]:
             continue
         score = sum(GENERIC if p in generic else SPECIFIC for p in hits) + SPECIFIC * len(also)
         why = [f"message: {p!r}" + (" (generic)" if p in generic else "") for p in hits + also]
-        against = [p for p in mode.against if _search(p, message, low)]
+        against = _against(mode, message, low)
         if against:
             score -= SPECIFIC * len(against)
             why.append(f"against: {against[0]!r}")
@@ -189,6 +189,10 @@ def score_modes(message: str, around: str) -> list[Match]:
     return found
 
 
+def _against(mode: catalogue.Mode, message: str, low: str) -> list[str]:
+    return [p for p in mode.against if _search(p, message, low)]
+
+
 def rank(message: str, around: str = "") -> list[Match]:
     """Every cause with evidence in ``message``, best first (confident ones score >= BAR)."""
     matches = score_modes(message, around)
@@ -202,11 +206,14 @@ def rank(message: str, around: str = "") -> list[Match]:
         if mode is None:
             continue
         why = f"parsed: {finding.describe()} (libraries.toml: {finding.kind} -> {mode.id})"
+        # The mode's evidence against holds for the link too (a missing libcusparse that
+        # bitsandbytes' loader reports is bitsandbytes' mode, not the CUDA runtime's).
+        linked_score = STRUCTURE + 1 - SPECIFIC * len(_against(mode, message, message.lower()))
         if mode.id in by_id:
-            by_id[mode.id].score = max(by_id[mode.id].score, STRUCTURE + 1)
+            by_id[mode.id].score = max(by_id[mode.id].score, linked_score)
             by_id[mode.id].why.append(why)
         else:
-            by_id[mode.id] = Match(STRUCTURE + 1, mode=mode, matched=[finding.text], why=[why])
+            by_id[mode.id] = Match(linked_score, mode=mode, matched=[finding.text], why=[why])
             matches.append(by_id[mode.id])
     for found in families.read(message):
         mode = catalogue.mode(found.mode)

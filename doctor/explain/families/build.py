@@ -82,6 +82,15 @@ DS_CALL = re.compile(r"\b(deepspeed(?:\.\w+)+)\(")
 STACK_IMPORT = re.compile(r"cannot import name '(\w+)' from '((?:transformers|accelerate|peft|trl"
                           r"|datasets|torch|tokenizers|safetensors|bitsandbytes|diffusers"
                           r"|optimum)(?:\.\w+)*)'", FLAGS)
+# transformers' dependency_versions_check and require_version: "<req> is required for a
+# normal functioning of this module, but found <name>==<version>".
+REQUIRED = re.compile(r"(?P<req>[A-Za-z][\w.-]*\s*(?:[<>=!~]=?\s*[\w.*+-]+\s*,?\s*)+) is required "
+                      r"for a normal functioning of this module, but found "
+                      r"(?P<name>[\w.-]+)==(?P<found>[\w+-]+(?:\.[\w+-]+)*)")
+# A feature's check naming the release it needs: "Using the `Trainer` with `PyTorch` requires
+# `accelerate>=0.20.1`".
+FEATURE = re.compile(r"requires `(?P<req>(?:accelerate|peft|bitsandbytes|torch|transformers|"
+                     r"datasets|deepspeed)\s*[<>=!~]=?\s*[\w.]+)`")
 CIRCULAR = re.compile(r"partially initialized module|circular import", FLAGS)
 GONE_MODULE = re.compile(r"No module named '(transformers\.deepspeed|torch\._six)'", FLAGS)
 EXT_SO = re.compile(r"torch_extensions/([^/\s]+)/(\w+)/\2\.so: (undefined symbol|cannot open "
@@ -250,6 +259,12 @@ def _deepspeed_readings(message: str) -> list[Reading]:
     if name and not CIRCULAR.search(message):
         found.append(reading(FAMILY, "env.package-version-mismatch", name.group(0),
                              name=name.group(1), module=name.group(2)))
+    need = REQUIRED.search(message) or FEATURE.search(message)
+    if need:  # the release one package requires of another, and the one it found
+        found.append(reading(FAMILY, "env.package-version-mismatch", need.group(0),
+                             requires=need["req"].strip(),
+                             found=f"{need['name']} {need['found']}" if need.re is REQUIRED
+                             else ""))
     kwarg = KWARG.search(message) or GONE_MODULE.search(message)
     if kwarg:  # one package calls another's API as another release has it
         found.append(reading(FAMILY, "env.package-version-mismatch", kwarg.group(0),

@@ -7,6 +7,8 @@ error (802)", "error == cudaSuccess (46 vs. 0)", "Return value 46 from 'cudaStre
 Each is read into one error kind; the kind, and what torch says around it (the GPU's sm_XX
 and the arch list the build supports, the driver's CUDA version, a compiled extension in the
 traceback), name the cause. NVML's and the kernel's own lines (Xid) are read the same way.
+xFormers says which torch build its C++/CUDA part was made for and which one it found: another
+torch release, the same release for another CUDA, or a CPU-only torch are three causes.
 """
 
 from __future__ import annotations
@@ -187,10 +189,26 @@ def _memory_elsewhere(message: str) -> Reading | None:
                    held_elsewhere=f"{(total - mine - free) / 2**30:.2f} GiB")
 
 
+XFORMERS = re.compile(r"xFormers was built for:\s+PyTorch (?P<built>[\w.+]+) with CUDA "
+                      r"(?P<cuda>\d+) \(you have (?P<have>[\w.+]+)\)")
+
+
+def _release(version: str) -> str:
+    return version.partition("+")[0]
+
+
 def read(message: str) -> list[Reading]:
     if not message:
         return []
     found: list[Reading] = []
+    built = XFORMERS.search(message)
+    if built:
+        have, was = built["have"], built["built"]
+        mode = ("torch.cpu-only-build" if have.endswith("+cpu") else
+                "loader.ext-built-for-other-torch" if _release(have) != _release(was) else
+                "loader.ext-built-for-other-cuda")
+        found.append(reading(FAMILY, mode, built.group(0), extension="xFormers",
+                             built_for=f"torch {was}", installed=f"torch {have}"))
     flash = FLASH_AMPERE.search(message)
     if flash:
         found.append(reading(FAMILY, "gpu.flash-attn-needs-ampere", flash.group(0)))

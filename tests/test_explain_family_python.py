@@ -1,0 +1,132 @@
+"""The Python-packages family (doctor/explain/families/python.py, doctor/modes/python.toml)
+on real texts, with the rows of the loader, gpu and build tables that came with it (xFormers'
+build, read by the GPU family; transformers' dependency checks, read by the build family):
+each symptom is read into its parts and named; the look-alikes of
+tests/fixtures/explain_lookalikes/python.jsonl (same words, another cause in their threads) are
+not read as the mode they resemble; empty and unrelated text give no reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor.explain.command import explain_text
+from dsenv.doctor.explain.families import build, gpu, python
+from tests.harness import symptoms
+
+ROWS = symptoms.rows("python")
+LOOKALIKES = [json.loads(line) for line in (
+    Path(__file__).parent / "fixtures" / "explain_lookalikes" / "python.jsonl").read_text()
+    .splitlines() if line.strip()]
+
+
+def first_cause(text: str) -> str:
+    _, _, sure, _ = explain_text(text)
+    return sure[0].id if sure else ""
+
+
+def text_of(table: str, url_end: str) -> str:
+    return symptoms.text(symptoms.rows(table), url_end)
+
+
+def test_every_mode_of_the_table_has_its_symptoms_named():
+    assert {r["mode"] for r in ROWS} == {
+        "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
+        "env.protobuf-too-new", "env.package-missing", "env.build-without-torch",
+        "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files"}
+    missed = {r["url"]: first_cause(r["text"]) for r in ROWS
+              if first_cause(r["text"]) != r["mode"]}
+    assert not missed, missed
+
+
+@pytest.mark.parametrize("row", LOOKALIKES, ids=lambda r: f"not-{r['not_mode']}@{r['url'][19:]}")
+def test_lookalikes_are_not_read_as_the_mode_they_resemble(row):
+    assert first_cause(row["text"]) != row["not_mode"]
+    assert row["not_mode"] not in [r.mode for r in python.read(row["text"])]
+
+
+def test_xformers_build_says_which_of_three_causes():
+    # another torch release
+    got = symptoms.parts(gpu, text_of("loader", "lllyasviel/Fooocus/pull/2517"),
+                         "loader.ext-built-for-other-torch")
+    assert got == {"extension": "xFormers", "built for": "torch 2.0.1+cu118",
+                   "installed": "torch 2.1.0+cu121"}
+    # the same release for another CUDA
+    got = symptoms.parts(gpu, text_of("loader", "Comfy-Org/ComfyUI-Manager/issues/251"),
+                         "loader.ext-built-for-other-cuda")
+    assert got["built for"] == "torch 2.1.2+cu118" and got["installed"] == "torch 2.1.2+cu121"
+    # a CPU-only torch: the CUDA build is what is missing
+    assert symptoms.parts(gpu, text_of("gpu", "open-mmlab/PIA/issues/30"),
+                          "torch.cpu-only-build")["installed"] == "torch 2.1.2+cpu"
+    for url, mode in (("lllyasviel/Fooocus/pull/2517", "loader.ext-built-for-other-torch"),
+                      ("TheLastBen/fast-stable-diffusion/issues/2788",
+                       "loader.ext-built-for-other-torch"),
+                      ("yufu-wang/PromptHMR/issues/4", "loader.ext-built-for-other-cuda")):
+        assert first_cause(text_of("loader", url)) == mode
+
+
+def test_dependency_checks_name_the_requirement_and_what_was_found():
+    got = symptoms.parts(build, text_of("build", "jasonppy/VoiceCraft/pull/135"),
+                         "env.package-version-mismatch")
+    assert got == {"requires": "huggingface-hub>=0.23.0,<1.0", "found": "huggingface-hub 0.22.2"}
+    got = symptoms.parts(build, text_of("build", "huggingface/transformers/issues/29174"),
+                         "env.package-version-mismatch")
+    assert got == {"requires": "accelerate>=0.20.1", "found": ""}  # the check names no version
+    # bitsandbytes' availability hint names no version: its thread's cause was no visible GPU
+    assert build.read("ImportError: Using `bitsandbytes` 8-bit quantization requires "
+                      "Accelerate: `pip install accelerate` and the latest version of "
+                      "bitsandbytes") == []
+
+
+def test_missing_packages_of_the_stack_but_not_the_codes_own_modules():
+    got = symptoms.parts(python, text_of("python", "SymbioticLab/FedScale/issues/12"),
+                         "env.package-missing")
+    assert got == {"package": "SentencePiece"}
+    assert symptoms.parts(python, text_of("python", "pytorch/pytorch/issues/92132"),
+                          "env.package-missing") == {"package": "datasets"}
+    assert [r.mode for r in python.read("ModuleNotFoundError: No module named 'flash_attn'")] \
+        == ["env.package-missing"]
+    # the user's own module, a submodule of the training code, DeepSpeed's MPI discovery
+    for text in ("ModuleNotFoundError: No module named 'utils'",
+                 "ModuleNotFoundError: No module named 'models.llama'",
+                 "ModuleNotFoundError: No module named 'mpi4py'"):
+        assert python.read(text) == [], text
+
+
+def test_torch_missing_inside_an_isolated_build_but_not_bare():
+    emu3 = text_of("python", "baaivision/Emu3/issues/5")
+    assert symptoms.parts(python, emu3, "env.build-without-torch")["package"] == "torch"
+    # uv's hint stands on its own line after the error: read as the line near the root
+    assert first_cause(text_of("python", "whyNLP/LCKV/issues/17")) == "env.build-without-torch"
+    # torch missing with nothing around it names nothing (meituan-longcat/LongCat-Video#135's
+    # whole text: its thread's cause was the isolated build, which the text does not show)
+    assert first_cause("ModuleNotFoundError: No module named 'torch'") == ""
+
+
+def test_bitsandbytes_names_the_library_it_could_not_load():
+    text = text_of("python", "bitsandbytes-foundation/bitsandbytes/issues/1452")
+    assert symptoms.parts(python, text, "loader.bitsandbytes-cuda-binary") == {
+        "library": "libcusparse.so.11"}
+    # the loader's own reading of the same line stays, below bitsandbytes' mode
+    _, _, sure, _ = explain_text(text)
+    assert sure[0].id == "loader.bitsandbytes-cuda-binary"
+    assert "loader.missing" in [m.id for m in sure]
+    text = text_of("python", "bitsandbytes-foundation/bitsandbytes/issues/551")
+    assert symptoms.parts(python, text, "loader.bitsandbytes-cuda-binary") == {
+        "library": "libbitsandbytes_cuda122.so"}
+
+
+def test_torchaudio_symbols_are_torchaudio_not_any_extension():
+    text = text_of("python", "pytorch/audio/issues/3335")
+    _, _, sure, _ = explain_text(text)
+    assert sure[0].id == "env.torchvision-other-torch"
+    # the same c10/torch symbol in another extension stays that extension's
+    other = text.replace("torchaudio/lib/libtorchaudio.so", "flash_attn_2_cuda.so")
+    assert first_cause(other) == "loader.ext-built-for-other-torch"
+
+
+def test_nothing_to_read():
+    for text in ("", "Traceback (most recent call last):", "RuntimeError: shape mismatch"):
+        assert python.read(text) == []
