@@ -155,7 +155,7 @@ def test_every_linked_mode_exists():
         for key, mode in row.get("modes", {}).items():
             kind, _, shape = key.partition(".")
             assert kind in ("missing", "undefined-symbol", "symbol-version", "link"), key
-            assert shape in ("", "program", "extension", "abi"), key
+            assert shape in ("", "program", "extension", "abi", "unversioned"), key
             assert mode in ids, mode
 
 
@@ -183,6 +183,14 @@ def test_every_linked_mode_exists():
      "loader.mpi-libs-not-on-path"),
     ("orted: error while loading shared libraries: libmpi.so.12: cannot open shared object "
      "file", "program", "loader.mpi-libs-not-on-path"),
+    # cuDNN names the dependency it could not load: the driver's development name, which
+    # dlopen does not find where only libcuda.so.1 is cached (WSL: microsoft/WSL#8587)
+    ("Could not load library libcudnn_cnn_infer.so.8. Error: libcuda.so: cannot open shared "
+     "object file: No such file or directory", "unversioned",
+     "loader.libcuda-unversioned-not-found"),
+    # the versioned driver library missing is no driver at all: not this link
+    ("OSError: libcuda.so.1: cannot open shared object file: No such file or directory", "",
+     ""),
 ])
 def test_the_shape_of_a_missing_library_names_the_cause(text, shape, mode):
     found, = loader.parse(text)

@@ -62,7 +62,7 @@ class Finding:
     version: str = ""  # soname version (12), or the symbol version (GLIBCXX_3.4.30)
     required_by: str = ""
     where: str = ""  # the folder the message names, if any
-    shape: str = ""  # program, extension, abi: what the message's structure adds (below)
+    shape: str = ""  # program, extension, abi, unversioned: what the message's structure adds
     program: str = ""  # the executable that could not start ("error while loading ...")
     extension: str = ""  # the extension module that needs the library, when a path names it
 
@@ -227,7 +227,11 @@ def _missing_shape(text: str, start: int, lib: str) -> tuple[str, str]:
     if wanted and torch_cuda and (torch_cuda.group("cu") or torch_cuda.group("v")) != \
             wanted.group("cu"):
         return "extension", ""  # built for another CUDA major than the one installed
-    return ("extension" if EXTENSION.search(before) else ""), ""
+    if EXTENSION.search(before):
+        return "extension", ""
+    # The development name without a soname version (libcuda.so): a dlopen by that name,
+    # which a driver or runtime package does not install (it ships libcuda.so.1).
+    return ("unversioned" if lib.endswith(".so") else ""), ""
 
 
 def _extension(path: str) -> str:
