@@ -52,8 +52,9 @@ def test_for_workload_asks_for_what_it_imports(bare):
     assert found["status"] == "fail"
     assert found["summary"].startswith("torch, deepspeed, transformers, tokenizers, datasets, "
                                        "rouge-score not installed in ")
-    assert found["fix"].endswith("-m pip install torch deepspeed transformers tokenizers "
-                                 "datasets rouge-score`")
+    assert found["mode"] == "env.package-missing"
+    assert found["evidence"][-1].endswith("-m pip install torch deepspeed transformers "
+                                          "tokenizers datasets rouge-score`")
     _, _, healthy = doctor("--env", sys.executable, "--for", "bert-squad")
     assert healthy["python.workload-packages"]["status"] == "ok"
     _, _, asked = doctor("--env", sys.executable)

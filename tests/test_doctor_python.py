@@ -183,6 +183,7 @@ def test_requirements_names_torchvision_built_for_another_torch(tmp_path, make_c
     assert result.status == Status.FAIL
     assert "torchvision 0.21.0 has requirement torch==2.6.0, but you have torch 2.5.1" in \
         result.summary + " ".join(result.evidence)
+    assert result.mode == "env.torchvision-other-torch"
     # the healthy twin: the pair pip installs together
     shutil.rmtree(site / "torchvision-0.21.0.dist-info")
     write_dist(site, "torchvision", "0.20.1", ["numpy", "torch==2.5.1"])

@@ -215,10 +215,18 @@ def requirements(ctx: Context):
                     "(torch.build and deepspeed.install say what is missing)")
     if report.problems:
         interp = pyenv.interpreter(ctx)
-        # an installed DeepSpeed older than a package asks for, else two packages apart
-        old_deepspeed = any(p.name.lower() == "deepspeed" and p.installed for p in report.problems)
+        # An installed DeepSpeed older than a package asks for; torchvision/torchaudio pinned
+        # to another torch than the installed one (their operators are built for it); else two
+        # packages of the stack from releases apart.
+        problems = report.problems
+        old_deepspeed = any(p.name.lower() == "deepspeed" and p.installed for p in problems)
+        vision_for_other_torch = any(
+            p.package.lower() in ("torchvision", "torchaudio") and p.name.lower() == "torch"
+            and p.installed for p in problems)
         return mode_finding(
-            fail, "deepspeed.version-too-old" if old_deepspeed else "env.package-version-mismatch",
+            fail, "deepspeed.version-too-old" if old_deepspeed else
+            "env.torchvision-other-torch" if vision_for_other_torch else
+            "env.package-version-mismatch",
             f"{len(report.problems)} broken requirement(s) among the training packages",
             *(p.describe() for p in report.problems),
             here=pyenv.pip_install_command(interp.executable, report.problems))
@@ -238,10 +246,12 @@ def workload_packages(ctx: Context):
     env = target_env.environment(ctx)
     missing = job_env.missing_imports(ctx, wanted)
     if missing:  # the run stops at its first import: not ready, on any target
-        return fail(f"{', '.join(missing)} not installed in {env.prefix}, the environment "
-                    f"judged ({env.why}): `dsenv run {workload}` stops at its imports",
-                    "build the environment with `dsenv provision` (its lock has them), or "
-                    f"`{env.python or 'python'} -m pip install {' '.join(missing)}`")
+        return mode_finding(
+            fail, "env.package-missing",
+            f"{', '.join(missing)} not installed in {env.prefix}, the environment judged "
+            f"({env.why}): `dsenv run {workload}` stops at its imports",
+            here="build the environment with `dsenv provision` (its lock has them), or "
+                 f"`{env.python or 'python'} -m pip install {' '.join(missing)}`")
     have = job_env.installed(ctx)
     return ok(f"{len(wanted)} packages {workload} imports are installed",
               ", ".join(f"{n} {have[job_env.canonical(n)]}" for n in wanted))
