@@ -3,6 +3,7 @@ message says, which package provides the library, and whether this node has it."
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -69,6 +70,41 @@ def test_an_unknown_library_is_still_read_and_named():
     found, = loader.parse("error while loading shared libraries: libfoo.so.3: cannot open "
                           "shared object file: No such file or directory")
     assert found.library == "libfoo.so.3" and found.row is None and "libfoo.so.3" in found.fix
+
+
+# emojicode/emojicode#195: an executable wants the old ncurses terminfo library (libtinfo5).
+LIBTINFO = ("./emojicodec: error while loading shared libraries: libtinfo.so.5: cannot open "
+            "shared object file: No such file or directory")
+
+
+def test_a_library_dsenv_does_not_know_names_no_cause_but_shows_the_reading():
+    # what failed is read (the library, its soname version), not why: below the bar
+    done = dsenv("explain", LIBTINFO)
+    assert done.returncode == 1, done.stdout
+    assert done.stdout.startswith("no known cause")
+    assert "weak        loader.missing (score 2.5 < 3): parsed: library libtinfo.so.5" in done.stdout
+    assert "next        Find which package ships libtinfo.so.5" in done.stdout
+    assert "`dsenv explain --here` looks for the library" in done.stdout
+    # the healthy twin: a library the table knows is named (xinference's libcudart.so.12)
+    known = dsenv("explain", text_of("libcudart12_xinference.log"))
+    assert known.returncode == 0 and not known.stdout.startswith("no known cause")
+
+
+def test_here_still_looks_for_a_library_dsenv_does_not_know(tmp_path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libtinfo.so.5").write_bytes(b"\x7fELF")
+    env = {"LD_LIBRARY_PATH": str(lib)}
+    done = dsenv("explain", "--here", "--json", LIBTINFO, env=env)
+    assert done.returncode == 1
+    weak = json.loads(done.stdout)["weak"][0]
+    assert weak["id"] == "loader.missing"
+    assert any(str(lib / "libtinfo.so.5") in line for line in weak["here"]), weak["here"]
+    # where it is nowhere: said so, not skipped
+    gone = dsenv("explain", "--here", "--json", LIBTINFO.replace("libtinfo.so.5",
+                                                                 "libnothere.so.5"))
+    assert any("libnothere.so.5 is not found here" in line
+               for line in json.loads(gone.stdout)["weak"][0]["here"])
 
 
 def test_here_finds_the_library_in_the_environment_and_on_ld_library_path(tmp_path):

@@ -170,11 +170,16 @@ def _match_json(m: rank.Match, here_lines: list[str] | None) -> dict:
 
 def _print_unknown(reading, weak, args) -> int:
     failures = [x for x in reading.candidates if x.kind == "failure"][:6]
+    # A library dsenv's table does not know is read but names no cause; --here still says
+    # whether this node and environment have it.
+    libraries = [m for m in weak if m.finding is not None]
+    found = _look_here(libraries, args) if args.here else {}
     if args.json:
         print(json.dumps({"schema": "dsenv.explain/1", "root": _line_json(
             None if reading.single else reading.root), "read": None, "matches": [],
             "extracted": [_line_json(x) for x in failures if not reading.single],
-            "weak": [{"id": m.id, "score": m.score, "evidence": m.why} for m in weak]},
+            "weak": [{"id": m.id, "score": m.score, "evidence": m.why}
+                     | ({"here": found[id(m)]} if id(m) in found else {}) for m in weak]},
             indent=2))
         return 1
     print("no known cause: no catalogue entry matches this text with enough evidence")
@@ -185,6 +190,12 @@ def _print_unknown(reading, weak, args) -> int:
                 print(f"  also        line {x.number}: {x.text.strip()[:300]}")
     for m in weak:
         print(f"  weak        {m.id} (score {m.score:g} < {rank.BAR:g}): {'; '.join(m.why)}")
+        if m.finding is not None:
+            print(f"  next        {m.finding.fix}")
+        for line in found.get(id(m), ()):
+            print(f"  here        {line}")
+    if libraries and not args.here:
+        print("  `dsenv explain --here` looks for the library on this node and in the environment")
     print("`dsenv doctor` checks the node and the environment, and `dsenv doctor --list` "
           "shows what the catalogue covers")
     return 1

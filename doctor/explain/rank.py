@@ -4,8 +4,10 @@ Each catalogue mode and each family parser's finding gets a score for one failur
 
 - the message: a catalogue pattern found in the line weighs 3, a generic one (evidence.toml:
   "No space left on device", "Bus error", "NCCL_IB_GID_INDEX" ...) 1; a family parser that
-  reads the line's structure (loader.py) weighs 3.5 (4 when the library is in its table; just
-  the bar when the table says failing to load it is usually harmless);
+  reads the line's structure (loader.py) weighs 4 when the library is in its table (just the
+  bar when the table says failing to load it is usually harmless) and 2.5, under the bar, when
+  it is not: a library dsenv does not know is what failed, not why (the reading is shown
+  with "no known cause", and --here still looks for the library);
   a family parser (families/) that reads the line's parts and names a mode weighs 4.5;
 - the component that printed the line (NCCL, torch.distributed, Slurm, the dynamic loader...):
   +1 when the mode belongs to that component's areas; -2 when it does not and the component
@@ -31,6 +33,7 @@ from dsenv.doctor.explain import families, loader
 
 BAR = 3.0
 SPECIFIC, GENERIC, STRUCTURE = 3.0, 1.0, 3.5
+UNKNOWN_LIBRARY = 2.5
 FLAGS = re.IGNORECASE | re.MULTILINE
 
 # Who printed a line, and the catalogue areas that component's failures belong to.
@@ -198,7 +201,7 @@ def rank(message: str, around: str = "") -> list[Match]:
     matches = score_modes(message, around)
     by_id = {m.id: m for m in matches}
     for finding in loader.parse(message):
-        weight = BAR if finding.benign else STRUCTURE + (0.5 if finding.row else 0)
+        weight = BAR if finding.benign else STRUCTURE + 0.5 if finding.row else UNKNOWN_LIBRARY
         matches.append(Match(weight, finding=finding,
                              matched=[finding.text], why=[f"parsed: {finding.describe()}"]))
         linked = finding.mode  # libraries.toml: the row's link for this kind (and shape)
