@@ -9,10 +9,11 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from dsenv.data import load_table
 from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
-from dsenv.facts.python import deepspeed_info, imports, pyenv, target_env
+from dsenv.facts.python import deepspeed_info, imports, pyenv, sharedlibs, target_env
 from dsenv.provision import ProvisionError
 from dsenv.provision.record import manifest as env_manifest
 from dsenv.verdicts import job_env
@@ -255,6 +256,47 @@ def workload_packages(ctx: Context):
     have = job_env.installed(ctx)
     return ok(f"{len(wanted)} packages {workload} imports are installed",
               ", ".join(f"{n} {have[job_env.canonical(n)]}" for n in wanted))
+
+
+@check("python.system-libraries", "System libraries packages load (ldd)")
+def system_libraries(ctx: Context):
+    """Packages whose extension modules link system libraries a slim image or a minimal node
+    lacks (envs/training_stack.toml: opencv-python's cv2 and X11/OpenGL/GLib): ldd says
+    which the import would not find, before the job's first `import cv2` does."""
+    env = target_env.environment(ctx)
+    files: list[Path] = []
+    users = []
+    for row in load_table("dsenv.envs", "training_stack.toml")["python"]["system_library_users"]:
+        folder = target_env.module_folder(ctx, row["module"])
+        found = sorted(p for pattern in row["files"] for p in folder.glob(pattern)) if folder \
+            else []
+        if found:
+            users.append(row)
+            files += found[:4]  # one build per wheel: a few files say it all
+    if not files:
+        names = ", ".join(r["module"] for r in load_table(
+            "dsenv.envs", "training_stack.toml")["python"]["system_library_users"])
+        return skip(f"no package that links system libraries ({names}) has an extension "
+                    f"module in {env.prefix}: nothing to look at")
+    if ctx.which("ldd") is None:
+        return skip("ldd is not on PATH: the extension modules' libraries cannot be listed")
+    report = sharedlibs.unresolved(ctx, files)
+    if not report.read:
+        return skip("ldd could not read the extension modules: " + "; ".join(
+            f"{Path(f).name}: {why}" for f, why in report.unread.items()))
+    absent = sorted({lib for libs in report.missing.values() for lib in libs})
+    evidence = [f"{f}: {', '.join(libs) or 'all found'}" for f, libs in report.missing.items()]
+    if absent:
+        row = users[0]
+        return mode_finding(
+            fail, "loader.system-library-missing",
+            f"{', '.join(absent)} not found for {', '.join(r['module'] for r in users)} in "
+            f"{env.prefix}: `import {row['module']}` fails with \"cannot open shared object "
+            "file\"", *evidence,
+            here=f"install the system packages that provide {', '.join(absent)} on this node or "
+                 f"in the image ({row['needs']}), or use {row['headless']}")
+    return ok(f"{', '.join(r['module'] for r in users)}: every library its extension modules "
+              "link is found", *evidence)
 
 
 @check("python.env-drift", "Environment matches its dsenv lock")

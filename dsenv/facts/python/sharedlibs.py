@@ -6,6 +6,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from dsenv.facts.node import Node, probe
@@ -68,3 +69,31 @@ def libmpi_abi(path: str) -> str | None:
                 return "openmpi" if data.find(b"ompi_mpi_comm_self") >= 0 else "mpich"
     except (OSError, ValueError):
         return None
+
+
+@dataclass(frozen=True)
+class LinkReport:
+    """What ``ldd`` says of some shared objects: the libraries each cannot find, and the
+    files ldd could not read (with how it ended)."""
+
+    missing: dict[str, tuple[str, ...]]  # file -> sonames "not found"
+    unread: dict[str, str]  # file -> why ldd gave no answer
+
+    @property
+    def read(self) -> int:
+        return len(self.missing)
+
+
+def unresolved(node: Node, files) -> LinkReport:
+    """``ldd FILE`` for each file (the job's LD_LIBRARY_PATH applies: node.env): the
+    libraries the dynamic loader would not find when the module is imported."""
+    missing: dict[str, tuple[str, ...]] = {}
+    unread: dict[str, str] = {}
+    for path in files:
+        result = node.run(["ldd", str(path)])
+        if not result.ok:
+            unread[str(path)] = result.describe()
+            continue
+        missing[str(path)] = tuple(n for n, target in parse_ldd(result.stdout).items()
+                                   if target is None)
+    return LinkReport(missing, unread)
