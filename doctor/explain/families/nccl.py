@@ -122,8 +122,10 @@ def read(message: str) -> list[Reading]:
         # NCCL_NET names a network no loaded plugin provides: the OFI plugin is missing (Slingshot).
         elif m := re.search(r"Error: network (AWS Libfabric|OFI) not found", text):
             add("comm.slingshot-no-ofi-plugin", text, file=source, network=m[1])
-        # The AWS OFI plugin found no efa provider: no EFA device on this node or container.
-        elif "NET/OFI Only EFA provider is supported" in text:
+        # The AWS OFI plugin found no efa provider: no EFA device on this node or container
+        # (older plugins: "Could not find any optimal provider", nccl#229).
+        elif re.search(r"NET/OFI (?:Only EFA provider is supported|(?:Could not|Couldn't) find "
+                       r"any optimal provider)", text):
             add("comm.efa-unavailable", text, file=source, plugin="aws-ofi-nccl")
         elif (ibv := _IBV_CALL.search(text)):
             errno = (ibv["errno"] or "").strip()
