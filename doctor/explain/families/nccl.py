@@ -24,8 +24,10 @@ from dsenv.doctor.explain.families.container import docker_host
 
 FAMILY = "nccl"
 
-# host:pid:tid [dev] src/file.cc:123 NCCL WARN text   (also "WARN" without NCCL, .cu, ib_plugin.c)
-_WARN = re.compile(r"(?P<file>[\w./-]+\.(?:cc|cu|c|h)):(?P<line>\d+) (?:NCCL |RCCL )?WARN (?P<text>.*)")
+# host:pid:tid [dev] src/file.cc:123 NCCL WARN text   (also "WARN" without NCCL, .cu, ib_plugin.c;
+# plugins print a function: "get_ofi_provider:312 NCCL WARN")
+_WARN = re.compile(r"(?P<file>[\w./-]+\.(?:cc|cu|c|h)|[a-z]\w*):(?P<line>\d+) (?:NCCL |RCCL )?WARN "
+                   r"(?P<text>.*)")
 _RESULT = re.compile(r"\bnccl(?P<kind>System|Internal|Remote|InvalidUsage|InvalidArgument|UnhandledCuda)"
                      r"Error\b")
 _LAST = re.compile(r"Last (?:NCCL warning\(error\)|error):\s*'?(?P<text>[^\n']+)")
