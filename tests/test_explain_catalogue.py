@@ -133,6 +133,18 @@ def test_held_out_messages_share_no_thread_with_what_the_rules_came_from():
     assert len(held) >= 16 and not held & seen, held & seen
 
 
+LOOKALIKES = [r for path in sorted((FIXTURES / "explain_lookalikes").glob("*.jsonl"))
+              for r in _jsonl(path)]
+
+
+@pytest.mark.parametrize("row", LOOKALIKES, ids=lambda r: f"not-{r['not_mode']}@{r['url'][19:]}")
+def test_a_lookalike_is_not_read_as_the_mode_it_resembles(row):
+    """Real texts sharing a mode's words whose threads settled another cause
+    (tests/fixtures/explain_lookalikes/): explain may name another cause or none, never it."""
+    _, _, sure, _ = explain_text(row["text"])
+    assert row["not_mode"] not in [m.id for m in sure]
+
+
 @pytest.mark.parametrize("row", symptoms(), ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
 def test_explain_names_each_symptom(row):
     assert first_cause(row["text"]) == row["mode"]
