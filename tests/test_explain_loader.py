@@ -169,6 +169,22 @@ def test_here_inside_apptainer_looks_at_the_bound_driver_libraries(tmp_path):
         loader.look_here(finding, node)
 
 
+def test_here_in_a_container_says_nothing_of_host_binds_for_a_library_the_image_installs(
+        tmp_path):
+    # libaio (and libGL) come from the image's packages, never from --nv/--gpus
+    finding, = loader.parse("OSError: libaio.so.1: cannot open shared object file: No such file "
+                            "or directory")
+    (tmp_path / ".singularity.d").mkdir()
+    (tmp_path / ".dockerenv").write_text("")
+    node = Node(env={"PATH": "/usr/bin:/bin", "APPTAINER_CONTAINER": "/x/image.sif"},
+                root=tmp_path, python_prefix=tmp_path / "none")
+    lines = loader.look_here(finding, node)
+    assert not any("--nv" in line or "--gpus" in line for line in lines), lines
+    # the driver's libcuda in the same container: the host bind is what to look at
+    driver, = loader.parse("OSError: libcuda.so.1: cannot open shared object file")
+    assert any("bound only with --nv" in line for line in loader.look_here(driver, node))
+
+
 @pytest.mark.parametrize("text, mode", [
     ('[BUG]: undefined symbol: "ncclCommWindowRegister"', "comm.multiple-nccl"),
     ("ImportError: /x/torch/lib/libtorch_cuda.so: undefined symbol: cublasLtGetStatusString, "

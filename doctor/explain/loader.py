@@ -347,7 +347,10 @@ def look_here(finding: Finding, node) -> list[str]:
 
 def _container_lines(finding: Finding, node, stem: str) -> list[str]:
     """Inside Apptainer/Singularity, --nv (--rocm) binds the host's driver libraries into
-    /.singularity.d/libs; inside Docker they come only with --gpus (the NVIDIA toolkit)."""
+    /.singularity.d/libs; inside Docker they come only with --gpus (the NVIDIA toolkit). Only
+    for the driver's own libraries (a row's from_host): libaio or libGL come from the image."""
+    if not (finding.row or {}).get("from_host"):
+        return []
     libs = node.path("/.singularity.d/libs")
     if node.env.get("APPTAINER_CONTAINER") or node.env.get("SINGULARITY_CONTAINER") \
             or node.path("/.singularity.d").is_dir():
@@ -356,7 +359,7 @@ def _container_lines(finding: Finding, node, stem: str) -> list[str]:
             return [f"container bind (/.singularity.d/libs): {p}" for p in bound]
         return [f"inside an Apptainer/Singularity container, /.singularity.d/libs has no "
                 f"{stem}*: the host's driver libraries are bound only with --nv (--rocm)"]
-    if node.path("/.dockerenv").exists() and finding.row and not finding.row["wheel"]:
+    if node.path("/.dockerenv").exists():
         return [f"inside a Docker container: {finding.library} comes from the host only when "
                 f"it runs with --gpus (nvidia-container-toolkit) or the image installs it"]
     return []
