@@ -35,6 +35,7 @@ class Mode:
     also: tuple[str, ...] = ()  # more message evidence (doctor/explain/rank.py)
     against: tuple[str, ...] = ()  # evidence that the symptom came from elsewhere
     goes_on: bool = False  # the process goes on after this symptom (a fallback, a notice)
+    merged: tuple[str, ...] = ()  # ids of earlier or proposed modes of the same cause it took in
 
     def matches(self, text: str) -> list[str]:
         """The patterns of this mode that ``text`` matches."""
@@ -53,12 +54,15 @@ def modes() -> tuple[Mode, ...]:
     return tuple(Mode(r["id"], r["area"], r["title"], r["symptom"], tuple(r.get("match", ())),
                       r["cause"], r["detect"], r.get("check", ""), r["fix"],
                       r.get("fixable", ""), tuple(r["sources"]), tuple(r.get("also", ())),
-                      tuple(r.get("against", ())), bool(r.get("goes_on", False)))
+                      tuple(r.get("against", ())), bool(r.get("goes_on", False)),
+                      tuple(r.get("merged", ())))
                  for r in rows)
 
 
 def mode(mode_id: str) -> Mode | None:
-    return next((m for m in modes() if m.id == mode_id), None)
+    """The mode with this id, or the one that took in a mode of that id (``merged``)."""
+    return next((m for m in modes() if m.id == mode_id), None) or next(
+        (m for m in modes() if mode_id in m.merged), None)
 
 
 def by_check() -> dict[str, list[Mode]]:
@@ -74,7 +78,7 @@ def explain(text: str) -> list[tuple[Mode, list[str]]]:
     """The modes that ``text`` names: a mode id or check id exactly, else every mode one of
     whose patterns the text matches, most matching patterns first."""
     wanted = text.strip()
-    exact = [m for m in modes() if wanted in (m.id, m.check)]
+    exact = [m for m in modes() if wanted in (m.id, m.check, *m.merged)]
     if exact:
         return [(m, []) for m in exact]
     hits = [(m, m.matches(text)) for m in modes()]

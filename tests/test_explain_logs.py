@@ -172,14 +172,21 @@ def test_stdin_and_files_read_the_same():
 
 @pytest.mark.parametrize("text", [
     "RuntimeError: Error building extension 'cpu_adam'",  # any build failure says this
-    "Illegal instruction (core dumped)",  # numpy, bitsandbytes, any binary built for AVX-512
     "NCCL INFO Using network Socket",  # a fabric without RDMA prints it too
 ])
 def test_a_generic_symptom_alone_stays_below_the_bar(text):
     """These named a cause before issue 23 (jit.extensions-dir-shared,
-    deepspeed.cpu-ops-sigill, since merged into system.cpu-lacks-isa,
     comm.slingshot-no-ofi-plugin) on one generic phrase."""
     assert rank.confident(rank.rank(text)) == []
+
+
+def test_an_illegal_instruction_is_the_cpu_not_one_package():
+    """A bare SIGILL named DeepSpeed's CPU ops before issue 23; numpy, bitsandbytes or any
+    binary built for AVX-512 print the same. It is the CPU lacking what a binary was built
+    for (system.cpu-lacks-isa, which took in deepspeed.cpu-ops-sigill): every settled thread
+    of the symptoms says so, the ops' and the wheels' alike."""
+    sure = rank.confident(rank.rank("Illegal instruction (core dumped)"))
+    assert [m.id for m in sure] == ["system.cpu-lacks-isa"]
 
 
 def test_evidence_names_real_modes_and_every_rule_has_a_source():

@@ -115,7 +115,7 @@ def run_explain(args) -> int:
                          "required to load C++ extensions\"`, a log file, or `-` to read it "
                          "from stdin")
     wanted = text.strip()
-    exact = [m for m in catalogue.modes() if wanted in (m.id, m.check)]
+    exact = [m for m in catalogue.modes() if wanted in (m.id, m.check, *m.merged)]
     if exact:
         return _print([rank.Match(rank.BAR, mode=m) for m in exact], None, None, args)
     if args.here:  # the environment probe runs while the text is read

@@ -62,7 +62,14 @@ COMPONENTS = (
 STRICT = {"nccl", "loader", "slurm", "mpi", "huggingface"}
 
 
+# A launcher reporting how a rank died ("mpirun noticed that process rank 1 ... exited on
+# signal 4 (Illegal instruction)") speaks for the process, not for itself.
+_RANK_DIED = re.compile(r"noticed that process rank \d+ .{0,80}exited on signal \d+")
+
+
 def component(text: str) -> tuple[str, set[str]] | None:
+    if _RANK_DIED.search(text):
+        return None
     for name, pattern, areas in COMPONENTS:
         if pattern.search(text):
             return name, areas

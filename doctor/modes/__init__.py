@@ -10,6 +10,8 @@ Fields of each ``[[mode]]``:
   the same symptom came from elsewhere (weight -3), read by doctor/explain/rank.py;
 - goes_on (optional, default false): the process goes on after this symptom (NCCL falls back
   to sockets, a notice): in a log, a later line that names a cause it dies of is the root;
+- merged (optional): ids of earlier or proposed modes of the same cause this one took in
+  (`dsenv explain ID` prints this mode; bench/explain_corpus.py counts a label of that id as it);
 - cause; detect: how it is detected before the job, or "cannot: why";
 - check: the doctor check id that catches it ("" when none can, before launch);
 - fix: one concrete fix; fixable: "" or a doctor/fix/actions.py KIND `--fix` can apply;
