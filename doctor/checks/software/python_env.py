@@ -264,9 +264,10 @@ def system_libraries(ctx: Context):
     lacks (envs/training_stack.toml: opencv-python's cv2 and X11/OpenGL/GLib): ldd says
     which the import would not find, before the job's first `import cv2` does."""
     env = target_env.environment(ctx)
+    rows = load_table("dsenv.envs", "training_stack.toml")["python"]["system_library_users"]
     files: list[Path] = []
     users = []
-    for row in load_table("dsenv.envs", "training_stack.toml")["python"]["system_library_users"]:
+    for row in rows:
         folder = target_env.module_folder(ctx, row["module"])
         found = sorted(p for pattern in row["files"] for p in folder.glob(pattern)) if folder \
             else []
@@ -274,8 +275,7 @@ def system_libraries(ctx: Context):
             users.append(row)
             files += found[:4]  # one build per wheel: a few files say it all
     if not files:
-        names = ", ".join(r["module"] for r in load_table(
-            "dsenv.envs", "training_stack.toml")["python"]["system_library_users"])
+        names = ", ".join(r["module"] for r in rows)
         return skip(f"no package that links system libraries ({names}) has an extension "
                     f"module in {env.prefix}: nothing to look at")
     if ctx.which("ldd") is None:
