@@ -35,13 +35,6 @@ def first_cause(text: str) -> str:
     return sure[0].id if sure else ""
 
 
-def same_cause(got: str, want: str) -> bool:
-    """``got`` names ``want``: the same id, or a mode that took in a mode of that id (the
-    catalogue's ``merged``: a proposed id the catalogue covers under another)."""
-    mode = catalogue.mode(got) if got else None
-    return bool(got) and (got == want or (mode is not None and want in mode.merged))
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--misses", action="store_true", help="list the messages not named")
@@ -60,7 +53,8 @@ def main() -> int:
         want = row["mode"] or row["proposed_mode"]
         got = first_cause(row["message"])
         env = row["family"] != "NOT-ENVIRONMENT"
-        verdict = ("named" if same_cause(got, want) else "wrong" if got else "quiet") if env else (
+        named = catalogue.same_cause(got, want)
+        verdict = ("named" if named else "wrong" if got else "quiet") if env else (
             "wrong" if got else "quiet")
         for name, tally in tables.items():
             if name != "every message" and row.get("evidence"):

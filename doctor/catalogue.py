@@ -65,6 +65,13 @@ def mode(mode_id: str) -> Mode | None:
         (m for m in modes() if mode_id in m.merged), None)
 
 
+def same_cause(named: str, label: str) -> bool:
+    """A cause explain named is the one a label gives: the same id, or the mode that took in a
+    mode of that id (``merged``: a proposed or earlier id the catalogue covers under another)."""
+    found = mode(named) if named else None
+    return bool(named) and (named == label or (found is not None and label in found.merged))
+
+
 def by_check() -> dict[str, list[Mode]]:
     """{check id: the catalogue modes it detects}."""
     found: dict[str, list[Mode]] = {}

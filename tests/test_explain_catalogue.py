@@ -162,15 +162,14 @@ def test_corpus_recall_and_wrong_cause_rate():
     `evidence`), explain names >= 90% and gives another cause for <= 3%."""
     env = [r for r in corpus() if r["family"] != "NOT-ENVIRONMENT" and not r.get("evidence")]
     got = {r["id"]: first_cause(r["message"]) for r in env}
-    named = sum(same_cause(got[r["id"]], r["mode"] or r["proposed_mode"]) for r in env)
-    wrong = sum(bool(got[r["id"]]) and not same_cause(got[r["id"]], r["mode"] or
-                                                       r["proposed_mode"]) for r in env)
+    named = sum(catalogue.same_cause(got[r["id"]], label(r)) for r in env)
+    wrong = sum(bool(got[r["id"]]) and not catalogue.same_cause(got[r["id"]], label(r))
+                for r in env)
     assert named / len(env) >= 0.9 and wrong / len(env) <= 0.03, (named, wrong, len(env))
 
 
-def same_cause(got: str, want: str) -> bool:
-    mode = catalogue.mode(got) if got else None
-    return bool(got) and (got == want or (mode is not None and want in mode.merged))
+def label(row: dict) -> str:
+    return row["mode"] or row["proposed_mode"]
 
 
 def test_a_merged_id_is_no_live_mode_and_still_explains():
@@ -181,6 +180,9 @@ def test_a_merged_id_is_no_live_mode_and_still_explains():
     assert catalogue.mode("deepspeed.cpu-ops-sigill").id == "system.cpu-lacks-isa"
     assert catalogue.explain("deepspeed.cpu-ops-sigill")[0][0].id == "system.cpu-lacks-isa"
     assert catalogue.mode("deepspeed.no-such-mode") is None
+    assert catalogue.same_cause("system.cpu-lacks-isa", "deepspeed.cpu-ops-sigill")
+    assert not catalogue.same_cause("system.cpu-lacks-isa", "system.shm-too-small")
+    assert not catalogue.same_cause("", "")
 
 
 def test_texts_shared_by_several_causes_get_one_answer():
