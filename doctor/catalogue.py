@@ -36,6 +36,7 @@ class Mode:
     against: tuple[str, ...] = ()  # evidence that the symptom came from elsewhere
     goes_on: bool = False  # the process goes on after this symptom (a fallback, a notice)
     merged: tuple[str, ...] = ()  # ids of earlier or proposed modes of the same cause it took in
+    benign: bool = False  # a normal notice, never a job's cause (explain shows it as a notice)
 
     def matches(self, text: str) -> list[str]:
         """The patterns of this mode that ``text`` matches."""
@@ -55,7 +56,7 @@ def modes() -> tuple[Mode, ...]:
                       r["cause"], r["detect"], r.get("check", ""), r["fix"],
                       r.get("fixable", ""), tuple(r["sources"]), tuple(r.get("also", ())),
                       tuple(r.get("against", ())), bool(r.get("goes_on", False)),
-                      tuple(r.get("merged", ())))
+                      tuple(r.get("merged", ())), bool(r.get("benign", False)))
                  for r in rows)
 
 

@@ -60,7 +60,27 @@ def explain_text(text: str):
     The first line with a confident cause is the one explained, unless that cause is one the
     process goes on after (``goes_on``: NCCL's fallback from a missing libibverbs to sockets,
     a plugin notice): then a later line naming a cause the job dies of is explained instead,
-    with the fallback after it."""
+    with the fallback after it. In a log, a benign notice is never the cause: when it is all
+    that matched, nothing is confident and the notices come back as the weak ones."""
+    reading, line, sure, weak = _explain(text)
+    if sure and all(_benign(m) for m in sure) and _is_log(text):
+        # a notice of healthy runs too (NCCL's "Could not find: libnccl-net.so", the deepspeed
+        # runner's "Unable to find hostfile") is what a log holds, not why it failed: shown
+        # as a notice, never named as the cause
+        return reading, line, [], sure
+    return reading, line, sure, weak
+
+
+def _benign(m: rank.Match) -> bool:
+    return m.mode is not None and m.mode.benign
+
+
+def _is_log(text: str) -> bool:
+    """More than one line: a log or an excerpt, not the one notice a user asks about."""
+    return sum(1 for x in text.splitlines() if x.strip()) > 1
+
+
+def _explain(text: str):
     reading = logread.find_root(text)
     weak: list[rank.Match] = []
     survived = None  # (line, matches) of the first confident line whose cause it goes on after
@@ -121,9 +141,30 @@ def run_explain(args) -> int:
     if args.here:  # the environment probe runs while the text is read
         args.here_context = here.context(args.environment)
     reading, line, sure, weak = explain_text(text)
-    if not sure:
-        return _print_unknown(reading, weak, args)
-    return _print(sure, reading, line, args)
+    if sure:
+        return _print(sure, reading, line, args)
+    notices = [m for m in weak if _benign(m)]
+    if notices and reading.single:
+        return _print_no_failure(notices, args)
+    return _print_unknown(reading, [m for m in weak if not _benign(m)], args, notices)
+
+
+def _notices_json(notices) -> list[dict]:
+    return [{"id": m.id, "title": title(m), "matched": m.matched} for m in notices]
+
+
+def _print_no_failure(notices, args) -> int:
+    if args.json:
+        print(json.dumps({"schema": "dsenv.explain/1", "root": None, "read": None,
+                          "matches": [], "extracted": [], "weak": [],
+                          "notices": _notices_json(notices)}, indent=2))
+        return 1
+    print("no failure found: no line of this text reports an error")
+    for m in notices:
+        print(f"  notice      {m.id}: {title(m)}")
+    print("if the job failed, its error is not in this text: give the log of the rank or "
+          "step that failed (Slurm's --output/--error files, each rank's stderr)")
+    return 1
 
 
 def _line_json(line):
@@ -168,7 +209,7 @@ def _match_json(m: rank.Match, here_lines: list[str] | None) -> dict:
     return out
 
 
-def _print_unknown(reading, weak, args) -> int:
+def _print_unknown(reading, weak, args, notices=()) -> int:
     failures = [x for x in reading.candidates if x.kind == "failure"][:6]
     # A library dsenv's table does not know is read but names no cause; --here still says
     # whether this node and environment have it.
@@ -179,8 +220,8 @@ def _print_unknown(reading, weak, args) -> int:
             None if reading.single else reading.root), "read": None, "matches": [],
             "extracted": [_line_json(x) for x in failures if not reading.single],
             "weak": [{"id": m.id, "score": m.score, "evidence": m.why}
-                     | ({"here": found[id(m)]} if id(m) in found else {}) for m in weak]},
-            indent=2))
+                     | ({"here": found[id(m)]} if id(m) in found else {}) for m in weak]}
+            | ({"notices": _notices_json(notices)} if notices else {}), indent=2))
         return 1
     print("no known cause: no catalogue entry matches this text with enough evidence")
     if not reading.single and reading.root is not None:
@@ -194,6 +235,8 @@ def _print_unknown(reading, weak, args) -> int:
             print(f"  next        {m.finding.fix}")
         for line in found.get(id(m), ()):
             print(f"  here        {line}")
+    for m in notices:
+        print(f"  notice      {m.id}: {title(m)}")
     if libraries and not args.here:
         print("  `dsenv explain --here` looks for the library on this node and in the environment")
     print("`dsenv doctor` checks the node and the environment, and `dsenv doctor --list` "
