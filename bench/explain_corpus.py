@@ -13,7 +13,9 @@ Two tables: every environment message, and those whose text can name the cause (
     python bench/explain_corpus.py [--misses] [--corpus FILE]
 
 ``--corpus tests/fixtures/explain_holdout/messages.jsonl``: the held-out messages (same
-fields), collected by someone who did not read the rules (its README).
+fields), collected by someone who did not read the rules (its README). ``--gpu-logs``: the
+whole logs recorded on a real GPU node (tests/fixtures/explain_gpu), each with the cause it
+was provoked with (the table in tests/test_explain_gpu_logs.py), family "gpu-node log".
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -35,13 +38,24 @@ def first_cause(text: str) -> str:
     return sure[0].id if sure else ""
 
 
+def gpu_log_rows() -> list[dict]:
+    """The recorded GPU-node logs as corpus rows; their expected causes live in the test."""
+    sys.path.insert(0, str(CORPUS.parents[3]))
+    from tests.test_explain_gpu_logs import CASES, recorded
+    return [{"id": name.removesuffix(".log"), "url": "tests/fixtures/explain_gpu/" + name,
+             "family": "gpu-node log" if want else "NOT-ENVIRONMENT", "mode": want or "",
+             "proposed_mode": "", "message": recorded(name)} for name, want in CASES]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--misses", action="store_true", help="list the messages not named")
     ap.add_argument("--family", help="only this family")
     ap.add_argument("--corpus", type=Path, default=CORPUS, help="messages.jsonl to read")
+    ap.add_argument("--gpu-logs", action="store_true", help="the logs recorded on a GPU node")
     args = ap.parse_args()
-    rows = [json.loads(line) for line in args.corpus.read_text().splitlines() if line.strip()]
+    rows = gpu_log_rows() if args.gpu_logs else [
+        json.loads(line) for line in args.corpus.read_text().splitlines() if line.strip()]
     if args.family:
         rows = [r for r in rows if r["family"] == args.family]
     tables = {"every message": collections.defaultdict(collections.Counter),

@@ -1,4 +1,5 @@
-"""comm: NCCL debugging variables left set (in the environment or NCCL's config files).
+"""comm: NCCL debugging variables left set (in the environment or NCCL's config files), and
+the network NCCL_NET forces.
 
 NCCL's documentation splits its variables in two: system configuration, to keep, and the
 "Debugging" ones (P2P/SHM off, a forced network, algorithm or protocol), which "should not be
@@ -17,9 +18,9 @@ from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fix_actions
 from dsenv.doctor.registry import check
 from dsenv.facts.comm import fabric
-from dsenv.facts.comm.ncclconf import Setting, nccl_settings
+from dsenv.facts.comm.ncclconf import Setting, looked_in, nccl_setting, nccl_settings
 from dsenv.facts.gpu import modes as gpumodes
-from dsenv.verdicts.findings import Finding, Status, ok, warn
+from dsenv.verdicts.findings import Finding, Status, fail, ok, skip, warn
 
 
 def _on(value: str) -> bool:
@@ -117,3 +118,50 @@ def _reset(ctx: Context, found: list[Found], hurts: str):
     (only these: the others may be working around a real hang elsewhere)."""
     return fix_actions.nccl_reset(ctx, [(f.setting.name, f.setting.source) for f in found
                                         if f.variable.hurts == hurts])
+
+
+# NCCL_NET names NCCL's internal transports "IB" and "Socket" (compared without case since
+# NCCL 2.13) or a network plugin's network (aws-ofi-nccl: "AWS Libfabric", "OFI"; Google's
+# "gIB"). A forced network that cannot open is fatal, with no fallback to sockets: NCCL's
+# plugin/net.cc says "Failed to initialize any NET plugin" (2.27+), "Error: network %s not
+# found." before.
+@check("comm.nccl-net", "The network NCCL_NET forces opens on this node")
+def nccl_net(ctx: Context):
+    setting = nccl_setting(ctx, "NCCL_NET")
+    if setting is None:
+        return skip(f"NCCL_NET is not set ({looked_in(ctx)}): NCCL picks the network itself "
+                    "and falls back to sockets")
+    name = setting.value.strip()
+    finding = fail if ctx.is_compute else warn
+    if name[:1] in "'\"" or name[-1:] in "'\"":
+        return mode_finding(finding, "comm.net-forced-unavailable",
+                            f"{setting.shown()}: the quotes are part of the value, so NCCL looks "
+                            f"for a network named {name} that no transport or plugin has",
+                            setting.where(), here=f"set it without quotes inside the value: "
+                            f"{setting.name}={name.strip(chr(39) + chr(34))}")
+    if name.lower() == "socket":
+        return ok(f"{setting.shown()}: TCP sockets open on every node")
+    if name.lower() == "ib":
+        ports = fabric.ib_ports(ctx)
+        active = [p for p in ports if p.active]  # NCCL's IB transport opens ACTIVE ports only
+        if active:
+            return ok(f"{setting.shown()}: {len(active)} ACTIVE InfiniBand/RoCE port(s)",
+                      *[p.describe() for p in active])
+        none = ("no ACTIVE InfiniBand/RoCE port" if ports else "no InfiniBand/RoCE device "
+                "(/sys/class/infiniband is empty or absent)")
+        return mode_finding(finding, "comm.net-forced-unavailable",
+                            f"{setting.shown()} but this node has {none}: NCCL stops at init "
+                            "instead of using sockets", setting.where(),
+                            *[p.describe() for p in ports],
+                            here=f"{setting.undo()} on nodes without InfiniBand; in a container, "
+                            "pass /dev/infiniband in (--device /dev/infiniband)")
+    plugin = fabric.find_net_plugin(ctx, rocm=None)
+    names = " or ".join(fabric.net_plugin_names(ctx, rocm=None))
+    if plugin:
+        return ok(f"{setting.shown()}: a network plugin for it is on LD_LIBRARY_PATH ({plugin})")
+    return mode_finding(finding, "comm.net-forced-unavailable",
+                        f"{setting.shown()} names a network plugin's network, but no {names} "
+                        "is on LD_LIBRARY_PATH: NCCL stops at init instead of using sockets",
+                        setting.where(), f"LD_LIBRARY_PATH={ctx.env.get('LD_LIBRARY_PATH', '')}",
+                        here="load the module that provides the plugin (e.g. aws-ofi-nccl) so its "
+                        f"folder is on LD_LIBRARY_PATH, or {setting.undo()}")
