@@ -121,3 +121,17 @@ def test_here_finds_the_conf_file_that_set_the_interface(tmp_path):
     here = " ".join(json.loads(done.stdout)["matches"][0]["here"])
     assert "not found here" in here, here
 
+
+
+def test_a_notice_before_an_unexplained_error_is_shown_as_a_notice(tmp_path):
+    # the deepspeed runner's "Unable to find hostfile" precedes every single-node launch; the
+    # job died of the script's KeyError, which no cause explains
+    log = tmp_path / "keyerror.log"
+    log.write_text(recorded("ds_launcher_script_keyerror.log"))
+    done = dsenv("explain", str(log))
+    assert done.returncode == 1, done.stdout
+    assert done.stdout.startswith("no known cause")
+    assert "root error  line" in done.stdout and "KeyError" in done.stdout
+    assert "notice      launch.ds-no-hostfile" in done.stdout
+    report = json.loads(dsenv("explain", "--json", str(log)).stdout)
+    assert report["matches"] == [] and report["notices"][0]["id"] == "launch.ds-no-hostfile"
