@@ -144,9 +144,10 @@ def run_explain(args) -> int:
     if sure:
         return _print(sure, reading, line, args)
     notices = [m for m in weak if _benign(m)]
-    if notices and reading.single:
+    others = [m for m in weak if not _benign(m)]
+    if reading.single and not others and (notices or _is_log(text)):
         return _print_no_failure(notices, args)
-    return _print_unknown(reading, [m for m in weak if not _benign(m)], args, notices)
+    return _print_unknown(reading, others, args, notices)
 
 
 def _notices_json(notices) -> list[dict]:
@@ -159,7 +160,8 @@ def _print_no_failure(notices, args) -> int:
                           "matches": [], "extracted": [], "weak": [],
                           "notices": _notices_json(notices)}, indent=2))
         return 1
-    print("no failure found: no line of this text reports an error")
+    print("no failure found: no line of this text reads as an error (an exception, an error "
+          "or fatal message, a failed step)")
     for m in notices:
         print(f"  notice      {m.id}: {title(m)}")
     print("if the job failed, its error is not in this text: give the log of the rank or "
