@@ -133,12 +133,13 @@ def nccl_net(ctx: Context):
                     "and falls back to sockets")
     name = setting.value.strip()
     finding = fail if ctx.is_compute else warn
-    if name[:1] in "'\"" or name[-1:] in "'\"":
+    unquoted = name.strip("'\"")
+    if unquoted != name:
         return mode_finding(finding, "comm.net-forced-unavailable",
                             f"{setting.shown()}: the quotes are part of the value, so NCCL looks "
                             f"for a network named {name} that no transport or plugin has",
                             setting.where(), here=f"set it without quotes inside the value: "
-                            f"{setting.name}={name.strip(chr(39) + chr(34))}")
+                            f"{setting.name}={unquoted}")
     if name.lower() == "socket":
         return ok(f"{setting.shown()}: TCP sockets open on every node")
     if name.lower() == "ib":

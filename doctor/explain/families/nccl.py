@@ -81,13 +81,11 @@ def read(message: str) -> list[Reading]:
     for source, text in _warn_parts(message):
         base = source.rsplit("/", 1)[-1]
         # NCCL's shared-memory segment in /dev/shm ran out of space (a container's 64 MB
-        # default): shm.cc / shmutils.cc, posix_fallocate or "failed to extend". "Error while
-        # creating shared memory segment" follows any failed creation: after shm_open's
-        # "Permission denied" (in this message; the mode's `against` reads the lines around)
-        # it is /dev/shm's permissions, not its size.
+        # default): shm.cc / shmutils.cc, posix_fallocate or "failed to extend" (after
+        # shm_open's "Permission denied" the mode's `against` evidence says otherwise).
         if (base.startswith(("shm", "shmutils")) or "/dev/shm/nccl" in text) and re.search(
                 r"No space left on device|posix_fallocate|failed to extend|creating shared memory"
-                r" segment", text) and "Permission denied" not in message:
+                r" segment", text):
             add("system.shm-too-small", text, file=source, call="shared-memory segment")
         # NVLS multicast (nvls.cc, cuMulticast*) fails when the Fabric Manager is unhealthy.
         elif base.startswith("nvls") or "NVLink SHARP (NVLS)" in text:
