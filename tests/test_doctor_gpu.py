@@ -227,7 +227,19 @@ def test_rocminfo_failing_is_reported(make_ctx, run_one, tool_env):
     result = run_one("gpu.rocm", make_ctx(env=env, target="compute"))
     assert result.status is Status.FAIL and "rocminfo failed" in result.summary
     assert "ROCk module is NOT loaded" in result.evidence[0]
+    assert result.mode == "rocm.amdgpu-driver-not-loaded"
     assert run_one("gpu.rocm", make_ctx(env=env)).status is Status.WARN
+
+
+def test_rocminfo_failing_with_the_driver_loaded_names_another_cause(make_ctx, run_one,
+                                                                     tool_env, tmp_path):
+    # the twin: amdgpu loaded, /dev/kfd there, the runtime refuses the GPU (rocminfo#27)
+    env = tool_env("rocminfo", script="echo 'ROCk module is loaded'\necho 'Call returned "
+                   "HSA_STATUS_ERROR_OUT_OF_RESOURCES'\nexit 1\n")
+    (tmp_path / "root" / "dev").mkdir(parents=True)
+    (tmp_path / "root" / "dev" / "kfd").touch()
+    result = run_one("gpu.rocm", make_ctx(env=env, target="compute"))
+    assert result.status is Status.FAIL and result.mode == "rocm.gpu-not-supported-by-kfd"
 
 
 def gpu_probe_key():

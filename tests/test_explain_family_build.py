@@ -211,3 +211,26 @@ def test_other_families_and_empty_text_give_no_reading():
     assert build.read("ImportError: libcudnn_cnn_infer.so.8: cannot open shared object file: "
                       "No such file or directory") == []
     assert build.read("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB") == []
+
+
+def test_nvcc_refusing_what_torch_passes_and_triton_without_a_compiler():
+    # torch's ninja builds pass --generate-dependencies-with-compile (nvcc 10.2+)
+    mode, got = parts(row("levihsu/OOTDiffusion/issues/65")["text"])[0]
+    assert (mode, got["option"]) == ("toolkit.nvcc-too-old-for-torch",
+                                     "-generate-dependencies-with-compile")
+    # Triton's launcher build, in its older and newer wording
+    for tail in ("apple/ml-cross-entropy/issues/5", "jamiepine/voicebox/issues/877"):
+        assert [(m, got["compiler"]) for m, got in parts(row(tail)["text"])] == [
+            ("toolkit.cxx-compiler-missing", "C")]
+
+
+def test_ptxas_older_than_its_ptx_and_a_python_link_without_the_dev_package():
+    mode, got = parts(row("tinygrad/tinygrad/issues/7729")["text"])[0]
+    assert (mode, got["ptx isa"], got["newest isa this ptxas knows"]) == (
+        "toolkit.ptxas-older-than-ptx", "8.5", "7.5")
+    # the driver's own JIT assembler is another cause (a driver older than the toolkit)
+    assert parts("ptxas application ptx input, line 9; fatal : Unsupported .version 7.3; "
+                 "current version is '7.2'") == []
+    mode, got = parts(row("ariovistus/pyd/issues/82")["text"])[0]
+    assert (mode, got["library"]) == ("toolkit.python-headers-missing", "python3.5m")
+

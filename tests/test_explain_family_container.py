@@ -153,6 +153,52 @@ def test_no_bootstrap_interface_in_a_container_names_both_causes():
     assert [m.id for m in sure] == ["comm.no-bootstrap-interface"]
 
 
+def test_the_hooks_cgroup_stage_names_v1_only_or_rootless():
+    # the container stage looking for cgroup v1's devices controller on a v2 host
+    mode, got = parts(row("NVIDIA/nvidia-docker/issues/1447")["text"])[0]
+    assert (mode, got["stage"], got["cgroup"]) == (
+        "container.toolkit-lacks-cgroup-v2", "container", "cgroup subsystem devices not found")
+    # the GPU operator's nvidia-container-cli.real says the same
+    assert parts("nvidia-container-cli.real: container error: cgroup subsystem devices not "
+                 "found: unknown")[0][0] == "container.toolkit-lacks-cgroup-v2"
+    # the mount stage not allowed to edit the device cgroup: v1's file, v2's eBPF filter
+    mode, got = parts(row("moby/moby/issues/38729")["text"])[0]
+    assert (mode, got["cgroup"]) == ("container.rootless-device-cgroup",
+                                     "v1 /sys/fs/cgroup/devices/user.slice/devices.allow")
+    mode, got = parts(row("NVIDIA/nvidia-container-toolkit/issues/1487")["text"])[0]
+    assert (mode, got["cgroup"]) == ("container.rootless-device-cgroup", "v2 eBPF device filter")
+    # a mount error about a file the image ships is not the cgroup
+    assert "container.rootless-device-cgroup" not in [m for m, _ in parts(
+        row("BIOP/BIOP-desktop/issues/2")["text"])]
+
+
+def test_cdi_names_and_wsl_adapters():
+    mode, got = parts(row("NVIDIA/nvidia-container-toolkit/issues/1239")["text"])[0]
+    assert (mode, got["device"], got["runtime"]) == (
+        "container.cdi-spec-unresolved",
+        "management.nvidia.com/gpu=GPU-e78e68c0-4e6a-737e-f9cc-4223fe50aead", "kubelet")
+    mode, got = parts(row("NixOS/nixpkgs/issues/420638")["text"])[0]
+    assert (mode, got["device"]) == ("container.cdi-spec-unresolved", "nvidia.com/gpu=all")
+    # the toolkit's own words, even with its name mistyped in the paste
+    for tail in ("AbdBarho/stable-diffusion-webui-docker/issues/117",
+                 "IDEA-Research/Grounded-Segment-Anything/issues/506"):
+        assert parts(row(tail)["text"])[0][0] == "container.wsl-no-gpu-adapter"
+
+
+def test_rdma_devices_listed_but_not_openable():
+    mode, got = parts(row("NVIDIA/nccl/issues/451")["text"])[0]
+    assert (mode, got["device"]) == ("container.rdma-devices-not-passed", "mlx5_bond_0")
+    mode, got = parts(row("ofiwg/libfabric/issues/12708")["text"])[0]
+    assert (mode, got["errno"]) == ("container.rdma-devices-not-passed", "2")
+    mode, got = parts("ip-172-31-3-90:1929:1937 [0] nccl_net_ofi_rdma_init:7978 NCCL WARN "
+                      "NET/OFI OFI fi_getinfo() call failed: No data available")[0]
+    assert (mode, got["plugin"]) == ("container.rdma-devices-not-passed", "aws-ofi-nccl")
+    # a node with no RDMA device at all (every healthy VM's NCCL log) says nothing
+    assert parts("vm:522:522 [0] NCCL INFO NET/IB : No device found.") == []
+    _, _, sure, _ = explain_text("vm:522:522 [0] NCCL INFO NET/IB : No device found.")
+    assert "container.rdma-devices-not-passed" not in [m.id for m in sure]
+
+
 def test_other_families_and_empty_text_give_no_reading():
     assert container.read("") == []
     assert container.read("RuntimeError: HIP error: invalid device function") == []

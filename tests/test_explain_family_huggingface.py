@@ -130,3 +130,33 @@ def test_a_model_type_transformers_does_not_know():
     assert [r.mode for r in huggingface.read(old)] == ["hf.transformers-too-old-for-model"]
     assert not huggingface.read('  File "train.py", line 12, in <module>\n'
                                 "    cfg = CONFIGS[name]\nKeyError: 'qwen2'")
+
+
+def test_xet_transfers_failing_are_read_apart_from_the_hub():
+    # hf_xet's Rust client record: no host in it, its cas_client source file says who failed
+    parts = _parts(_text("xet-core/issues/400"), "hf.xet-transfer-blocked")
+    assert (parts["client"], parts["failure"]) == ("hf_xet", "dns error")
+    # the Xet host and the certificate failure on separate lines of the paste
+    parts = _parts(_text("kodit/issues/145"), "hf.xet-transfer-blocked")
+    assert (parts["xet host"], parts["failure"]) == ("cas-server.xethub.hf.co",
+                                                      "Invalid certificate(UnknownIssuer)")
+    # the same DNS failure for huggingface.co itself is a node without outbound access
+    text = ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', "
+            "port=443): Max retries exceeded with url: /api/models/gpt2 (Caused by "
+            "NewConnectionError('Failed to establish a new connection: [Errno -2] Name or "
+            "service not known'))")
+    assert [r.mode for r in huggingface.read(text)] == ["cache.hf-online-on-offline-node"]
+
+
+
+def test_a_refused_token_is_not_a_missing_repository():
+    # huggingface_hub words a refused token as 'Repository Not Found'; the Hub's own body
+    # says the credentials were refused
+    parts = _parts(_text("silnlp/issues/791"), "hf.token-rejected")
+    assert (parts["status"], parts["refused"]) == ("401", "token")
+    assert [r.mode for r in huggingface.read(_text("hf-llm.rs/issues/4"))] == ["hf.token-rejected"]
+    # a gated repository's 401 stays the gated mode
+    assert [r.mode for r in huggingface.read(
+        "Cannot access gated repo for url https://huggingface.co/meta-llama/Llama-2-7b-hf/"
+        "resolve/main/config.json. Access to model meta-llama/Llama-2-7b-hf is restricted.")] == [
+        "hf.gated-repo-auth"]

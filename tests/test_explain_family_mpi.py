@@ -122,3 +122,38 @@ def test_in_a_job_log_the_refusal_is_read_and_the_fallback_box_is_not():
     log = row("3dem/relion/issues/179")["text"] + "\n" + row("uqfoundation/pyina/issues/63")["text"]
     _, line, sure, _ = explain_text(log)
     assert sure[0].id == "mpi.mpi4py-other-mpi" and "undefined symbol" in line.text
+
+
+def test_new_slurm_reasons_are_read_whatever_the_client():
+    # sbatch's and srun's records, and the Slurm API's own "slurm_load_*" lines (squeue, sinfo)
+    (mode, got), = parts("srun: error: Unable to confirm allocation for job 60564: Unable to "
+                         "contact slurm controller (connect failure)")
+    assert mode == "slurm.controller-unreachable" and got["program"] == "srun"
+    (mode, got), = parts(row("ai4d-iasc/trixie/issues/93")["text"])
+    assert (mode, got["program"]) == ("slurm.controller-unreachable", "slurm_load_partitions")
+    assert [m for m, _ in parts(row("marbl/canu/issues/2350")["text"])] == [
+        "slurm.mem-options-exclusive"]
+    assert [m for m, _ in parts(row("ROCm/rocm-systems/issues/9834")["text"])] == [
+        "slurm.invalid-qos"]
+
+
+def test_binding_overload_box_parts():
+    (mode, got), = parts(row("openai/baselines/issues/325")["text"])
+    assert mode == "mpi.bind-overload"
+    assert (got["bind to"], got["processes"], got["cpus"]) == ("CORE", "2", "1")
+
+
+def test_ofi_provider_call_and_reason():
+    (mode, got), = parts(row("firemodels/fds/issues/7868")["text"])
+    assert (mode, got["call"], got["why"]) == ("mpi.ofi-provider-unavailable", "addrinfo",
+                                               "No data available")
+    (mode, got), = parts(row("intel/MLSL/issues/25")["text"])
+    assert (mode, got["fabric"]) == ("mpi.ofi-provider-unavailable", "ofi")
+
+
+def test_daemons_not_started_box_defers_to_the_failure_before_it():
+    # alone (or after an ssh failure the launch family does not name) it is the daemon mode;
+    # after a host-key refusal the ssh line is the cause (launch.ssh-host-key)
+    assert [m for m, _ in parts(row("openpmix/prrte/issues/1493")["text"])] == ["mpi.orted-lost"]
+    assert parts("Host key verification failed.\n"
+                 "ORTE was unable to reliably start one or more daemons.") == []

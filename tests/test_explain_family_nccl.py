@@ -19,7 +19,8 @@ PARSED = {"comm.no-bootstrap-interface", "comm.ibverbs-unloadable",
           "comm.roce-gid-index", "comm.socket-ifname-missing", "comm.memlock-low",
           "comm.nccl-newer-than-driver", "comm.ib-link-errors", "comm.efa-unavailable",
           "comm.slingshot-no-ofi-plugin", "comm.socket-virtual-interfaces",
-          "comm.gloo-ifname-invalid"}
+          "comm.gloo-ifname-invalid", "comm.algo-proto-forced",
+          "comm.gpu-memory-registration-failed"}
 
 
 def _modes(text: str) -> list[str]:
@@ -135,3 +136,33 @@ def test_a_container_without_a_socket_is_left_to_the_container_family():
     assert _modes("3f2a9c41b7d0:3171:3171 [0] " + bare) == []
     assert _modes("gpu7:3171:3171 [0] " + bare) == ["comm.no-bootstrap-interface"]
 
+
+
+def test_a_forced_algorithm_is_read_only_when_nccl_says_it_was_forced():
+    # newer NCCL names the function, and the NCCL_ALGO/NCCL_PROTO values only when set
+    forced = ("No algorithm/protocol nor symKernelId available for function Broadcast with "
+              "datatype ncclInt8.\nNCCL_ALGO was set to allreduce:tree. NCCL_PROTO was set to "
+              "Simple.")
+    found = [r for r in nccl.read(forced) if r.mode == "comm.algo-proto-forced"]
+    assert found and dict(found[0].parts)["function"] == "Broadcast"
+    assert dict(found[0].parts)["variable"] == "NCCL_ALGO=allreduce:tree"
+    unforced = ("ncclInternalError: Internal check failed.\nLast error:\nError : no "
+                "algorithm/protocol available for function AllGather with datatype ncclInt8.")
+    assert "comm.algo-proto-forced" not in _modes(unforced)
+
+
+def test_gpu_memory_the_nic_refuses_is_not_the_memlock_limit():
+    text = "misc/ibvwrap.cc:182 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Bad address"
+    assert _modes(text) == ["comm.gpu-memory-registration-failed"]
+    low = ("misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot "
+           "allocate memory")
+    assert _modes(low) == ["comm.memlock-low"]
+
+
+def test_the_ofi_plugin_needing_a_newer_libfabric():
+    for row in (r for r in ROWS if r["mode"] == "comm.efa-libfabric-too-old"
+                and "NCCL" in r["text"]):
+        assert "comm.efa-libfabric-too-old" in _modes(row["text"])
+    text = next(r["text"] for r in ROWS if "FABRIC_1.7" in r["text"])
+    found = [r for r in nccl.read(text) if r.mode == "comm.efa-libfabric-too-old"]
+    assert dict(found[0].parts).items() >= {"plugin": "libnccl-net.so", "version": "FABRIC_1.7"}.items()

@@ -102,3 +102,73 @@ def test_other_families_and_empty_text_give_no_reading():
                      "libnvidia-ml.so.1: cannot open shared object file") == []
     assert rocm.read("misc/socket.cc:480 NCCL WARN socketStartConnect: Connect to "
                      "172.17.0.2<38847> failed : Software caused connection abort") == []
+
+
+def test_pcie_atomics_outrank_the_out_of_resources_beside_them():
+    mode, got = parts(row("ROCm/legacy-rocm-build/issues/827")["text"])[0]
+    assert (mode, got["device"]) == ("rocm.pcie-atomics-missing", "1002:699f")
+    # rocminfo's OUT_OF_RESOURCES (4104) next to the dmesg line is the atomics, not the ASIC
+    assert [m for m, _ in parts(
+        "Call returned HSA_STATUS_ERROR_OUT_OF_RESOURCES\n"
+        "amdgpu: skipped device 1002:67df, PCI rejects atomics 730<0")] == [
+        "rocm.pcie-atomics-missing"]
+
+
+def test_driver_not_loaded_unless_built_in_or_wsl():
+    mode, got = parts(row("PawseySC/rocm-from-source/issues/2")["text"])[0]
+    assert (mode, got["error"]) == ("rocm.amdgpu-driver-not-loaded",
+                                    "/sys/module/amdgpu/initstate: No such file")
+    # amdgpu built into the kernel: the tool's module check is wrong, the driver is there
+    assert "rocm.amdgpu-driver-not-loaded" not in [
+        m for m, _ in parts("i have `amdgpu` built directly into the kernel\nERROR:root:Unable "
+                            "to get devices, driver not initialized (amdgpu not found in modules)")]
+    # under WSL2 there is no amdgpu module to load: AMD's WSL stack is the way
+    mode, got = parts(row("ROCm/legacy-rocm-build/issues/1794")["text"])[0]
+    assert (mode, got["platform"]) == ("rocm.wsl-needs-radeon-wheel", "WSL2")
+    mode, got = parts("Python platform: Linux-6.6.87.1-microsoft-standard-WSL2-x86_64-with-glibc2.39"
+                      "\nRuntimeError: No HIP GPUs are available")[0]
+    assert (mode, got["error"]) == ("rocm.wsl-needs-radeon-wheel", "No HIP GPUs are available")
+    mode, _ = parts(row("ROCm/legacy-rocm-build/issues/5900")["text"])[0]
+    assert mode == "rocm.wsl-needs-radeon-wheel"
+    # No HIP GPUs without any WSL evidence names nothing: it has many causes
+    assert parts("RuntimeError: No HIP GPUs are available") == []
+
+
+def test_deepspeed_rocm_version_file():
+    mode, got = parts(row("deepspeedai/DeepSpeed/issues/2080")["text"])[0]
+    assert (mode, got["version file"]) == ("rocm.deepspeed-rocm-version-undetected",
+                                           "/opt/rocm/.info/version-dev")
+
+
+def test_apptainer_bound_host_library():
+    mode, got = parts(row("apptainer/apptainer/pull/1622")["text"])[0]
+    assert (mode, got["library"]) == ("rocm.apptainer-rocm-binds-host-libs",
+                                      "libhsa-runtime64.so.1")
+    mode, got = parts(row("apptainer/apptainer/issues/1621")["text"])[0]
+    assert got["library"] == "rocblas"
+    # --nv binds land in the same folder: an NVIDIA library there is not this
+    assert parts("version `GLIBC_2.34' not found (required by "
+                 "/.singularity.d/libs/libcuda.so.1)") == []
+
+
+def test_tensile_forms_name_the_missing_arch():
+    mode, got = parts(row("ROCm/AMDMIGraphX/pull/3517")["text"])[0]
+    assert (mode, got["gfx"]) == ("gpu.rocm-gfx-unsupported", "gfx1201")
+    mode, got = parts(row("ollama/ollama/issues/12908")["text"])[0]
+    assert (mode, got["gfx"]) == ("gpu.rocm-gfx-unsupported", "gfx1200")
+    # the merged library unreadable with no arch named (apptainer's host rocBLAS) is not this
+    assert "gpu.rocm-gfx-unsupported" not in [m for m, _ in parts(
+        row("apptainer/apptainer/issues/1621")["text"])]
+
+
+def test_device_libraries_and_execstack():
+    assert [m for m, _ in parts(row("ROCm/ROCm-Device-Libs/issues/81")["text"])] == [
+        "rocm.device-libs-not-found"]
+    assert [m for m, _ in parts("clang-11: error: cannot find ROCm installation.  Provide its "
+                                "path via --rocm-path, or pass -nogpulib.")] == [
+        "rocm.device-libs-not-found"]
+    mode, got = parts(row("CarlGao4/Demucs-Gui/issues/151")["text"])[0]
+    assert (mode, got["library"]) == ("rocm.hip-lib-execstack", "libamdhip64.so")
+    # another program's library refused by the same glibc is not ROCm's
+    assert parts("libctranslate2-bc15bf3f.so.4.5.0: cannot enable executable stack as shared "
+                 "object requires: Invalid argument") == []

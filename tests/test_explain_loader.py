@@ -207,7 +207,7 @@ def test_every_linked_mode_exists():
         for key, mode in row.get("modes", {}).items():
             kind, _, shape = key.partition(".")
             assert kind in ("missing", "undefined-symbol", "symbol-version", "link"), key
-            assert shape in ("", "program", "extension", "abi", "unversioned"), key
+            assert shape in ("", "program", "path", "extension", "abi", "unversioned"), key
             assert mode in ids, mode
 
 
@@ -240,9 +240,33 @@ def test_every_linked_mode_exists():
     ("Could not load library libcudnn_cnn_infer.so.8. Error: libcuda.so: cannot open shared "
      "object file: No such file or directory", "unversioned",
      "loader.libcuda-unversioned-not-found"),
-    # the versioned driver library missing is no driver at all: not this link
+    # the versioned driver library missing is no driver at all (pytorch/pytorch#2985: a
+    # container started without the GPU runtime), whoever asked for it
     ("OSError: libcuda.so.1: cannot open shared object file: No such file or directory", "",
-     ""),
+     "loader.driver-lib-missing"),
+    ("/app: error while loading shared libraries: libcuda.so.1: cannot open shared object "
+     "file: No such file or directory", "program", "loader.driver-lib-missing"),
+    # a loader that says to set LD_LIBRARY_PATH (Paddle's, PaddleOCR#142), in its old and new
+    # wording: the folder is off the path, whichever CUDA library it is
+    ("Error: Failed to find dynamic library: libcublas.so ( libcublas.so: cannot open shared "
+     "object file: No such file or directory ) \n Please specify its path correctly using "
+     "following ways: \n Method. set environment variable LD_LIBRARY_PATH on Linux",
+     "path", "loader.ld-library-path-missing-cuda"),
+    ("RuntimeError: (PreconditionNotMet) The third-party dynamic library (libcudnn.so) that "
+     "Paddle depends on is not configured correctly. (error code is libcudnn.so: cannot open "
+     "shared object file: No such file or directory)", "path",
+     "loader.ld-library-path-missing-cuda"),
+    # TensorFlow prints the variable's value, which is no hint: still a library not installed
+    ("Could not load dynamic library 'libcudart.so.11.0'; dlerror: libcudart.so.11.0: cannot "
+     "open shared object file: No such file or directory; LD_LIBRARY_PATH: /usr/local/nvidia/lib",
+     "", "loader.cuda-lib-missing"),
+    # NVRTC's own wording names its builtins library (lfranke/TRIPS#13)
+    ("RuntimeError: nvrtc: error: failed to open libnvrtc-builtins.so.11.1.\n  Make sure that "
+     "libnvrtc-builtins.so.11.1 is installed correctly.", "", "loader.nvrtc-builtins-missing"),
+    # the compiler's own support libraries (marbl/SALSA#97)
+    ("/x/libexec/gcc/x86_64-unknown-linux-gnu/4.9.1/cc1plus: error while loading shared "
+     "libraries: libmpfr.so.4: cannot open shared object file: No such file or directory",
+     "program", "toolkit.compiler-support-libs-missing"),
 ])
 def test_the_shape_of_a_missing_library_names_the_cause(text, shape, mode):
     found, = loader.parse(text)

@@ -15,12 +15,12 @@ The library is mapped to what provides it (libraries.toml: CUDA runtime, cuBLAS,
 NCCL, the driver's libcuda and NVML, rdma-core, libaio, MPI, ROCm, libstdc++...), and the
 row links the finding to the catalogue mode it is (Finding.mode): by its kind, and by the
 shape of the message where the same library has several causes (an executable that cannot
-start: its folder is off the run-time path; an extension module's import: built for another
-release; an undefined C++ symbol with the std::string ABI tag: the other _GLIBCXX_USE_CXX11_ABI).
-With
-``--here``, look_here() says whether this node and environment have it:
-LD_LIBRARY_PATH, the ldconfig cache (dsenv/facts/python/sharedlibs.py), the environment's
-site-packages (the nvidia/* wheels and torch/lib), LIBRARY_PATH and CUDA_HOME for links.
+start, or a loader that itself says to set LD_LIBRARY_PATH: its folder is off the run-time
+path; an extension module's import: built for another release; an undefined C++ symbol with
+the std::string ABI tag: the other _GLIBCXX_USE_CXX11_ABI). With ``--here``, look_here()
+says whether this node and environment have it: LD_LIBRARY_PATH, the ldconfig cache
+(dsenv/facts/python/sharedlibs.py), the environment's site-packages (the nvidia/* wheels and
+torch/lib), LIBRARY_PATH and CUDA_HOME for links.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ MISSING = re.compile(
     r"(?:(?P<path>/\S*/)|\b)" + _LIB + r"(?:'|\"|:|,)?\s*(?:: )?cannot open shared object file"
     r"|Could not load dynamic library '" + _LIB + "'"
     r"|load library failed: " + _LIB
-    + r"|failed to load " + _LIB
+    + r"|failed to (?:load|open) " + _LIB  # dlopen wrappers; NVRTC's "failed to open X."
     + r"|(?:Couldn't|Could not|Unable to) (?:open|load|find) (?:the )?(?:CUDA |dynamic |shared )?"
       r"library:? '?" + _LIB, re.IGNORECASE)
 UNDEFINED = re.compile(
@@ -62,7 +62,7 @@ class Finding:
     version: str = ""  # soname version (12), or the symbol version (GLIBCXX_3.4.30)
     required_by: str = ""
     where: str = ""  # the folder the message names, if any
-    shape: str = ""  # program, extension, abi, unversioned: what the message's structure adds
+    shape: str = ""  # program, path, extension, abi, unversioned: what the message's shape adds
     program: str = ""  # the executable that could not start ("error while loading ...")
     extension: str = ""  # the extension module that needs the library, when a path names it
 
@@ -116,6 +116,8 @@ class Finding:
             who = {"program": f" {self.program or 'The program'} was linked against it when "
                               f"it was built, so it exists somewhere: its folder is not on the "
                               f"run-time path.",
+                   "path": " The program that loads it says to put its folder on "
+                           "LD_LIBRARY_PATH: it looks there, not in a fixed place.",
                    "extension": " A prebuilt extension module asks for it: the soname names "
                                 "the release it was built for."}.get(self.shape, "")
             return (f"The dynamic loader found no {self.library} in LD_LIBRARY_PATH, the "
@@ -187,6 +189,18 @@ def soname_version(name: str) -> str:
 #   not installed where the loader looks.
 PROGRAM = re.compile(r"(?:(?P<prog>[^\s:]+): )?error while loading shared libraries:\s*$")
 EXTENSION = re.compile(r"\b(?:ImportError|NotFoundError)\b")
+# - a loader that itself says the library is to be found through LD_LIBRARY_PATH (Paddle's
+#   dynamic_loader: "Please specify its path correctly ... set environment variable
+#   LD_LIBRARY_PATH", "Please try to add the lib path to LD_LIBRARY_PATH", "set
+#   LD_LIBRARY_PATH by `export ...`"): its folder is not on the run-time path. A bare
+#   "LD_LIBRARY_PATH: <value>" (TensorFlow's dso_loader prints the value) is no such hint.
+PATH_HINT = re.compile(r"\b(?:set|add|adding)\b[^\n.;]{0,60}?\bLD_LIBRARY_PATH\b(?!:)")
+# Paddle's dynamic_loader.cc words its error "Failed to find dynamic library: %s ( %s ) \n Please
+# specify its path ... set environment variable LD_LIBRARY_PATH" (from 2.0: "The third-party
+# dynamic library (%s) that Paddle depends on is not configured correctly ... set
+# LD_LIBRARY_PATH by `export ...`"): its opening says the same where a log keeps one line.
+PATH_LOADER = re.compile(r"Failed to find dynamic library:|that Paddle depends on is not "
+                         r"configured correctly")
 # The CUDA release a torch build names (2.1.0+cu121, "CUDA Version: 12.2", cuda 11.8).
 TORCH_CUDA = re.compile(r"\+cu(?P<cu>1[0-3])\d\b|\bCUDA(?: Version| version)?:? (?P<v>1[0-3])\.\d",
                         re.IGNORECASE)
@@ -217,11 +231,14 @@ def _line_before(text: str, start: int) -> str:
 
 
 def _missing_shape(text: str, start: int, lib: str) -> tuple[str, str]:
-    """(shape, program) of a missing library from the words before it on its line."""
+    """(shape, program) of a missing library from the words before it on its line, or the
+    hint the same message gives after it."""
     before = _line_before(text, start)
     prog = PROGRAM.search(before)
     if prog:
         return "program", prog.group("prog") or ""
+    if PATH_LOADER.search(before) or PATH_HINT.search(text, start, start + 600):
+        return "path", ""
     wanted = CUDA_MAJOR_SONAME.match(lib)
     torch_cuda = TORCH_CUDA.search(text)
     if wanted and torch_cuda and (torch_cuda.group("cu") or torch_cuda.group("v")) != \

@@ -113,6 +113,10 @@ def _nvidia_mode(ctx: Context, outcome: probe.ToolOutcome) -> str:
 def _rocm_mode(ctx: Context, outcome: probe.ToolOutcome) -> str:
     """The catalogue mode a ROCm tool's failure names, "" when its message names none."""
     text = outcome.detail
+    # rocminfo / amd-smi say so themselves when amdgpu is not loaded; /dev/kfd is then missing
+    # too, and the driver, not the device node, is what to fix
+    if re.search(r"ROCk module is NOT loaded|amdgpu not found in modules", text, re.I):
+        return mode_id("rocm.amdgpu-driver-not-loaded")
     if not ctx.path("/dev/kfd").exists():
         return mode_id("rocm.kfd-device-missing")
     if re.search(r"/dev/kfd.*Permission denied|Permission denied.*kfd", text, re.I | re.S):

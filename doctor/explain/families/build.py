@@ -40,8 +40,11 @@ CUDA_VERSIONS = re.compile(
     r"with|torch version)(?: ([\d.]+))?"
     r"|The detected CUDA version \(([\d.]+)\) mismatches the version that was used to "
     r"compile\s+PyTorch \(([\d.]+)\)", FLAGS)
+# nvcc refusing what torch's build passes it: the -std torch needs (c++17 from CUDA 11.0), or the
+# --generate-dependencies-with-compile torch's ninja builds pass since 1.8 (nvcc 10.2+).
 STD_REFUSED = re.compile(r"Value [`'‘]((?:c|gnu)\+\+\d\d)['’] is not defined for option "
-                         r"[`'‘]std|nvcc fatal\s*: Unknown option [`'‘](-*std)['’]", FLAGS)
+                         r"[`'‘]std|nvcc fatal\s*: Unknown option [`'‘](-*std|-*generate-"
+                         r"dependencies-with-compile)['’]", FLAGS)
 PACK_HEADER = re.compile(r"/c\+\+/(\d+)/[\w/.]+:\d+:\d+: error: parameter packs not "
                          r"expanded", FLAGS)
 NO_OP_HANDLE = re.compile(r"'DeepSpeedCPU(\w+)' object has no attribute '(ds_opt_\w+)'", FLAGS)
@@ -58,7 +61,9 @@ KILLED = re.compile(r"Killed signal terminated program ([\w+]+)|'([\w+]+)' died 
 NO_COMPILER = re.compile(
     r"error: command '(?:[\w./+-]*/)?((?:[\w-]*-)?(?:g\+\+|gcc|c\+\+|cc))' failed: No such file"
     r"|^(?:make: )?(g\+\+|gcc|c\+\+|cc): No such file or directory"
-    r"|error trying to exec '(cc1plus)'|Command '\['which', '(c\+\+)'\]' returned non-zero", FLAGS)
+    r"|error trying to exec '(cc1plus)'|Command '\['which', '(c\+\+)'\]' returned non-zero"
+    # Triton's launcher build (triton/runtime/build.py) finding no $CC, cc, gcc or clang.
+    r"|Failed to find (C) compiler\. Please specify via CC environment variable", FLAGS)
 DS_OP = re.compile(r"Unable to (?:pre-compile|JIT load the) (\w+)", FLAGS)
 DYNAMO_PYTHON = re.compile(r"Dynamo is not supported on Python (3\.\d+)\+", FLAGS)
 NO_TORCH = re.compile(r"Unable to pre-compile ops (?:without torch installed|because torch is not "
@@ -102,6 +107,12 @@ NO_KERNEL = re.compile(r"no kernel image is available for execution on the devic
 DS_OP_USED = re.compile(r"\b(fused_adam|fused_lamb|multi_tensor_adam|transformer_inference"
                         r"|DeepSpeed(?:CPU)?(?:Adam|Lamb)|DS_BUILD_\w+=1)", FLAGS)
 NINJA = re.compile(r"Ninja is required to load C\+\+ extensions", FLAGS)
+# A ptxas binary run on a PTX file refusing its ISA: the PTX's ISA and the newest this ptxas
+# knows. The driver's own JIT says "ptxas application ptx input" (gpu.ptx-newer-than-driver).
+PTX_ISA = re.compile(r"ptxas (?!application ptx input)\S+, line \d+; fatal\s*: Unsupported "
+                     r"\.version (\d+\.\d+); current version is '(\d+\.\d+)'", FLAGS)
+# Linking libpython by its unversioned development name (python3.X-dev ships it).
+PY_LINK = re.compile(r"cannot find -l(python\d[\d.]*m?)\b", FLAGS)
 ROOT_LAST = re.compile(r"Using\s+(\S+) as PyTorch extensions root\.\.\.\s*\Z")
 
 # Messages whose one pattern names the mode; the groups become the parts.
@@ -125,6 +136,8 @@ SIMPLE = (
     (DYNAMO_PYTHON, "env.python-too-new-for-dynamo", ("python",)),
     (VARIANT, "jit.arch-list-variant", ("arch",)),
     (UNKNOWN_ARCH, "toolkit.arch-unknown-to-torch", ("arch",)),
+    (PTX_ISA, "toolkit.ptxas-older-than-ptx", ("ptx_isa", "newest_isa_this_ptxas_knows")),
+    (PY_LINK, "toolkit.python-headers-missing", ("library",)),
 )
 # The CUDA toolkit's own headers: the runtime and its math libraries (cuda*, cu<lib>*: cuBLAS,
 # cuRAND and its device API curand_kernel.h, cuSPARSE, cuSOLVER, cuFFT), NVTX, NVRTC, and the

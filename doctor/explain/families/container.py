@@ -2,17 +2,20 @@
 
 A GPU container fails at one of three places, and each says which in its own form:
 - starting it: the toolkit's hook prints ``nvidia-container-cli: <stage> error: <what>``
-  (initialization: it cannot load the host's NVML; requirement: the image's cuda>= condition;
-  mount: a file it must inject already exists in the image), Docker's daemon refuses the GPU
-  request (``could not select device driver "" with capabilities: [[gpu]]``, ``Unknown
-  runtime specified nvidia``), Apptainer cannot create its namespaces or a bind point;
+  (initialization: it cannot load the host's NVML, or WSL exposes no GPU adapter; requirement:
+  the image's cuda>= condition; container: no cgroup v1 devices controller; mount: a file it
+  must inject already exists in the image, or a rootless runtime may not edit the device
+  cgroup), Docker's daemon refuses the GPU request (``could not select device driver "" with
+  capabilities: [[gpu]]``, ``Unknown runtime specified nvidia``), a CDI device name resolves
+  to no spec, Apptainer cannot create its namespaces or a bind point;
 - binding the GPU in: Apptainer's --nv finds no driver files on the host, or a flag placed
   after the image runs as the container's command (``exec: --nv: not found``);
 - inside it: NVML's "Unknown Error" once the device cgroup was rewritten, "Insufficient
   Permissions" under SELinux, the NGC images' "NVIDIA Driver was not detected" banner,
-  ROCm's /dev/kfd missing from the container's /dev, and NCCL's sockets failing on Docker's
-  default bridge network (the line's host is the container id, or the peer's address is a
-  bridge address).
+  ROCm's /dev/kfd missing from the container's /dev, RDMA devices listed in sysfs but not
+  openable (no /dev/infiniband passed in), and NCCL's sockets failing on Docker's default
+  bridge network (the line's host is the container id, or the peer's address is a bridge
+  address).
 Each is read into its parts (the stage, the library, the required CUDA, the path, the flag)
 and the parts name the cause.
 """
@@ -26,7 +29,30 @@ from dsenv.doctor.explain.families import Reading, reading
 FAMILY = "container"
 IC = re.IGNORECASE
 
-CLI = re.compile(r"nvidia-container-cli: (?P<stage>[a-z]+) error: (?P<what>[^\n]*)", IC)
+# nvidia-container-cli names the stage that failed; the GPU operator's image runs it as
+# nvidia-container-cli.real (k8s-device-plugin#324).
+CLI = re.compile(r"nvidia-container-cli(?:\.real)?: (?P<stage>[a-z]+) error: (?P<what>[^\n]*)", IC)
+# The container stage on a cgroup v2 host with a library that only knows v1's devices
+# controller (libnvidia-container < 1.8), or a hybrid layout it cannot parse.
+CGROUP_V1_ONLY = re.compile(r"cgroup subsystem devices not found|failed to get device cgroup root "
+                            r"path: malformed cgroup entry", IC)
+# The mount stage may not edit the device cgroup: a rootless runtime (v2: querying the eBPF
+# device filter is not permitted; v1: devices.allow is not writable).
+CGROUP_DENIED = re.compile(r"bpf_prog_query\(BPF_CGROUP_DEVICE\) failed: operation not permitted"
+                           r"|open failed: (?P<file>/sys/fs/cgroup/devices/\S*devices\.allow): "
+                           r"permission denied", IC)
+WSL_NO_ADAPTER = re.compile(r"WSL environment detected but no adapters were found", IC)
+# CDI (Podman, containerd, Docker >= 25): the requested name is in no spec under /etc/cdi or
+# /var/run/cdi.
+CDI_UNRESOLVED = re.compile(r"unresolvable CDI devices? (?P<devices>[^\s:]+)", IC)
+# RDMA devices listed (sysfs) but not openable (/dev/infiniband/uverbsN): NCCL's IB transport,
+# libfabric's efa provider; and aws-ofi-nccl's RDMA protocol finding no EFA
+# device (ENODATA) on a platform that has them.
+IB_OPEN_FAILED = re.compile(r"NET/IB ?: Unable to open device (?P<device>\S+)|Call to "
+                            r"ibv_open_device failed|ibv_open_device failed! errno: (?P<errno>\d+)",
+                            IC)
+OFI_RDMA_NODATA = re.compile(r"nccl_net_ofi_rdma_init:\d+ NCCL WARN NET/OFI OFI fi_getinfo\(\) "
+                             r"call failed: No data available", IC)
 LOAD_FAILED = re.compile(r"load library failed: (?P<lib>lib[\w.+-]+\.so[.\d]*)", IC)
 REQUIRE = re.compile(r"unsatisfied condition: (?P<cond>cuda ?>= ?(?P<cuda>[0-9.]+))", IC)
 UNKNOWN_DEVICE = re.compile(r"(?P<device>[^\s:]+): unknown device", IC)
@@ -120,6 +146,21 @@ def _network(message: str) -> Reading | None:
     return None
 
 
+def _rdma(message: str) -> Reading | None:
+    """An RDMA device listed but not openable, or the EFA plugin finding none: the container
+    did not get /dev/infiniband."""
+    found = list(IB_OPEN_FAILED.finditer(message))
+    if found:  # NCCL's wrapper line first, its "Unable to open device NAME" after it
+        device = next((m["device"] for m in found if m["device"]), "")
+        errno = next((m["errno"] for m in found if m["errno"]), "")
+        return reading(FAMILY, "container.rdma-devices-not-passed", found[0].group(0),
+                       device=device, errno=errno, container=docker_host(message))
+    if nodata := OFI_RDMA_NODATA.search(message):
+        return reading(FAMILY, "container.rdma-devices-not-passed", nodata.group(0),
+                       plugin="aws-ofi-nccl", provider="efa")
+    return None
+
+
 def read(message: str) -> list[Reading]:
     if not message:
         return []
@@ -146,6 +187,16 @@ def read(message: str) -> list[Reading]:
             # The image's NVIDIA_REQUIRE_CUDA is newer than what the host driver supports
             found.append(reading(FAMILY, "container.driver-too-old-for-image", cli.group(0),
                                  stage=stage, requires=req["cond"], cuda=req["cuda"]))
+        elif stage == "container" and CGROUP_V1_ONLY.search(what):
+            # The hook looked for cgroup v1's devices controller on a unified-hierarchy host
+            found.append(reading(FAMILY, "container.toolkit-lacks-cgroup-v2", cli.group(0),
+                                 stage=stage, cgroup=CGROUP_V1_ONLY.search(what).group(0)))
+        elif stage == "mount" and CGROUP_DENIED.search(what):
+            # Not allowed to edit the device cgroup: a rootless runtime without no-cgroups
+            denied = CGROUP_DENIED.search(what)
+            found.append(reading(FAMILY, "container.rootless-device-cgroup", cli.group(0),
+                                 stage=stage, cgroup="v1 " + denied["file"] if denied["file"]
+                                 else "v2 eBPF device filter"))
         elif stage == "mount" and exists:
             # A file the hook injects from the host is already in the image
             found.append(reading(FAMILY, "container.image-ships-driver-libs", exists.group(0),
@@ -155,6 +206,17 @@ def read(message: str) -> list[Reading]:
         # The same mount error when the hook's name was cut off by the wrapping of the line
         found.append(reading(FAMILY, "container.image-ships-driver-libs",
                              EXISTS.search(message).group(0), path=EXISTS.search(message)["path"]))
+    if wsl := WSL_NO_ADAPTER.search(message):
+        # The toolkit's initialization under WSL, where the GPU comes through the Windows
+        # driver (/dev/dxg): WSL exposes no adapter (its name is sometimes mistyped in pastes)
+        found.append(reading(FAMILY, "container.wsl-no-gpu-adapter", wsl.group(0),
+                             stage="initialization", platform="WSL"))
+    if cdi := CDI_UNRESOLVED.search(message):
+        found.append(reading(FAMILY, "container.cdi-spec-unresolved", cdi.group(0),
+                             device=cdi["devices"].strip("[]"),
+                             runtime="kubelet" if "inject CDI devices" in message else ""))
+    if rdma := _rdma(message):
+        found.append(rdma)
     uvm = UVM.search(message)
     if uvm:
         found.append(reading(FAMILY, "container.nvidia-uvm-not-loaded", uvm.group(0),

@@ -68,6 +68,20 @@ _OFFLINE = re.compile(r"OfflineModeIsEnabled|offline mode is enabled|[Oo]utgoing
                       r"named \S+ found in directory \S*/snapshots/")
 
 
+# hf_xet: its Python error ("Data processing error: CAS service error"), its Rust client's log
+# records (cas_client/src/*.rs) or a request to a *.xethub.hf.co host that failed.
+_XET = re.compile(r"CAS service error[^\n]*|cas_client/src/\w+\.rs|https?://[\w-]+\.xethub\.hf\.co"
+                  r"\S*[^\n]*?(?:InvalidCertificate|UnknownIssuer|dns error|ConnectFailed|"
+                  r"ConnectError|timed out)")
+_REQWEST = re.compile(r"\breqwest::(?:E|e)rror\b")
+_XET_WHY = re.compile(r"InvalidCertificate\(\w+\)|Invalid certificate\(\w+\)|dns error|Name or "
+                      r"service not known|Request failed after \d+ retries|timed out", re.I)
+
+
+_TOKEN_REFUSED = re.compile(r"Invalid credentials in Authorization header|Authorization header is "
+                            r"correct, but the token seems invalid")
+
+
 def _hosts(message: str) -> list[str]:
     return [(m["pool"] or m["url"]).lower() for m in _HOST.finditer(message)]
 
@@ -118,6 +132,16 @@ def read(message: str) -> list[Reading]:
     if m := re.search(r"Fast download using 'hf_transfer' is enabled", message):
         add("hf.hf-transfer-missing", m[0], variable="HF_HUB_ENABLE_HF_TRANSFER")
         return found
+    # hf_xet's own transfers (its Rust client, its CAS hosts) failing where huggingface.co
+    # answered: the Xet hosts are blocked, unresolvable or re-signed by a proxy.
+    why = _XET_WHY.search(message)
+    xet_host = next((h for h in hosts if h.endswith(".xethub.hf.co")), "")
+    # hf_xet's Rust client (reqwest) failing on a Xet host; the failure's words may be on
+    # another line of a pasted record (kodit#145)
+    if m := _XET.search(message) or (xet_host and (why or _REQWEST.search(message))):
+        add("hf.xet-transfer-blocked", m[0][:160], client="hf_xet", xet_host=xet_host,
+            failure=why[0] if why else "")
+        return found
     # Locks in the cache: flock's errno says whether the file system has no flock at all
     # (38 ENOSYS: the download crashes) or refuses/loses it (37 ENOLCK, 5 EIO: datasets'
     # lock loop waits forever); datasets' own "Lock N not acquired ... waiting" is the loop.
@@ -150,6 +174,11 @@ def read(message: str) -> list[Reading]:
                  r"|Access to model \S+ is "
                  r"restricted", message):
         add("hf.gated-repo-auth", message[:200])
+        return found
+    # The Hub refused the token itself (expired, revoked, without the permission): it says so
+    # in the body of its 401/400, whatever the repository.
+    if m := _TOKEN_REFUSED.search(message):
+        add("hf.token-rejected", m[0], refused="token")
         return found
     if status == "429" and (hub or "Too Many Requests" in message):
         add("hf.rate-limited", f"{status} Too Many Requests")

@@ -32,6 +32,8 @@ _WHAT = re.compile(r"(?P<what>Batch job submission failed|Unable to allocate res
                    r"(?:: *(?P<reason>.+)| *\((?P<why>[^)]+)\))", re.I)
 # ``scontrol show node/job``: ``Reason=<why the node is drained>``.
 _SCONTROL = re.compile(r"\bReason=(?P<text>.+)")
+# The Slurm API's own errors as squeue/sinfo/scontrol print them: ``slurm_load_jobs error: ...``.
+_API = re.compile(r"\b(?P<program>slurm_\w+)(?: error)?: (?P<text>.+)")
 # slurmstepd's end of a job or step: who, where, when, why.
 _CANCELLED = re.compile(r"\*\*\* (?P<kind>JOB|STEP) (?P<job>\S+) ON (?P<node>\S+) CANCELLED AT "
                         r"(?P<at>\S+)(?: DUE TO (?P<reason>[A-Z_ ]+?))? \*\*\*")
@@ -54,6 +56,11 @@ _REASONS = (
     # The controller's association check: this user may not charge that account/partition.
     (r"Invalid account or account/partition combination", "slurm.invalid-account"),
     (r"invalid partition (?:name )?specified", "slurm.invalid-partition"),
+    (r"Invalid qos specification", "slurm.invalid-qos"),
+    # slurmctld itself does not answer: every client command fails the same way.
+    (r"Unable to contact slurm controller", "slurm.controller-unreachable"),
+    # Two memory requests (options, or SLURM_MEM_PER_* a step inherits from its job).
+    (r"(?:SLURM_MEM_PER_\w+|--mem\b).*mutually exclusive", "slurm.mem-options-exclusive"),
     # A limit of the QOS/association (the line before names it: QOSMaxSubmitJobPerUserLimit).
     (r"violates accounting/QOS policy|^QOS\w+$", "slurm.qos-limit"),
     # --time above the partition's MaxTime, or missing where required.
@@ -100,6 +107,13 @@ _OMPI = (
     (re.compile(r"(?:ORTE|PRTE) has lost communication with a remote daemon"
                 r"(?:.*?Remote daemon ?: \S+ on node (?P<node>\S+))?"
                 r"|An? (?:ORTE|PRTE) daemon has unexpectedly failed after launch"), "mpi.orted-lost"),
+    # No daemon called back at all (ssh refused, orted not found, the rsh agent failed).
+    (re.compile(r"(?P<starter>ORTE|PRTE) was unable to (?:reliably )?start one or more daemons"),
+     "mpi.orted-lost"),
+    # hwloc binding protection: more ranks to bind than cpus on the node (or its cpuset).
+    (re.compile(r"binding more processes than cpus on a resource:?(?: Bind to: (?P<bind_to>\S+))?"
+                r"(?: Node: (?P<node>\S+))?(?: #processes: (?P<processes>\d+))?"
+                r"(?: #cpus: (?P<cpus>\d+))?"), "mpi.bind-overload"),
     # Ranks direct-launched by srun with no PMI/PMIx the Open MPI build understands.
     (re.compile(r"OMPI was not built with SLURM'?s PMI"), "mpi.ompi-no-slurm-pmi"),
     # Open MPI 5 found PMI-1/2 but no PMIx: every rank becomes its own world of one.
@@ -129,6 +143,16 @@ _OMPI = (
                 r"(?:PRTE|Open MPI) version: (?P<peer>\S+))?"
                 r"|Data unpack would read past end of buffer"), "mpi.version-mismatch-across-nodes"),
 )
+# What the launcher printed before "ORTE was unable to reliably start one or more daemons" when
+# it knows why no daemon started: that line names the cause (launch.toml's ssh and path modes).
+_DAEMON_WHY = re.compile(r"(?:orted|prted): (?:command not found|error while loading shared"
+                         r" libraries)|Host key verification failed|Permission denied"
+                         r"|Could not resolve hostname|ssh: connect to host", re.I)
+# MPICH/Intel MPI's ch4:ofi: libfabric offered no provider that opens here (ENODATA), or Intel
+# MPI's startup found its OFI fabric unusable with no fallback allowed.
+_OFI = re.compile(r"OFI (?P<call>addrinfo|fi_getinfo)\(\) fail(?:ed|ure)(?: \([^)]*:(?P<why>[^:)]+)\))?"
+                  r"|MPI startup\(\): (?P<fabric>\w+) fabric is not available and fallback fabric "
+                  r"is not enabled")
 # Every rank printing that it is rank 0 of a world of 1 (the same words before "0 of 1" on
 # several lines): the launcher's PMI was not the one the MPI library speaks, so each rank
 # initialised as a singleton. One such line alone is an ordinary single-process run.
@@ -143,6 +167,8 @@ def _records(message: str):
     records = [(m["program"].lower(), m["text"].strip(), m.group(0)) for m in _SLURM.finditer(message)]
     if not records:
         records = [("scontrol", m["text"].strip(), m.group(0)) for m in _SCONTROL.finditer(message)]
+    if not records:
+        records = [(m["program"], m["text"].strip(), m.group(0)) for m in _API.finditer(message)]
     if not records and (m := _WHAT.search(message)):
         records = [("slurm", m.group(0).strip(), m.group(0))]
     return records
@@ -186,8 +212,14 @@ def read(message: str) -> list[Reading]:
     flat = " ".join(message.split())
     for pattern, mode in _OMPI:
         if m := pattern.search(flat):
+            if m.groupdict().get("starter") and _DAEMON_WHY.search(flat):
+                continue  # the box only follows the ssh or PATH failure read elsewhere
             parts = {k: v for k, v in m.groupdict().items() if v}
             found.append(reading(FAMILY, mode, m.group(0)[:200], program="Open MPI", **parts))
+    if m := _OFI.search(message):
+        parts = {k: v for k, v in m.groupdict().items() if v}
+        found.append(reading(FAMILY, "mpi.ofi-provider-unavailable", m.group(0)[:200],
+                             program="MPICH/Intel MPI", **parts))
     leads = [m["lead"].lower() for m in _SINGLETON.finditer(message)]
     if leads and max(leads.count(lead) for lead in leads) >= 2 \
             and not any(r.mode == "mpi.srun-singletons" for r in found):

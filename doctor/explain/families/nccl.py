@@ -130,11 +130,32 @@ def read(message: str) -> list[Reading]:
         elif re.search(r"NET/OFI (?:Only EFA provider is supported|(?:Could not|Couldn't) find "
                        r"any optimal provider)", text):
             add("comm.efa-unavailable", text, file=source, plugin="aws-ofi-nccl")
+        # The tuner found no algorithm/protocol pair (enqueue.cc). Old NCCL says only that, and
+        # there NCCL_ALGO/NCCL_PROTO are the usual reason; newer NCCL names the function and
+        # appends "NCCL_ALGO was set to ..." when they were forced: without it (nothing forced,
+        # a CollNet/SHARP job) the cause is elsewhere.
+        elif m := re.search(r"[Nn]o algorithm/protocol (?:nor \w+ )?available(?: for function "
+                            r"(\w+))?", text):
+            forced = re.search(r"NCCL_(ALGO|PROTO) was set to (\S+?)\.?(?:\s|$)", message)
+            if forced or not m[1]:
+                add("comm.algo-proto-forced", text, file=source, call="algorithm selection",
+                    function=m[1] or "", variable=forced and f"NCCL_{forced[1]}={forced[2]}" or "")
+        # aws-ofi-nccl could not register CUDA memory (type 2 = FI_HMEM_CUDA) with EINVAL: the
+        # libfabric of EFA installers before 1.29.1 under NCCL >= 2.19.
+        elif re.search(r"NET/OFI Unable to register memory \(type = 2\).*RC: -22", text):
+            add("comm.efa-libfabric-too-old", text, file=source, plugin="aws-ofi-nccl",
+                call="fi_mr_regattr")
         elif (ibv := _IBV_CALL.search(text)):
             errno = (ibv["errno"] or "").strip()
+            # GPU memory the NIC refuses (EFAULT from the peer-memory path, EOPNOTSUPP from
+            # DMA-BUF): GPUDirect RDMA is not usable, not a memory limit.
+            if ibv["call"].startswith(("ibv_reg_mr", "ibv_reg_dmabuf_mr")) and re.match(
+                    r"Bad address|Operation not supported", errno):
+                add("comm.gpu-memory-registration-failed", text, file=source,
+                    call=ibv["call"], errno=errno)
             # Pinning memory (reg_mr) or creating queues fails with ENOMEM under a low
             # RLIMIT_MEMLOCK; create_qp failing without an errno is the same limit in old NCCL.
-            if ibv["call"].startswith(("ibv_reg_mr", "ibv_create_cq", "ibv_create_qp")) and (
+            elif ibv["call"].startswith(("ibv_reg_mr", "ibv_create_cq", "ibv_create_qp")) and (
                     not errno or "Cannot allocate memory" in errno):
                 add("comm.memlock-low", text, file=source, call=ibv["call"], errno=errno)
             # QP transition to RTR timing out or unreachable: the address vector (GID) is wrong.
@@ -175,6 +196,12 @@ def read(message: str) -> list[Reading]:
                 "NCCL's = exact-match prefix" if value.startswith("=") else
                 "an address, not an interface name" if _ADDRESS.match(value) else
                 "an interface name this node does not have")
+    # The OFI plugin was built against a newer libfabric than the one the loader found: its
+    # FABRIC_x.y symbol version is missing, so the plugin never loads (NCCL falls back).
+    if m := re.search(r"libfabric\.so\.1: version [`'](FABRIC_[\d.]+)' not found \(required by "
+                      r"(\S*libnccl-net[\w.-]*)", message):
+        add("comm.efa-libfabric-too-old", m.group(0), plugin=m[2].rsplit("/", 1)[-1],
+            version=m[1])
     # The plugin loader's notice is normal unless something else failed; named only when the
     # message has no other NCCL reading.
     if not out and (m := _PLUGIN.search(message)):

@@ -7,7 +7,11 @@ opened (rocminfo's "Unable to open /dev/kfd read-write: <errno text>", an strace
 = -1 EACCES, a program's "open /dev/kfd: permission denied"), the HSA runtime's
 OUT_OF_RESOURCES that hides the errno, and MIOpen's SQLite databases. Each is read into its
 parts (the error kind, the gfx target, the errno, the database file and SQLite's reason) and
-the parts name the cause.
+the parts name the cause. Below the KFD sit the node's own reasons for having no GPU (the KFD
+skipping a GPU without PCIe atomics, no amdgpu module, WSL2 where only AMD's WSL stack works);
+around the build and the loader, the libraries' own words (clang without device libraries,
+DeepSpeed without a ROCm version file, glibc refusing an executable-stack HIP library, host
+libraries that apptainer --rocm bound over the image's).
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ NO_CODE_OBJECT = re.compile(
     r"HIP error: invalid device function|hipErrorInvalidDeviceFunction|hipErrorNoBinaryForGpu"
     r"|Unable to find code object for all current devices|Cou?l?dn.t find binary for current "
     r"devices|HSA_STATUS_ERROR_INVALID_ISA", IC)
-# rocBLAS's form: no Tensile library for the GPU's arch in the build.
-TENSILE = re.compile(r"Cannot read [^\n]*?TensileLibrary\S*: No such file or directory for GPU arch ?"
-                     r": ?(?P<gfx>gfx\w+)", IC)
+# rocBLAS's form: no Tensile library for the GPU's arch in the build (the errno text varies:
+# ENOENT, or ESPIPE "Illegal seek" from the merged library), or hipBLASLt/rocBLAS's lazy-loading
+# form naming the per-arch file it could not load.
+TENSILE = re.compile(r"Cannot read [^\n]*?TensileLibrary\S*: (?:No such file or directory|Illegal seek)"
+                     r" for GPU arch ?: ?(?P<gfx>gfx\w+)"
+                     r"|Could not load \S*TensileLibrary_lazy_(?P<lazy>gfx\w+)\.dat", IC)
 GFX = re.compile(r"\bgfx(?P<target>[0-9a-f]{3,4})\b(?P<features>(?::[\w+-]+)*)", IC)
 OVERRIDE = re.compile(r"HSA_OVERRIDE_GFX_VERSION=?(?P<value>[0-9.]*)", IC)
 
@@ -45,6 +52,39 @@ OUT_OF_RESOURCES = re.compile(r"(?:Call returned|hsa_init\S*\s*(?:failed|returne
                               r"HSA_STATUS_ERROR_OUT_OF_RESOURCES", IC)
 KFD_UNSUPPORTED = re.compile(r"(?P<chip>\w+)\s+not supported in kfd|kfd not supported on "
                              r"this ASIC", IC)
+# The KFD skipped a GPU whose PCIe path has no atomics (dmesg); rocminfo then fails with
+# OUT_OF_RESOURCES (4104) like for an unsupported GPU, but the atomics line says why.
+ATOMICS = re.compile(r"skipped device (?P<device>[0-9a-f]{4}:[0-9a-f]{4}), PCI rejects atomics", IC)
+# No GPU for HIP at all, in the words of torch, HIP, rocminfo and rocm-smi.
+NO_GPU = re.compile(r"No HIP GPUs are available|hipErrorNoDevice|ROCk module is NOT (?:loaded|live)"
+                    r"|driver not initialized \(amdgpu not found in modules\)", IC)
+# WSL2's kernel (collect_env's platform line, uname) or the user saying so: there is no KFD
+# there, and only AMD's WSL stack reaches the GPU.
+WSL = re.compile(r"microsoft-standard-WSL2?|\bWSL ?2\b|\bon WSL\b|WSL environment detected", IC)
+
+# WSL's ROCm runtime (libhsakmt's dxg thunk) found no Windows GPU adapter it can drive.
+NO_WDDM = re.compile(r"No WDDM adapters found", IC)
+# rocminfo's and rocm-smi's/amd-smi's words for a node whose amdgpu module (and KFD) is not
+# loaded; "built into the kernel" is the one case where the check itself is wrong.
+NO_DRIVER = re.compile(r"ROCk module is NOT (?:loaded|live)|driver not initialized \(amdgpu not found "
+                       r"in modules\)|/sys/module/amdgpu/initstate: No such file", IC)
+BUILT_IN = re.compile(r"built (?:directly )?into the kernel|CONFIG_DRM_AMDGPU=y", IC)
+# DeepSpeed's op_builder reading the ROCm version from the install's .info folder.
+DS_ROCM_VERSION = re.compile(r"No such file or directory: '(?P<file>[^'\n]*/\.info/version(?:-dev)?)'"
+                             r"|AssertionError: Could not detect ROCm version", IC)
+# apptainer --rocm's bind folder holding one of the host's ROCm (or ROCm-dependency) libraries.
+SINGULARITY_LIB = re.compile(r"/\.singularity\.d/libs/(?P<lib>rocblas|rocfft|hipblaslt|lib(?:hsa-runtime64"
+                             r"|amdhip64|rocblas|rocfft|rocsolver|hipblas|MIOpen|hiprtc|amd_comgr"
+                             r"|drm_amdgpu|drm|numa|elf)\b[\w.]*)", IC)
+
+# glibc 2.41+ refusing a ROCm library whose GNU_STACK header asks for an executable stack.
+EXECSTACK = re.compile(r"(?P<lib>lib(?:amdhip64|hiprtc|rccl|hsa-runtime64|MIOpen|rocblas|amd_comgr)"
+                       r"[\w.-]*): cannot enable executable stack", IC)
+
+# clang's AMDGPU toolchain without the amdgcn bitcode libraries at its ROCm path.
+DEVICE_LIBS = re.compile(r"cannot find ROCm (?:device library[.;] ?[Pp]rovide|installation\.\s+Provide)"
+                         r" its path via", IC)
+
 # Docker could not pass /dev/kfd: the host itself has none.
 DOCKER_NO_KFD = re.compile(r"adding custom device \"?(?P<device>/dev/kfd|/dev/dri\S*?)\"?: "
                            r"no such file or directory", IC)
@@ -85,15 +125,31 @@ def read(message: str) -> list[Reading]:
                              asked_for=f"libbitsandbytes_rocm{bnb['tag']}.so"))
     code = NO_CODE_OBJECT.search(message) or TENSILE.search(message)
     if code:  # the build has no kernels for this GPU's target
+        named = code.groupdict().get("gfx") or code.groupdict().get("lazy")
         gfx = GFX.search(message)
         override = OVERRIDE.search(message)
         found.append(reading(FAMILY, "gpu.rocm-gfx-unsupported", code.group(0), error=code.group(0),
-                             gfx=f"gfx{gfx['target']}{gfx['features']}" if gfx else "",
+                             gfx=named or (f"gfx{gfx['target']}{gfx['features']}" if gfx else ""),
                              override=override["value"] if override else ""))
     kfd = KFD_OPEN.search(message)
     kind, said = _errno(kfd) if kfd else ("", "")
     member = NOT_MEMBER.search(message)
-    if kind == "permission" or member:
+    atomics = ATOMICS.search(message)
+    nogpu = NO_GPU.search(message)
+    wsl = WSL.search(message) if nogpu else None
+    if atomics:  # the KFD skipped the GPU: the rocminfo failure beside it is this
+        found.append(reading(FAMILY, "rocm.pcie-atomics-missing", atomics.group(0),
+                             device=atomics["device"]))
+    elif wsl or NO_WDDM.search(message):  # no GPU under WSL2: only AMD's WSL stack works there
+        error = (nogpu or NO_WDDM.search(message)).group(0)
+        found.append(reading(FAMILY, "rocm.wsl-needs-radeon-wheel", error, error=error,
+                             platform=wsl.group(0) if wsl else "WSL (WDDM)"))
+    elif NO_DRIVER.search(message) and not BUILT_IN.search(message):
+        # the node's amdgpu module is not loaded (a VM, a kernel amdgpu-dkms did not build for)
+        driver = NO_DRIVER.search(message)
+        found.append(reading(FAMILY, "rocm.amdgpu-driver-not-loaded", driver.group(0),
+                             error=driver.group(0)))
+    elif kind == "permission" or member:
         # EACCES/EPERM on /dev/kfd, or rocminfo saying the user lacks the group: permissions
         found.append(reading(FAMILY, "rocm.kfd-permission-denied", (kfd or member).group(0),
                              device="/dev/kfd", errno=said,
@@ -115,6 +171,21 @@ def read(message: str) -> list[Reading]:
     if docker:  # the Docker host has no such device node to pass
         found.append(reading(FAMILY, "rocm.kfd-device-missing", docker.group(0),
                              device=docker["device"]))
+    execstack = EXECSTACK.search(message)
+    if execstack:  # the library is fine; the newer glibc will not grant its stack flag
+        found.append(reading(FAMILY, "rocm.hip-lib-execstack", execstack.group(0),
+                             library=execstack["lib"]))
+    devlibs = DEVICE_LIBS.search(message)
+    if devlibs:  # the compile found no device libraries where ROCM_PATH says ROCm is
+        found.append(reading(FAMILY, "rocm.device-libs-not-found", devlibs.group(0)))
+    ds = DS_ROCM_VERSION.search(message)
+    if ds:  # DeepSpeed's setup found no ROCm version file where it looks
+        found.append(reading(FAMILY, "rocm.deepspeed-rocm-version-undetected", ds.group(0),
+                             version_file=ds["file"] or ""))
+    bound = SINGULARITY_LIB.search(message)
+    if bound:  # the host's ROCm library, bound in by --rocm, is the one that failed
+        found.append(reading(FAMILY, "rocm.apptainer-rocm-binds-host-libs", bound.group(0),
+                             library=bound["lib"]))
     denied = MIOPEN_DIR_DENIED.search(message)
     db = MIOPEN_DB.search(message)
     if denied or db:
