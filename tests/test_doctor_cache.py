@@ -62,6 +62,14 @@ def test_hf_dirs_unwritable_fails(tmp_path, make_ctx, run_one):
     assert result.status == Status.FAIL
     assert "/proc/dsenv-test/hub" in result.summary
     assert here(result).startswith("export HF_HUB_CACHE=")
+    assert result.mode == "cache.hf-home-not-writable"
+
+
+def test_a_home_that_cannot_be_written_names_every_default_cache(make_ctx, run_one):
+    # HOME=/ for an arbitrary uid in a pod; /proc refuses new files even for root
+    result = run_one("cache.hf-dirs", make_ctx(env={"HOME": "/proc"}))
+    assert result.status == Status.FAIL and result.mode == "cache.xdg-cache-not-writable"
+    assert "HOME=/proc cannot be written" in result.summary
 
 
 def test_hf_dirs_below_a_file_fails(tmp_path, make_ctx, run_one):

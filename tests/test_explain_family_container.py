@@ -48,6 +48,19 @@ def test_nvidia_container_cli_stage_decides():
                                                       "nvidia-smi")
 
 
+def test_the_old_drivers_volume_names_the_driver_change():
+    # nvidia-docker 1 names its volume after the driver version the container was made with;
+    # the sentence's full stop is not part of the version.
+    mode, got = parts(row("NVIDIA/nvidia-docker/issues/493")["text"])[0]
+    assert (mode, got["volume"], got["driver"]) == (
+        "container.stale-after-driver-change", "nvidia_driver_381.22", "381.22")
+    mode, got = parts(row("NVIDIA/nvidia-docker/issues/80")["text"])[0]
+    assert (mode, got["driver"]) == ("container.stale-after-driver-change", "352.79")
+    # The same Unknown Error after kubelet's CPU manager rewrote the cgroup: the one mode.
+    assert parts(row("kubernetes/kubernetes/issues/77073")["text"])[0][0] == \
+        "container.gpu-lost-after-daemon-reload"
+
+
 def test_device_request_and_driver_not_loaded():
     mode, got = parts(row("DeepLabCut/Docker4DeepLabCut2.0/issues/39")["text"])[0]
     assert (mode, got["stage"], got["device"]) == (

@@ -57,6 +57,38 @@ def test_the_errno_of_flock_tells_crash_from_hang():
         .startswith("37")
 
 
+def test_a_cache_folder_at_the_root_means_home_is_slash():
+    # /.cache (or /.triton, /.config) is ~ resolved with HOME=/; a home of its own that cannot
+    # be written stays the Hugging Face cache's mode, and Triton's own folder its own.
+    assert _parts(_text("kserve/kserve/issues/3562"), "cache.xdg-cache-not-writable")["path"] \
+        == "/.cache/huggingface/hub"
+    assert _parts(_text("kubeflow/mcp-server/pull/83"), "cache.xdg-cache-not-writable")["path"] \
+        == "/.cache"
+    root_triton = "PermissionError: [Errno 13] Permission denied: '/.triton'"
+    assert [r.mode for r in huggingface.read(root_triton)] == ["cache.xdg-cache-not-writable"]
+    assert [r.mode for r in huggingface.read(_text("server/issues/7015"))] \
+        == ["cache.hf-home-not-writable"]
+    assert huggingface.read("PermissionError: [Errno 13] Permission denied: "
+                            "'/app/aphrodite-engine/.triton'") == []
+
+
+def test_a_hub_lock_waited_on_forever_is_a_stale_lock_unless_flock_is_missing():
+    assert _parts(_text("huggingface_hub/issues/2543"), "cache.hub-stale-download-lock")["lock"] \
+        .endswith("/hub/.locks/models--NousResearch--Meta-Llama-3.1-8B-Instruct/"
+                  "fc1cdddd6bfa91128d6e94ee73d0ce62bfcdb7af29e978ddcab30c66ae9ea7fa.lock")
+    # filelock's own record on a hub cache lock reads the same; datasets' cache lock is the
+    # network file system's mode.
+    assert _parts(_text("gpustack/gpustack/issues/39"), "cache.hub-stale-download-lock")["lock"] \
+        .startswith("/home/sophia/.cache/huggingface/hub/.locks/")
+    assert [r.mode for r in huggingface.read(_text("datasets/issues/3983"))] \
+        == ["cache.datasets-lock-hang"]
+    # SoftFileLock's fallback on a file system without flock says why the lock stays.
+    fallback = ("FileSystem does not appear to support flock. Falling back to SoftFileLock for "
+                "/model_dir/.cache/huggingface/.gitignore.lock\nStill waiting to acquire lock on "
+                "/model_dir/.cache/huggingface/.gitignore.lock (elapsed: 10.0 seconds)")
+    assert "cache.hub-stale-download-lock" not in [r.mode for r in huggingface.read(fallback)]
+
+
 def test_the_removed_name_is_read():
     parts = _parts(_text("Hunyuan3D-1/issues/59"), "hf.hub-version-api-removed")
     assert (parts["name"], parts["module"]) == ("cached_download", "huggingface_hub")

@@ -172,3 +172,44 @@ def test_device_libraries_and_execstack():
     # another program's library refused by the same glibc is not ROCm's
     assert parts("libctranslate2-bc15bf3f.so.4.5.0: cannot enable executable stack as shared "
                  "object requires: Invalid argument") == []
+
+
+def test_wsl_runtime_refusing_the_gpu():
+    mode, got = parts(row("ROCm/legacy-rocm-build/issues/4215")["text"])[0]
+    assert (mode, got["error"]) == ("rocm.wsl-gpu-unsupported", "ROCR: unsupported GPU")
+    # no GPU under WSL on an RDNA2 Radeon: the WSL stack does not drive that generation
+    mode, got = parts("GPU: AMD Radeon RX 6800 XT (WSL2)\n"
+                      "RuntimeError: No HIP GPUs are available")[0]
+    assert (mode, got["gpu"]) == ("rocm.wsl-gpu-unsupported", "RX 6800")
+    # the same words on a GPU the WSL matrix lists stay the WSL-stack mode
+    assert [m for m, _ in parts("GPU: AMD Radeon RX 7900 XTX (WSL2)\n"
+                                "RuntimeError: No HIP GPUs are available")] == [
+        "rocm.wsl-needs-radeon-wheel"]
+
+
+def test_extension_arch_allow_list_names_the_rejected_target():
+    mode, got = parts(row("ROCm/flash-attention/issues/93")["text"])[0]
+    assert (mode, got["archs"]) == ("rocm.flash-attn-arch-list", "gfx1100")
+    mode, got = parts("AssertionError: One of GPU archs of ['gfx908'] is invalid or not "
+                      "supported by Flash-Attention")[0]
+    assert (mode, got["archs"]) == ("rocm.flash-attn-arch-list", "'gfx908'")
+
+
+def test_bitsandbytes_library_tag_on_windows_and_wrapped_lines():
+    mode, got = parts("bitsandbytes library load error: Configured ROCm binary not found at "
+                      "F:\\venv\\Lib\\site-packages\\bitsandbytes\\libbitsandbytes_rocm71.dll")[0]
+    assert mode == "rocm.bnb-binary-version-tag"
+    assert parts("RuntimeError: Configured ROCm binary not found at \n/home/u/.local/lib/"
+                 "python3.14/site-packages/bitsandbytes/libbitsandbytes_rocm72.so")[0][0] == \
+        "rocm.bnb-binary-version-tag"
+
+
+def test_missing_code_object_with_an_igpu_beside_a_discrete_gpu_is_not_named():
+    from dsenv.doctor.explain.command import explain_text
+    alone = "RuntimeError: HIP error: invalid device function"
+    assert [m.id for m in explain_text(alone)[2]][:1] == ["gpu.rocm-gfx-unsupported"]
+    # an APU's integrated GPU beside the discrete one: HIP may have picked the iGPU, so the
+    # gfx list of the build is not confidently the cause
+    both = ("CPU: AMD Ryzen 5 3600G with Radeon Vega Graphics\nGPU: AMD Radeon RX 6700 XT\n"
+            "RuntimeError: HIP error: invalid device function")
+    assert "gpu.rocm-gfx-unsupported" not in [m.id for m in explain_text(both)[2]]

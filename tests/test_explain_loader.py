@@ -207,7 +207,8 @@ def test_every_linked_mode_exists():
         for key, mode in row.get("modes", {}).items():
             kind, _, shape = key.partition(".")
             assert kind in ("missing", "undefined-symbol", "symbol-version", "link"), key
-            assert shape in ("", "program", "path", "extension", "abi", "unversioned"), key
+            assert shape in ("", "program", "path", "extension", "abi", "unversioned", "own",
+                             "unlinked"), key
             assert mode in ids, mode
 
 
@@ -343,3 +344,29 @@ def test_the_dependency_a_library_failed_to_load_is_the_missing_one():
     alone = ("Could not load library libcudnn_cnn_infer.so.8. Error: libcudnn_cnn_infer.so.8: "
              "cannot open shared object file: No such file or directory")
     assert [f.library for f in loader.parse(alone)] == ["libcudnn_cnn_infer.so.8"]
+
+
+@pytest.mark.parametrize("text, shape, mode", [
+    # torch's own library lacking torch's own symbol: another install's libraries were loaded
+    ("ImportError: /env/lib/python3.6/site-packages/torch/lib/libtorch_python.so: undefined "
+     "symbol: _ZTIN3c1014WarningHandlerE", "own", "loader.stale-torch-libraries-on-path"),
+    ("ImportError: /env/lib/python3.5/site-packages/torch/lib/libTHC.so.1: undefined symbol: "
+     "THLongStorage_inferSizeN", "own", "loader.stale-torch-libraries-on-path"),
+    # the same symbol asked by an extension: the extension was built for another torch
+    ("ImportError: /env/site-packages/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: "
+     "undefined symbol: _ZN3c104cuda9SetDeviceEi", "", "loader.ext-built-for-other-torch"),
+    # an unversioned cuRAND symbol asked by an op: it was never linked against libcurand
+    ("ImportError: /src/deepspeed/ops/adam/cpu_adam_op.cpython-38-x86_64-linux-gnu.so: "
+     "undefined symbol: curandCreateGenerator", "unlinked", "loader.ext-unlinked-cuda-lib"),
+    # a versioned one was linked, and another release was loaded first
+    ("OSError: /env/site-packages/torch/lib/../../nvidia/cusparse/lib/libcusparse.so.12: "
+     "undefined symbol: __nvJitLinkAddData_12_1, version libnvJitLink.so.12", "",
+     "torch.ld-library-path-shadows-cuda"),
+    # an NVML/NCCL symbol from torch's own library is not torch's own namespace
+    ("ImportError: /env/site-packages/torch/lib/libtorch_cuda.so: undefined symbol: "
+     "ncclCommRegister", "", "comm.multiple-nccl"),
+])
+def test_who_lacks_an_undefined_symbol_decides_its_cause(text, shape, mode):
+    found, = loader.parse(text)
+    assert (found.shape, found.mode) == (shape, mode)
+

@@ -381,3 +381,50 @@ def test_a_gloo_mesh_towards_loopback_is_the_host_name(text, named):
     sure = explain_text(text)[2]
     assert (bool(sure) and sure[0].id == "comm.gloo-hostname-loopback") == named
     assert named or not sure
+
+
+# Open MPI's refusal to bind more ranks than cpus is a help box without an "error" word
+# (https://github.com/open-mpi/ompi/issues/626, as posted: a NUMA warning box above it); the
+# launcher's line after it (composed here, mpirun's own wording) only says a rank is gone.
+OMPI_BIND_626 = """WARNING: a request was made to bind a process. While the system
+supports binding the process itself, at least one node does NOT
+support binding memory to the process location.
+
+  Node:  as-HP-Pro-2000-Microtower-PC
+
+This usually is due to not having the required NUMA support installed
+on the node. In some Linux distributions, the required support is
+contained in the libnumactl and libnumactl-devel packages.
+This is a warning only; your job will continue, though performance may be degraded.
+--------------------------------------------------------------------------
+--------------------------------------------------------------------------
+A request was made to bind to that would result in binding more
+processes than cpus on a resource:
+
+   Bind to:     NONE
+   Node:        as-HP-Pro-2000-Microtower-PC
+   #processes:  2
+   #cpus:       1
+
+You can override this protection by adding the "overload-allowed"
+option to your binding directive.
+"""
+
+
+def test_open_mpis_refusal_to_bind_is_the_root_before_the_launchers_summary():
+    text = OMPI_BIND_626 + ("--------------------------------------------------------------"
+                            "------------\nmpirun noticed that process rank 0 with PID 0 on "
+                            "node n1 exited on signal 9 (Killed).\n")
+    _, line, sure, _ = explain_text(text)
+    assert sure and sure[0].id == "mpi.bind-overload"
+    assert line.text.startswith("A request was made to bind to that would result in binding")
+
+
+def test_a_refusal_to_bind_in_another_wording_is_a_failure_not_a_clean_log():
+    # PRRTE's wording under srun --label (https://github.com/open-mpi/ompi/issues/12463)
+    text = ("19: A request was made to bind to that would result in binding more\n"
+            "19: processes than cpus available in your allocation:\n19:\n"
+            "19:    Application:     ./testGhosts\n19:    #processes:      1\n"
+            "19:    Binding policy:  CORE\n")
+    reading, _, _, _ = explain_text(text)
+    assert not reading.single and reading.root.number == 1

@@ -221,6 +221,32 @@ def _abi_shape(sym: str, text: str) -> str:
     if NEW_ABI.search(sym) or (OLD_ABI.search(sym) and NEW_ABI_TORCH.search(text)):
         return "abi"
     return ""
+
+
+# torch's own libraries (site-packages/torch/lib/*, torch/_C) missing one of torch's own symbols
+# (c10, at, torch, caffe2, the TH* C libraries of torch <= 1.x): one torch install's libraries
+# are built together, so the loader resolved part of them from another install (a leftover
+# /usr/local/lib/libc10.so, an older torch/lib on LD_LIBRARY_PATH, two installs mixed).
+TORCH_OWN_LIB = re.compile(r"[/\\]torch[/\\](?:lib[/\\]|_C[.\w-]*\.so)")
+TORCH_OWN_SYMBOL = re.compile(r"^(?:_Z(?:TI|TV|TS)?N?[KVR]*(?:3c10|2at|5torch|6caffe2|\d+TH)"
+                              r"|TH[A-Z]*_?[A-Za-z])")
+# An undefined symbol with no symbol version, asked for by a module outside torch/lib and the
+# nvidia/* wheels (cpu_adam.so: curandCreateGenerator): the module was never linked against
+# the library; a versioned one (", version libcurand.so.10") was, and another release loaded.
+PROVIDED = re.compile(r"[/\\](?:torch[/\\]lib|nvidia[/\\]\w+[/\\]lib)[/\\]")
+
+
+def _undefined_shape(sym: str, ver: str, by: str, text: str, row: dict | None) -> str:
+    if TORCH_OWN_LIB.search(by) and TORCH_OWN_SYMBOL.match(sym):
+        return "own"
+    abi = _abi_shape(sym, text)
+    if abi:
+        return abi
+    # only where the library's row says what an unlinked module is (the CUDA toolkit libraries)
+    if not ver and not PROVIDED.search(by) and "undefined-symbol.unlinked" in (row or {}).get(
+            "modes", {}):
+        return "unlinked"
+    return ""
 # A compiled module named by its path: site-packages/<pkg>/..., torch_extensions/<build>/<op>.
 EXT_PATH = re.compile(r"(?:torch_extensions/[^/\s]+/(?P<op>[\w-]+)/|(?:site|dist)-packages/"
                       r"(?P<pkg>[\w.-]+?)(?:/|\.cpython|\.so))")
@@ -297,10 +323,12 @@ def parse(text: str) -> list[Finding]:
         row = row or symbol_row(sym)
         lib = ver if ver.startswith("lib") else f"the library exporting {sym}"
         by = m.group("by") or ""
+        shape = _undefined_shape(sym, ver, by, text, row)
+        if shape == "own":  # torch 1.x's TH* symbols have no row of their own
+            row = library_row("libtorch.so")
         found.setdefault(("undefined-symbol", sym), Finding(
             "undefined-symbol", lib, m.group(0), row, symbol=sym, version=ver,
-            required_by=by, shape=_abi_shape(sym, text),
-            extension=_extension(by)))
+            required_by=by, shape=shape, extension=_extension(by)))
     for m in LINK.finditer(text):
         lib = f"lib{m.group('name')}.so"
         found.setdefault(("link", lib), Finding("link", lib, m.group(0), library_row(lib)))

@@ -44,7 +44,8 @@ _FAILURE = re.compile(
     # 'no kernel image' error that follows it
     r"|no longer supports this GPU|is not compatible with the current PyTorch installation"
     # Open MPI/PRRTE's refusals to start ranks: their help boxes carry no "error" word
-    r"|not enough slots available in the system|has detected an attempt to run as root",
+    r"|not enough slots available in the system|has detected an attempt to run as root"
+    r"|would result in binding more\b",
     re.IGNORECASE)
 # Lines that only say that something else failed.
 _CASCADE = re.compile(

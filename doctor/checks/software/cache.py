@@ -67,6 +67,15 @@ def hf_dirs(ctx: Context):
     broken = [(role, s) for role, s in states if not s.writable]
     if broken:
         role, state = broken[0]
+        home = ctx.env.get("HOME", "")
+        if dirs.sources[role] == "default" and home and not hfcache.inspect_dir(
+                Path(home)).writable:
+            # the default folders live under a HOME this user cannot write (HOME=/ for an
+            # arbitrary uid in a pod): every tool's cache (~/.cache, ~/.config, ~/.triton) fails
+            return mode_finding(fail, "cache.xdg-cache-not-writable",
+                                f"HOME={home} cannot be written, so the default {role} "
+                                f"{state.path} (and every other default cache) cannot either",
+                                *evidence)
         return mode_finding(fail, "cache.hf-home-not-writable",
                             f"the {role} {state.path} cannot be written: downloads and dataset "
                             "caching fail", *evidence, here=_move_fix(role, dirs))

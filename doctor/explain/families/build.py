@@ -35,6 +35,12 @@ NVCC_PATH = re.compile(r"No such file or directory: '([^'\n]*)/bin/nvcc'"
                        r"|(:/[^\s:'\"]*)/bin/nvcc: not found", FLAGS)
 CUDA_HOME_UNSET = re.compile(r"CUDA_HOME does not exist|CUDA_HOME environment variable is "
                              r"not set", FLAGS)
+# A path join that got None right before hipify's summary line: DeepSpeed's setup.py hipifies
+# its ops only under a ROCm torch, where torch.utils.cpp_extension.CUDA_HOME is None, so an op
+# builder joining CUDA_HOME (not ROCM_HOME) fails there.
+ROCM_CUDA_HOME = re.compile(r"in join\b[\s\S]{0,60}?TypeError: expected str, bytes or "
+                            r"os\.PathLike object, not NoneType\s+(Total number of (?:unsupported "
+                            r"CUDA function calls|replaced kernel launches))", FLAGS)
 CUDA_VERSIONS = re.compile(
     r"Installed CUDA version ([\d.]+) does not match (?:the version torch was compiled "
     r"with|torch version)(?: ([\d.]+))?"
@@ -117,6 +123,7 @@ ROOT_LAST = re.compile(r"Using\s+(\S+) as PyTorch extensions root\.\.\.\s*\Z")
 
 # Messages whose one pattern names the mode; the groups become the parts.
 SIMPLE = (
+    (ROCM_CUDA_HOME, "deepspeed.rocm-cuda-home-none", ("hipify_summary",)),
     (GCC_MAX, "jit.gcc-too-new-for-nvcc", ("newest_gcc_nvcc_accepts",)),
     # A CPU optimizer without its op handle: its op's build or load raised before.
     (NO_OP_HANDLE, "deepspeed.cpu-adam-build-failed", ("optimizer", "handle")),

@@ -91,6 +91,10 @@ BIND_DEST = re.compile(r"destination (?P<dest>\S+) doesn't exist in container|Sk
 # cannot load it.
 UVM = re.compile(r"Kernel module nvidia_uvm is not loaded|/dev/nvidia-uvm\S*: no such file or "
                  r"directory|Could not load UVM kernel module", IC)
+# nvidia-docker 1 names the driver's volume after its version; a container (or a plugin not
+# restarted) from before a driver change asks for the old one (nvidia-docker#493, #416).
+OLD_DRIVER_VOLUME = re.compile(r"no such volume: ?(?P<volume>nvidia_driver_(?P<version>[0-9.]+"
+                               r"\d))", IC)
 # Inside the container.
 NVML = re.compile(r"Failed to initialize NVML: (?P<why>Unknown Error|Insufficient Permissions)",
                   IC)
@@ -221,6 +225,9 @@ def read(message: str) -> list[Reading]:
     if uvm:
         found.append(reading(FAMILY, "container.nvidia-uvm-not-loaded", uvm.group(0),
                              module="nvidia_uvm", device="/dev/nvidia-uvm"))
+    if old := OLD_DRIVER_VOLUME.search(message):
+        found.append(reading(FAMILY, "container.stale-after-driver-change", old.group(0),
+                             volume=old["volume"], driver=old["version"]))
     daemon = NO_GPU_DRIVER.search(message)
     runtime = NO_RUNTIME.search(message)
     hook = NO_HOOK.search(message)

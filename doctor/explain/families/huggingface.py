@@ -44,6 +44,13 @@ _OTHER_CACHE = re.compile(r"\.triton\b|/triton/|torch_extensions", re.I)  # thei
 _HOME_DENIED = re.compile(r"problem when trying to write in your cache folder \((?P<path>[^)]*)\)"
                           r"|Permission denied: '(?P<path2>(?:[^']*/)?\.cache(?:/huggingface"
                           r"(?:/hub)?)?/?)'")
+# A cache or config folder directly under /: the job's HOME is / (an arbitrary UID in a pod),
+# so every library's ~/.cache, ~/.config, ~/.triton lands at the root of the image.
+_ROOT_HOME = re.compile(r"Permission denied: '(?P<path>/\.(?:cache|config|triton|local)(?:/[^']*)?)'"
+                        r"|problem when trying to write in your cache folder \((?P<path2>/\.cache/"
+                        r"[^)]*)\)")
+_STALE_LOCK = re.compile(r"Still waiting to acquire lock on (?P<path>[^\s()]+)"
+                         r"|Lock \d+ not acquired on (?P<path2>\S*/hub/\.locks/\S+?\.lock)", re.I)
 _DATASETS_SCRIPT = re.compile(r"Couldn't reach https://raw\.githubusercontent\.com/huggingface/"
                               r"datasets/(?P<version>[\w.]+)/(?:datasets|metrics)/(?P<name>[\w-]+)/")
 # A dataset added to the library after the installed release: its script is not at that
@@ -151,8 +158,18 @@ def read(message: str) -> list[Reading]:
         if mode:
             add(mode, m[0], call="flock", errno=f"{m['errno']} {m['why'].strip()}")
             return found
+    # huggingface_hub's own wait (no timeout), or filelock's debug record on a hub cache lock:
+    # an earlier download left the lock (a file lock on a file system without flock is the
+    # other mode's, named above by its errno or its fallback notice).
+    if (m := _STALE_LOCK.search(message)) and "does not appear to support flock" not in message:
+        add("cache.hub-stale-download-lock", m[0], lock=m["path"] or m["path2"])
+        return found
     if m := re.search(r"Lock \d+ not acquired on (\S+\.lock)", message):
         add("cache.datasets-lock-hang", m[0], lock=m[1])
+        return found
+    # HOME=/: the folder refused is at the root, whichever library asked (Triton's too).
+    if m := _ROOT_HOME.search(message):
+        add("cache.xdg-cache-not-writable", m[0], path=m["path"] or m["path2"], home="/")
         return found
     # Another user's lock or repository folder in a shared cache (Triton's and torch
     # extensions' locks are their own modes).

@@ -137,6 +137,15 @@ _OMPI = (
     # The ssh/rsh launcher component found neither program: an image without an ssh client.
     (re.compile(r"could not be found:? plm_rsh_agent: (?P<agent>.+?)(?= Please|$)"
                 r"|FORCE-TERMINATE AT Not found:-13 - error plm_rsh_component\.c"), "mpi.no-rsh-agent"),
+    # Open MPI's show_help could not open its own help text (or a wrapper its data file) under a
+    # build prefix conda never rewrote: the package is unrelocated, whatever topic it wanted.
+    (re.compile(r"(?:supposed to get help about: (?P<topic>\S+) But I couldn't open the help "
+                r"file:|Cannot open configuration file) (?P<path>/opt/anaconda1anaconda2anaconda3/"
+                r"[^\s:]+|[^\s:]*?_placehold_placehold[^\s:]*)"), "mpi.unrelocated-install-prefix"),
+    # A wrapper compiler whose data file names no compiler: configure found none for that
+    # language (mpifort/mpif90 without gfortran), so those bindings were never built.
+    (re.compile(r"No underlying compiler was specified in the wrapper compiler data file"
+                r"(?: \(e\.g\., (?P<file>[\w+.-]+)\))?"), "mpi.ompi-built-without-fortran"),
     # Two releases of Open MPI/PRRTE in one job: the daemons' wire formats differ.
     (re.compile(r"(?P<runtime>PRTE|Open MPI) detected a mismatch in versions between two "
                 r"processes(?:.*?Local (?:PRTE|Open MPI) version: (?P<local>\S+) Peer "

@@ -85,6 +85,17 @@ EXECSTACK = re.compile(r"(?P<lib>lib(?:amdhip64|hiprtc|rccl|hsa-runtime64|MIOpen
 DEVICE_LIBS = re.compile(r"cannot find ROCm (?:device library[.;] ?[Pp]rovide|installation\.\s+Provide)"
                          r" its path via", IC)
 
+# WSL's runtime (librocdxg) refusing a GPU that ROCm on WSL does not support.
+WSL_UNSUPPORTED = re.compile(r"ROCR: unsupported GPU", IC)
+# GPUs ROCm on WSL never supported (RDNA2 and older): no GPU under WSL then is the GPU itself.
+OLD_RADEON = re.compile(r"\bRX ?[56]\d{2,3}\b|\bgfx10[13]\d\b|\bgfx[89]0\w\b|Radeon VII", IC)
+HSA_INIT_FAILED = re.compile(r"hsa_init Failed|HSA_STATUS_ERROR_OUT_OF_RESOURCES", IC)
+
+# A ROCm extension's setup.py (flash-attn's CK backend, aiter) rejecting a target not in its
+# allow-list of gfx archs.
+ARCH_LIST = re.compile(r"One of GPU archs of \[(?P<archs>[^\]\n]*)\] is invalid or not supported"
+                       r"|(?P<gfx>gfx\w+)\s+is invalid or not supported by Flash-Attention", IC)
+
 # Docker could not pass /dev/kfd: the host itself has none.
 DOCKER_NO_KFD = re.compile(r"adding custom device \"?(?P<device>/dev/kfd|/dev/dri\S*?)\"?: "
                            r"no such file or directory", IC)
@@ -118,11 +129,11 @@ def read(message: str) -> list[Reading]:
     if not message:
         return []
     found: list[Reading] = []
-    bnb = re.search(r"Configured ROCm binary not found at \S*?libbitsandbytes_rocm(?P<tag>\d+)\.so",
-                    message)
+    bnb = re.search(r"Configured ROCm binary not found at\s+\S*?libbitsandbytes_rocm(?P<tag>\d+)"
+                    r"\.(?:so|dll)", message)
     if bnb:  # the library bitsandbytes asks for is named after torch's HIP, not its build's
         found.append(reading(FAMILY, "rocm.bnb-binary-version-tag", bnb.group(0)[:160],
-                             asked_for=f"libbitsandbytes_rocm{bnb['tag']}.so"))
+                             asked_for=f"libbitsandbytes_rocm{bnb['tag']}"))
     code = NO_CODE_OBJECT.search(message) or TENSILE.search(message)
     if code:  # the build has no kernels for this GPU's target
         named = code.groupdict().get("gfx") or code.groupdict().get("lazy")
@@ -137,7 +148,14 @@ def read(message: str) -> list[Reading]:
     atomics = ATOMICS.search(message)
     nogpu = NO_GPU.search(message)
     wsl = WSL.search(message) if nogpu else None
-    if atomics:  # the KFD skipped the GPU: the rocminfo failure beside it is this
+    refused = WSL_UNSUPPORTED.search(message)
+    old = OLD_RADEON.search(message)
+    if not refused and old and WSL.search(message) and (nogpu or HSA_INIT_FAILED.search(message)):
+        refused = nogpu or HSA_INIT_FAILED.search(message)
+    if refused:  # WSL's runtime does not drive this GPU (RDNA2 and older, unlisted SKUs)
+        found.append(reading(FAMILY, "rocm.wsl-gpu-unsupported", refused.group(0),
+                             error=refused.group(0), gpu=old.group(0) if old else ""))
+    elif atomics:  # the KFD skipped the GPU: the rocminfo failure beside it is this
         found.append(reading(FAMILY, "rocm.pcie-atomics-missing", atomics.group(0),
                              device=atomics["device"]))
     elif wsl or NO_WDDM.search(message):  # no GPU under WSL2: only AMD's WSL stack works there
@@ -167,6 +185,10 @@ def read(message: str) -> list[Reading]:
                              status="HSA_STATUS_ERROR_OUT_OF_RESOURCES"))
     # ENOENT on /dev/kfd with the driver loaded is a container without the device: the
     # container family reads it.
+    archs = ARCH_LIST.search(message)
+    if archs:  # the extension's setup allows only the gfx targets it lists
+        found.append(reading(FAMILY, "rocm.flash-attn-arch-list", archs.group(0),
+                             archs=archs["archs"] or archs["gfx"]))
     docker = DOCKER_NO_KFD.search(message)
     if docker:  # the Docker host has no such device node to pass
         found.append(reading(FAMILY, "rocm.kfd-device-missing", docker.group(0),
