@@ -428,3 +428,24 @@ def test_a_refusal_to_bind_in_another_wording_is_a_failure_not_a_clean_log():
             "19:    Binding policy:  CORE\n")
     reading, _, _, _ = explain_text(text)
     assert not reading.single and reading.root.number == 1
+
+
+# A mode's supporting evidence a few lines away counts (Azure/azhpc-images#327, as posted:
+# the INFO line naming NCCL_GRAPH_FILE sits three lines above the WARN that fails).
+AZURE_WARN = "::16674:17023 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 1 not found."
+AZURE_ABOVE = ("::16674:17023 [0] NCCL INFO NCCL_TOPO_FILE set by environment to "
+               "/opt/microsoft/ncv4/topo.xml\n::16674:17023 [0] NCCL INFO NCCL_GRAPH_FILE set "
+               "by environment to /opt/microsoft/ncv4/graph.xml")
+
+
+def test_a_modes_supporting_evidence_in_the_lines_around_adds_to_its_score():
+    def score(around):
+        return next(m for m in rank.score_modes(AZURE_WARN, around)
+                    if m.id == "comm.topology-file-for-another-machine")
+    near, alone = score(AZURE_ABOVE), score("::16674:17023 [0] NCCL INFO Setting affinity")
+    assert near.score == alone.score + rank.SPECIFIC / 2
+    assert any("(supporting)" in w for w in near.why) and not any("(supporting)" in w
+                                                                    for w in alone.why)
+    # only for a mode the line itself names: the context alone names nothing
+    assert not [m for m in rank.score_modes("NCCL WARN something else", AZURE_ABOVE)
+                if m.id == "comm.topology-file-for-another-machine"]

@@ -14,7 +14,8 @@ Each catalogue mode and each family parser's finding gets a score for one failur
   is one whose lines say who failed (NCCL, the loader, Slurm, MPI, the Hub client; a mention
   of DeepSpeed or torch.distributed says little about where the fault is);
 - the surrounding lines: +0.5 a pattern, at most +1, and only when the message itself has
-  evidence (a pattern seen only in the context never names a cause);
+  evidence (a pattern seen only in the context never names a cause); a mode's `also`
+  evidence there +1.5 once, when a pattern of the mode is in the message;
 - evidence.toml's per-mode evidence for and against (NCCL's /dev/shm is not a home quota).
 
 A cause is named when its score reaches BAR (3): at least one specific pattern in the
@@ -195,6 +196,12 @@ def score_modes(message: str, around: str) -> list[Match]:
         if ctx:
             score += min(1.0, 0.5 * len(ctx))
             why.append(f"context: {ctx[0]!r}")
+        # a mode's own supporting evidence printed a few lines away (the WSL platform line
+        # above "No HIP GPUs are available") counts half, and only for a mode the line names
+        near = [p for p in mode.also if p not in also and _search(p, around, around_low)]
+        if near and hits:
+            score += SPECIFIC / 2
+            why.append(f"context: {near[0]!r} (supporting)")
         found.append(Match(score, mode=mode, matched=hits + also, context=ctx, why=why))
     return found
 
