@@ -234,3 +234,10 @@ def test_ptxas_older_than_its_ptx_and_a_python_link_without_the_dev_package():
     mode, got = parts(row("ariovistus/pyd/issues/82")["text"])[0]
     assert (mode, got["library"]) == ("toolkit.python-headers-missing", "python3.5m")
 
+
+
+def test_two_cuda_installs_name_both():
+    mode, got = parts(row("pytorch/pytorch/issues/106971")["text"])[0]
+    assert (mode, got["nvcc headers"], got["toolkit headers"]) == (
+        "toolkit.multiple-cuda-installs", "/usr/local/cuda/include", "/usr/local/cuda-12.1/include")
+    assert got["nvcc"] == got["toolkit"] == "12.1.66"

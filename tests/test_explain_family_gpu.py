@@ -43,6 +43,30 @@ def test_gpu_arch_below_the_build_list_is_too_old():
     assert (mode, got["arch"]) == ("gpu.too-old-for-torch", "sm_35")
 
 
+def test_list_reading_compares_the_numbers():
+    # torch 2.7+cu128 on a Pascal card: sm_61 is below the list's sm_75, so the GPU is too old.
+    text = ("NVIDIA GeForce GTX 1080 Ti with CUDA capability sm_61 is not compatible with the "
+            "current PyTorch installation.\nThe current PyTorch install supports CUDA "
+            "capabilities sm_75 sm_80 sm_86 sm_90 sm_100 sm_120.")
+    assert parts(text)[0][0] == "gpu.too-old-for-torch"
+
+
+@pytest.mark.parametrize("cc, lo, hi, mode", [
+    ("5.2", "7.5", "12.0", "gpu.too-old-for-torch"),  # below the build's floor
+    ("12.0", "5.0", "9.0", "gpu.torch-build-lacks-arch"),  # a newer major than its top
+    ("8.9", "8.9", "9.0", None),  # inside the range: torch's false warning (pytorch#164708)
+    ("12.1", "8.0", "12.0", None),  # a newer minor of the top major runs its kernels
+])
+def test_range_wording_compares_capability_with_the_range(cc, lo, hi, mode):
+    text = (f"UserWarning:\n    Found GPU0 NVIDIA X which is of cuda capability {cc}.\n"
+            "    Minimum and Maximum cuda capability supported by this version of PyTorch is\n"
+            f"    ({lo}) - ({hi})\n")
+    got = parts(text)
+    assert (got[0][0] if got else None) == mode
+    if got:
+        assert got[0][1]["capability"] == cc and got[0][1]["build supports"] == f"{lo} - {hi}"
+
+
 def test_too_old_warning_names_gpu_and_capability():
     mode, got = parts(row("w-okada/voice-changer/issues/447")["text"])[0]
     assert (mode, got["gpu"], got["capability"]) == ("gpu.too-old-for-torch", "GeForce GT 720",

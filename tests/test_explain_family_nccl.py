@@ -166,3 +166,13 @@ def test_the_ofi_plugin_needing_a_newer_libfabric():
     text = next(r["text"] for r in ROWS if "FABRIC_1.7" in r["text"])
     found = [r for r in nccl.read(text) if r.mode == "comm.efa-libfabric-too-old"]
     assert dict(found[0].parts).items() >= {"plugin": "libnccl-net.so", "version": "FABRIC_1.7"}.items()
+
+
+def test_a_refused_shared_memory_segment_is_the_folder_mode_not_its_size():
+    row = next(r for r in symptoms.rows("system") if r["mode"] == "system.shm-not-writable"
+               and "NCCL WARN" in r["text"])
+    modes = _modes(row["text"])
+    assert "system.shm-not-writable" in modes and "system.shm-too-small" not in modes
+    full = ("misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-Abc123 to "
+            "9637892 bytes")
+    assert _modes(full) == ["system.shm-too-small"]

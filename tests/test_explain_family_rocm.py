@@ -204,12 +204,70 @@ def test_bitsandbytes_library_tag_on_windows_and_wrapped_lines():
         "rocm.bnb-binary-version-tag"
 
 
-def test_missing_code_object_with_an_igpu_beside_a_discrete_gpu_is_not_named():
+def test_missing_code_object_with_an_igpu_beside_a_discrete_gpu_names_the_igpu():
     from dsenv.doctor.explain.command import explain_text
     alone = "RuntimeError: HIP error: invalid device function"
     assert [m.id for m in explain_text(alone)[2]][:1] == ["gpu.rocm-gfx-unsupported"]
-    # an APU's integrated GPU beside the discrete one: HIP may have picked the iGPU, so the
-    # gfx list of the build is not confidently the cause
+    # an APU's integrated GPU beside the discrete one: HIP picked the iGPU, so the gfx list of
+    # the build is not the cause, and hiding the iGPU is the fix
     both = ("CPU: AMD Ryzen 5 3600G with Radeon Vega Graphics\nGPU: AMD Radeon RX 6700 XT\n"
             "RuntimeError: HIP error: invalid device function")
-    assert "gpu.rocm-gfx-unsupported" not in [m.id for m in explain_text(both)[2]]
+    named = [m.id for m in explain_text(both)[2]]
+    assert named[:1] == ["rocm.igpu-selected"] and "gpu.rocm-gfx-unsupported" not in named
+    mode, got = parts(both)[0]
+    assert (mode, got["integrated"], got["discrete"]) == (
+        "rocm.igpu-selected", "Ryzen 5 3600G with Radeon Vega Graphics", "RX 6700")
+    # the iGPU evidence a few lines above the failing line of a log (the mode's `also`)
+    log = ("CPU: AMD Ryzen 5 3600G with Radeon Vega Graphics\nGPU: AMD Radeon RX 6700 XT\n"
+           "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+           "    x = torch.ones(3).cuda() * 2\nRuntimeError: HIP error: invalid device function")
+    assert [m.id for m in explain_text(log)[2]][:1] == ["rocm.igpu-selected"]
+    # ggml's device list: the iGPU by its marketing name, the failing device beside a Radeon card
+    ggml = ("ggml_cuda_init: found 2 ROCm devices:\n  Device 0: AMD Radeon RX 9070, gfx1201\n"
+            "  Device 1: AMD Radeon 740M Graphics, gfx1103\nggml_cuda_compute_forward: MUL_MAT "
+            "failed\nROCm error: invalid device function\n  current device: 1")
+    assert [m.id for m in explain_text(ggml)[2]][:1] == ["rocm.igpu-selected"]
+    # an APU alone (no discrete GPU) is the build's gfx list: nothing else to select
+    apu = ("CPU: AMD Ryzen 7 5700U with Radeon Graphics\n"
+           "RuntimeError: HIP error: invalid device function")
+    assert [m for m, _ in parts(apu)] == ["gpu.rocm-gfx-unsupported"]
+    assert [m.id for m in explain_text(apu)[2]][:1] == ["gpu.rocm-gfx-unsupported"]
+
+
+def test_the_igpu_evidence_is_one_pattern_in_both_modes():
+    # gpu.rocm-gfx-unsupported steps back exactly where rocm.igpu-selected steps in
+    from dsenv.doctor import catalogue
+    assert catalogue.mode("gpu.rocm-gfx-unsupported").against == \
+        catalogue.mode("rocm.igpu-selected").also
+
+
+def test_hip_words_for_a_missing_code_object_are_rocms():
+    from dsenv.doctor.explain.command import explain_text
+    for text in ("RuntimeError: HIP error: no kernel image is available for execution on the "
+                 "device",
+                 "torch.AcceleratorError: HIP error: device kernel image is invalid\nSearch for "
+                 "`hipErrorInvalidImage' in https://rocm.docs.amd.com/ for more information."):
+        assert [m for m, _ in parts(text)] == ["gpu.rocm-gfx-unsupported"]
+        assert [m.id for m in explain_text(text)[2]][:1] == ["gpu.rocm-gfx-unsupported"]
+    # CUDA's own "no kernel image" stays the CUDA modes'
+    assert parts("RuntimeError: CUDA error: no kernel image is available for execution on the "
+                 "device") == []
+
+
+def test_hipcc_looking_for_clang_where_rocm_is_not():
+    mode, got = parts(row("ROCm/legacy-rocm-build/issues/1231")["text"])[0]
+    assert (mode, got["looked for"], got["by"]) == (
+        "rocm.hip-env-not-loaded", "/opt/rocm/llvm/bin/clang++", "/opt/rocm-3.8.0/bin/hipconfig")
+    mode, got = parts(row("ROCm/legacy-rocm-build/issues/1140")["text"])[0]
+    assert got["looked for"] == "/opt/rocm/hcc/bin/hcc"
+    # another tool hipcc could not run is not its compiler path
+    assert parts("Can't exec \"/opt/rocm/bin/rocm_agent_enumerator\": No such file or directory "
+                 "at /opt/hip/bin/hipcc line 592.") == []
+
+
+def test_ray_and_verl_refusing_rocr_visible_devices():
+    for text in (row("ray-project/ray/issues/52701")["text"],
+                 row("lumi-ai-factory/laifs-container-recipes/issues/6")["text"],
+                 "ValueError: Please don't set ROCR_VISIBLE_DEVICES when HIP/CUDA_VISIBLE_DEVICES "
+                 "is set."):
+        assert [m for m, _ in parts(text)] == ["rocm.visible-devices-conflict"]

@@ -235,6 +235,12 @@ def test_torchruns_summary_and_an_interrupted_traceback_are_not_the_root():
     ("\x1b[31mERROR\x1b[0m: bad", "ERROR: bad"),
     ("libnvidia-ml.so.1: cannot open shared object file", "libnvidia-ml.so.1: cannot open "
                                                           "shared object file"),
+    # an exception of a module whose name holds a digit is no pdsh host (awsome-distributed-ai
+    # #378, as posted under srun --label)
+    ("3: urllib3.exceptions.ReadTimeoutError: HTTPSConnectionPool(host='huggingface.co', "
+     "port=443): Read timed out. (read timeout=10)",
+     "urllib3.exceptions.ReadTimeoutError: HTTPSConnectionPool(host='huggingface.co', "
+     "port=443): Read timed out. (read timeout=10)"),
 ])
 def test_launcher_prefixes_are_cleaned_and_library_names_kept(raw, text):
     assert logread.clean(raw) == text

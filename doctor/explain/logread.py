@@ -22,8 +22,10 @@ _PREFIXES = (
     r"\[[A-Za-z]*\d+(?:\|\d+)?\]: ?",  # torchrun's [rank3]:, [default0]:
     r"\[\d+,\d+\]<(?:stdout|stderr)>: ?",  # mpirun --tag-output
     r"\d{1,5}: ",  # srun --label
-    # pdsh/deepspeed launcher: "worker-1: ..." (a host with a digit; not a library name)
-    r"(?![\w.+-]*\.so\b)[A-Za-z][\w-]*\d[\w.-]*: (?=\S)",
+    # pdsh/deepspeed launcher: "worker-1: ..." (a host with a digit; not a library name,
+    # not an exception of a module with a digit: "urllib3.exceptions.ReadTimeoutError: ")
+    r"(?![\w.+-]*(?:\.so\b|(?:Error|Exception|Warning|Interrupt|Exit)\b))"
+    r"[A-Za-z][\w-]*\d[\w.-]*: (?=\S)",
 )
 _PREFIX = re.compile("^(?:" + "|".join(f"(?:{p})" for p in _PREFIXES) + ")+")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

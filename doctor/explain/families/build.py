@@ -118,6 +118,10 @@ NINJA = re.compile(r"Ninja is required to load C\+\+ extensions", FLAGS)
 PTX_ISA = re.compile(r"ptxas (?!application ptx input)\S+, line \d+; fatal\s*: Unsupported "
                      r"\.version (\d+\.\d+); current version is '(\d+\.\d+)'", FLAGS)
 # Linking libpython by its unversioned development name (python3.X-dev ships it).
+# torch's cuda.cmake: the nvcc CMake chose and the toolkit find_package found differ (two
+# toolkits, or one seen through a symlink and its real path).
+TWO_CUDA = re.compile(r"Found two conflicting CUDA installs:\s+V([\d.]+) in '([^'\n]*)' and\s+"
+                      r"V([\d.]+) in '([^'\n]*)'", FLAGS)
 PY_LINK = re.compile(r"cannot find -l(python\d[\d.]*m?)\b", FLAGS)
 ROOT_LAST = re.compile(r"Using\s+(\S+) as PyTorch extensions root\.\.\.\s*\Z")
 
@@ -145,6 +149,8 @@ SIMPLE = (
     (UNKNOWN_ARCH, "toolkit.arch-unknown-to-torch", ("arch",)),
     (PTX_ISA, "toolkit.ptxas-older-than-ptx", ("ptx_isa", "newest_isa_this_ptxas_knows")),
     (PY_LINK, "toolkit.python-headers-missing", ("library",)),
+    (TWO_CUDA, "toolkit.multiple-cuda-installs", ("nvcc", "nvcc_headers", "toolkit",
+                                                  "toolkit_headers")),
 )
 # The CUDA toolkit's own headers: the runtime and its math libraries (cuda*, cu<lib>*: cuBLAS,
 # cuRAND and its device API curand_kernel.h, cuSPARSE, cuSOLVER, cuFFT), NVTX, NVRTC, and the
@@ -228,7 +234,7 @@ def _compile_readings(message: str) -> list[Reading]:
         path = header.group(1)
         name = path.rsplit("/", 1)[-1]
         # The header names the package that lacks its development files.
-        mode = ("toolkit.python-headers-missing" if name == "Python.h"
+        mode = ("toolkit.python-headers-missing" if name in ("Python.h", "pyconfig.h")
                 else "toolkit.cuda-headers-missing" if CUDA_HEADER.match(path)
                 else "deepspeed.async-io-no-libaio" if name == "libaio.h" else "")
         if mode:

@@ -65,6 +65,12 @@ INCOMPATIBLE = re.compile(r"(?P<gpu>[^\n]*?) with CUDA capability sm_(?P<arch>\d
 SUPPORTS = re.compile(r"PyTorch install supports CUDA capabilities(?P<list>(?:\s+\w+_\d+)+)", IC)
 TOO_OLD = re.compile(r"Found GPU\d+ (?P<gpu>[^\n]+?) which is of cuda capability "
                      r"(?P<cc>\d+\.\d+)[\s\S]{0,80}?no longer supports this GPU", IC)
+# torch 2.6+: one range instead of the list; only the numbers tell a GPU below the build's
+# floor from one above its top (a capability inside the range, or a newer minor of the top
+# major, runs: NVIDIA GPUs are binary compatible within a major, pytorch/pytorch#164708).
+RANGE = re.compile(r"Found GPU\d+ (?P<gpu>[^\n]+?) which is of cuda capability (?P<cc>\d+\.\d+)"
+                   r"\.?\s+Minimum and Maximum cuda capability supported by this version of "
+                   r"PyTorch is\s+\((?P<lo>\d+\.\d+)\)\s*-\s*\((?P<hi>\d+\.\d+)\)", IC)
 DRIVER_OLD = re.compile(r"NVIDIA driver on your system is too old \(found version (?P<v>\d+)\)", IC)
 NO_DRIVER = re.compile(r"Found no NVIDIA driver on your system", IC)
 NVML_MISMATCH = re.compile(r"Driver/library version mismatch(?:[\s\S]{0,40}?NVML library "
@@ -145,6 +151,9 @@ def _arch_reading(message: str, text: str, error: str) -> Reading | None:
     if old:  # torch's own verdict: the GPU is below the build's minimum capability
         return reading(FAMILY, "gpu.too-old-for-torch", old.group(0), gpu=old["gpu"].strip(),
                        capability=old["cc"], error=error)
+    span = RANGE.search(message)
+    if span:
+        return _range_reading(span, error)
     warn = INCOMPATIBLE.search(message)
     if warn:
         listed = SUPPORTS.search(message)
@@ -167,6 +176,22 @@ def _arch_reading(message: str, text: str, error: str) -> Reading | None:
                        extension=ext.group(0))
     # Plain torch failing on the GPU: its wheel has no kernels for it.
     return reading(FAMILY, "gpu.torch-build-lacks-arch", text, error=error)
+
+
+def _cc(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def _range_reading(span: re.Match, error: str) -> Reading | None:
+    cc, lo, hi = _cc(span["cc"]), _cc(span["lo"]), _cc(span["hi"])
+    parts = dict(gpu=span["gpu"].strip(), capability=span["cc"],
+                 build_supports=f"{span['lo']} - {span['hi']}", error=error)
+    if cc < lo:
+        return reading(FAMILY, "gpu.too-old-for-torch", span.group(0), **parts)
+    if cc[0] > hi[0]:  # a newer major than the build's top: no SASS or PTX runs on it
+        return reading(FAMILY, "gpu.torch-build-lacks-arch", span.group(0), **parts)
+    return None
 
 
 def _bytes(size: str) -> float:

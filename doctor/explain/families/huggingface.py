@@ -85,6 +85,13 @@ _XET_WHY = re.compile(r"InvalidCertificate\(\w+\)|Invalid certificate\(\w+\)|dns
                       r"service not known|Request failed after \d+ retries|timed out", re.I)
 
 
+# urllib3's and httpx's words for a response that did not come in time (not a connect).
+_READ_TIMEOUT = re.compile(r"Read timed out\.?(?: \(read timeout=(?P<secs>[\d.]+)\))?|httpx\.ReadTimeout")
+_CONNECT_FAILED = re.compile(r"ConnectTimeout|NewConnectionError|Failed to establish a new connection"
+                             r"|Name or service not known|Temporary failure in name resolution"
+                             r"|Network is unreachable|No route to host|Connection refused", re.I)
+
+
 _TOKEN_REFUSED = re.compile(r"Invalid credentials in Authorization header|Authorization header is "
                             r"correct, but the token seems invalid")
 
@@ -233,6 +240,11 @@ def read(message: str) -> list[Reading]:
             add("hf.proxy-required", "Hostname mismatch", cause="certificate of another host")
         else:
             add("hf.ssl-interception", "CERTIFICATE_VERIFY_FAILED", cause="certificate chain")
+        return found
+    # A read timeout: the Hub accepted the connection and answered late, so the node is not
+    # offline. Many ranks querying at once, a slow link and an outage all read the same once
+    # the launchers' [rankN]: prefixes are cleaned off the line: no reading.
+    if hub and _READ_TIMEOUT.search(message) and not _CONNECT_FAILED.search(message):
         return found
     # No answer at all from the Hub (timeout, DNS, unreachable, refused), or the libraries'
     # cache fallback saying so: a node without outbound access and offline mode unset.

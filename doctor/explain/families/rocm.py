@@ -24,10 +24,24 @@ FAMILY = "rocm"
 IC = re.IGNORECASE
 
 # A kernel launched for a GPU whose gfx target the binary has no code object for.
+# HIP prints hipErrorNoBinaryForGpu as "no kernel image is available for execution on the
+# device" (CUDA's words for the same error) and hipErrorInvalidImage as "device kernel image is
+# invalid": with "HIP error:" before them, or the enum name, they are ROCm's (ggml, in llama.cpp
+# and ollama, prints "ROCm error: <HIP's text>").
 NO_CODE_OBJECT = re.compile(
-    r"HIP error: invalid device function|hipErrorInvalidDeviceFunction|hipErrorNoBinaryForGpu"
+    r"HIP error: invalid device function|ROCm error: (?:\S+:\d+: )?invalid device function"
+    r"|hipErrorInvalidDeviceFunction|hipErrorNoBinaryForGpu"
     r"|Unable to find code object for all current devices|Cou?l?dn.t find binary for current "
-    r"devices|HSA_STATUS_ERROR_INVALID_ISA", IC)
+    r"devices|HSA_STATUS_ERROR_INVALID_ISA|HIP error: no kernel image is available for "
+    r"execution on the device|HIP error: device kernel image is invalid|hipErrorInvalidImage", IC)
+# A Ryzen APU's integrated GPU (by name: "Radeon 780M", "AMD Radeon(TM) Graphics", "Ryzen ...
+# with Radeon Graphics"; by its gfx target; or as the user calls it) and a
+# discrete Radeon in the same text: HIP may be running on the iGPU (rocm.toml keeps the same
+# pair as gpu.rocm-gfx-unsupported's `against` and rocm.igpu-selected's `also`).
+IGPU = re.compile(r"\biGPUs?\b|integrated (?:GPU|graphics)|\bgfx(?:1035|1036|1037|90c)\b"
+                  r"|Ryzen[^\n]{0,40}(?:with|w/) Radeon[^\n]{0,24}Graphics"
+                  r"|Radeon(?:\(TM\))? \d{3}M\b|Radeon\(TM\) Graphics", IC)
+DGPU = re.compile(r"\bdGPU\b|discrete|\bRX ?\d{3,4}\b", IC)
 # rocBLAS's form: no Tensile library for the GPU's arch in the build (the errno text varies:
 # ENOENT, or ESPIPE "Illegal seek" from the merged library), or hipBLASLt/rocBLAS's lazy-loading
 # form naming the per-arch file it could not load.
@@ -96,6 +110,19 @@ HSA_INIT_FAILED = re.compile(r"hsa_init Failed|HSA_STATUS_ERROR_OUT_OF_RESOURCES
 ARCH_LIST = re.compile(r"One of GPU archs of \[(?P<archs>[^\]\n]*)\] is invalid or not supported"
                        r"|(?P<gfx>gfx\w+)\s+is invalid or not supported by Flash-Attention", IC)
 
+# The perl hipcc/hipconfig exec'ing a compiler under the ROCm path they assumed (ROCM_PATH,
+# HIP_CLANG_PATH, HCC_HOME default to /opt/rocm) where there is none.
+HIP_EXEC = re.compile(r"Can't exec \"(?P<tool>[^\"\n]*/(?:clang(?:\+\+)?|llc|hcc|hcc-config))\": No such "
+                      r"file or directory at (?P<script>\S*\bhip(?:cc|config))\b", IC)
+
+# Ray (>= 2.45) and verl refusing ROCR_VISIBLE_DEVICES beside, or HIP/CUDA_VISIBLE_DEVICES that
+# disagree with, the variable they select AMD GPUs by.
+VISIBLE = re.compile(r"Please use HIP_VISIBLE_DEVICES instead of ROCR_VISIBLE_DEVICES"
+                     r"|Inconsistant values found\. Please use either HIP_VISIBLE_DEVICES or "
+                     r"CUDA_VISIBLE_DEVICES|Please use the same HIP_VISIBLE_DEVICES or "
+                     r"CUDA_VISIBLE_DEVICES, inconsistant values found|Please don't set "
+                     r"ROCR_VISIBLE_DEVICES when HIP/CUDA_VISIBLE_DEVICES is set", IC)
+
 # Docker could not pass /dev/kfd: the host itself has none.
 DOCKER_NO_KFD = re.compile(r"adding custom device \"?(?P<device>/dev/kfd|/dev/dri\S*?)\"?: "
                            r"no such file or directory", IC)
@@ -135,7 +162,13 @@ def read(message: str) -> list[Reading]:
         found.append(reading(FAMILY, "rocm.bnb-binary-version-tag", bnb.group(0)[:160],
                              asked_for=f"libbitsandbytes_rocm{bnb['tag']}"))
     code = NO_CODE_OBJECT.search(message) or TENSILE.search(message)
-    if code:  # the build has no kernels for this GPU's target
+    igpu, dgpu = IGPU.search(message), DGPU.search(message)
+    if code and igpu and dgpu:
+        # an APU's iGPU beside the discrete GPU: HIP ran the kernel on (or tripped over) the
+        # iGPU, whose target the build lacks; hiding it is the fix, not another build
+        found.append(reading(FAMILY, "rocm.igpu-selected", code.group(0), error=code.group(0),
+                             integrated=igpu.group(0), discrete=dgpu.group(0)))
+    elif code:  # the build has no kernels for this GPU's target
         named = code.groupdict().get("gfx") or code.groupdict().get("lazy")
         gfx = GFX.search(message)
         override = OVERRIDE.search(message)
@@ -189,6 +222,14 @@ def read(message: str) -> list[Reading]:
     if archs:  # the extension's setup allows only the gfx targets it lists
         found.append(reading(FAMILY, "rocm.flash-attn-arch-list", archs.group(0),
                              archs=archs["archs"] or archs["gfx"]))
+    hip_exec = HIP_EXEC.search(message)
+    if hip_exec:  # hipcc/hipconfig assumed a ROCm path the install is not at
+        found.append(reading(FAMILY, "rocm.hip-env-not-loaded", hip_exec.group(0),
+                             looked_for=hip_exec["tool"], by=hip_exec["script"]))
+    visible = VISIBLE.search(message)
+    if visible:  # Ray/verl select AMD GPUs by HIP_VISIBLE_DEVICES alone
+        found.append(reading(FAMILY, "rocm.visible-devices-conflict", visible.group(0),
+                             refused=visible.group(0)))
     docker = DOCKER_NO_KFD.search(message)
     if docker:  # the Docker host has no such device node to pass
         found.append(reading(FAMILY, "rocm.kfd-device-missing", docker.group(0),
