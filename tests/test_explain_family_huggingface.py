@@ -76,10 +76,11 @@ def test_a_hub_lock_waited_on_forever_is_a_stale_lock_unless_flock_is_missing():
     assert _parts(_text("huggingface_hub/issues/2543"), "cache.hub-stale-download-lock")["lock"] \
         .endswith("/hub/.locks/models--NousResearch--Meta-Llama-3.1-8B-Instruct/"
                   "fc1cdddd6bfa91128d6e94ee73d0ce62bfcdb7af29e978ddcab30c66ae9ea7fa.lock")
-    # filelock's own record on a hub cache lock reads the same; datasets' cache lock is the
-    # network file system's mode.
-    assert _parts(_text("gpustack/gpustack/issues/39"), "cache.hub-stale-download-lock")["lock"] \
-        .startswith("/home/sophia/.cache/huggingface/hub/.locks/")
+    # another report of the wait, lower-case as older huggingface_hub printed it; datasets'
+    # cache lock is the network file system's mode.
+    assert _parts(_text("HuggingFace-Download-Accelerator/issues/30"),
+                  "cache.hub-stale-download-lock")["lock"] \
+        .startswith("/home/duantong/.cache/huggingface/hub/.locks/")
     assert [r.mode for r in huggingface.read(_text("datasets/issues/3983"))] \
         == ["cache.datasets-lock-hang"]
     # SoftFileLock's fallback on a file system without flock says why the lock stays.
@@ -165,9 +166,6 @@ def test_a_model_type_transformers_does_not_know():
 
 
 def test_xet_transfers_failing_are_read_apart_from_the_hub():
-    # hf_xet's Rust client record: no host in it, its cas_client source file says who failed
-    parts = _parts(_text("xet-core/issues/400"), "hf.xet-transfer-blocked")
-    assert (parts["client"], parts["failure"]) == ("hf_xet", "dns error")
     # the Xet host and the certificate failure on separate lines of the paste
     parts = _parts(_text("kodit/issues/145"), "hf.xet-transfer-blocked")
     assert (parts["xet host"], parts["failure"]) == ("cas-server.xethub.hf.co",
