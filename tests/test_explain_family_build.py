@@ -170,9 +170,11 @@ def test_any_cuda_toolkit_header_is_the_toolkit_without_headers():
     assert (mode, got["header"]) == ("toolkit.cuda-headers-missing", "curand_kernel.h")
     assert parts("fatal error: cub/cub.cuh: No such file or directory")[0][0] == \
         "toolkit.cuda-headers-missing"
-    # NCCL's and cuDNN's headers come with those libraries, not with the toolkit.
-    for header in ("nccl.h", "cudnn.h"):
-        assert not parts(f"fatal error: {header}: No such file or directory"), header
+    # NCCL's and cuDNN's headers come with those libraries, not with the toolkit: nccl.h
+    # has its own mode, cudnn.h none yet.
+    assert [m for m, _ in parts("fatal error: nccl.h: No such file or directory")] == \
+        ["toolkit.nccl-headers-missing"]
+    assert not parts("fatal error: cudnn.h: No such file or directory")
 
 
 def test_a_name_the_stack_package_lacks_is_a_version_mismatch():
@@ -241,3 +243,14 @@ def test_two_cuda_installs_name_both():
     assert (mode, got["nvcc headers"], got["toolkit headers"]) == (
         "toolkit.multiple-cuda-installs", "/usr/local/cuda/include", "/usr/local/cuda-12.1/include")
     assert got["nvcc"] == got["toolkit"] == "12.1.66"
+
+
+def test_ptxas_missing_or_nccl_headers_missing():
+    # XLA's wordings across releases and Triton's: no ptxas at all, not one refusing the PTX.
+    for url in ("tensorflow/tensorflow/issues/60737", "jax-ml/jax/issues/7239",
+                "NixOS/nixpkgs/pull/375186", "kijai/ComfyUI-HunyuanVideoWrapper/issues/29"):
+        assert "toolkit.ptxas-not-found" in [m for m, _ in parts(row(url)["text"])]
+    assert "toolkit.ptxas-not-found" not in [m for m, _ in parts(
+        row("tinygrad/tinygrad/issues/7729")["text"])]
+    mode, got = parts(row("MegviiRobot/MegBA/issues/15")["text"])[0]
+    assert (mode, got["header"]) == ("toolkit.nccl-headers-missing", "nccl.h")

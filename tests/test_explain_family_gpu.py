@@ -190,3 +190,15 @@ def test_cublas_refusing_a_bf16_gemm_is_a_gpu_without_bf16():
             "handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16F, lda, b, CUDA_R_16F, ldb, &fbeta, "
             "c, CUDA_R_16F, ldc, CUDA_R_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`")
     assert not parts(fp16)
+
+
+def test_xla_warning_reads_the_driver_and_ptx_compiler_versions():
+    # Both wordings XLA used across releases; a pasted log may wrap the version.
+    for url, driver, ptxas in (("jax-ml/jax/issues/19821", "12.2", "12.3.107"),
+                               ("conda-forge/tensorflow-feedstock/issues/417", "12.4", "12.5.82"),
+                               ("YoshitakaMo/localcolabfold/issues/126", "11.0", "11.6.124")):
+        text = next(r["text"] for r in ROWS if r["url"].endswith(url))
+        got = [r for r in gpu.read(text) if r.mode == "gpu.ptx-newer-than-driver"]
+        assert got, url
+        parts = dict(got[0].parts)
+        assert (parts["driver supports cuda"], parts["ptx compiler"]) == (driver, ptxas), parts

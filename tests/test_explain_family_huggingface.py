@@ -190,3 +190,21 @@ def test_a_refused_token_is_not_a_missing_repository():
         "Cannot access gated repo for url https://huggingface.co/meta-llama/Llama-2-7b-hf/"
         "resolve/main/config.json. Access to model meta-llama/Llama-2-7b-hf is restricted.")] == [
         "hf.gated-repo-auth"]
+
+
+def test_a_bare_403_on_a_repository_file_is_the_gate():
+    # older huggingface_hub and Rust's hf-hub print only the status and the URL
+    parts = _parts(_text("cantrell/stable-diffusion-api-server/issues/3"), "hf.gated-repo-auth")
+    assert (parts["status"], parts["repo"]) == ("403", "CompVis/stable-diffusion-v1-4")
+    parts = _parts(_text("mistral.rs/issues/621"), "hf.gated-repo-auth")
+    assert parts["status"] == "403"
+    # a 403 on a write (a read token creating a repository) is no gate; a region block or a
+    # proxy answering 403 is not either
+    assert huggingface.read("requests.exceptions.HTTPError: 403 Client Error: Forbidden for "
+                            "url: https://huggingface.co/api/repos/create") == []
+    blocked = ("requests.exceptions.HTTPError: 403 Client Error: Forbidden for url: https://"
+               "huggingface.co/org/model/resolve/main/model.gguf\nx-error-message: This model "
+               "is not available in your region.")
+    assert huggingface.read(blocked) == []
+    assert huggingface.read("requests.exceptions.HTTPError: 403 Client Error: Forbidden for "
+                            "url: https://example.com/org/model/resolve/main/config.json") == []

@@ -117,6 +117,11 @@ NINJA = re.compile(r"Ninja is required to load C\+\+ extensions", FLAGS)
 # knows. The driver's own JIT says "ptxas application ptx input" (gpu.ptx-newer-than-driver).
 PTX_ISA = re.compile(r"ptxas (?!application ptx input)\S+, line \d+; fatal\s*: Unsupported "
                      r"\.version (\d+\.\d+); current version is '(\d+\.\d+)'", FLAGS)
+# No ptxas at all where XLA (its wordings across releases) or Triton looks: a runtime-only CUDA.
+PTXAS_MISSING = re.compile(r"Can't find ptxas binary in \$\{CUDA_DIR\}/bin|Couldn't invoke ptxas "
+                           r"--version|Failed to launch ptxas|Couldn't find a suitable version "
+                           r"of ptxas|\bbin/ptxas not found|No PTX compilation provider is "
+                           r"available\. Neither ptxas|\bCannot find ptxas(?:\.exe)?\b", FLAGS)
 # Linking libpython by its unversioned development name (python3.X-dev ships it).
 # torch's cuda.cmake: the nvcc CMake chose and the toolkit find_package found differ (two
 # toolkits, or one seen through a symlink and its real path).
@@ -148,13 +153,15 @@ SIMPLE = (
     (VARIANT, "jit.arch-list-variant", ("arch",)),
     (UNKNOWN_ARCH, "toolkit.arch-unknown-to-torch", ("arch",)),
     (PTX_ISA, "toolkit.ptxas-older-than-ptx", ("ptx_isa", "newest_isa_this_ptxas_knows")),
+    (PTXAS_MISSING, "toolkit.ptxas-not-found", ()),
     (PY_LINK, "toolkit.python-headers-missing", ("library",)),
     (TWO_CUDA, "toolkit.multiple-cuda-installs", ("nvcc", "nvcc_headers", "toolkit",
                                                   "toolkit_headers")),
 )
 # The CUDA toolkit's own headers: the runtime and its math libraries (cuda*, cu<lib>*: cuBLAS,
 # cuRAND and its device API curand_kernel.h, cuSPARSE, cuSOLVER, cuFFT), NVTX, NVRTC, and the
-# CUB/Thrust folders it ships. NCCL's nccl.h and cuDNN's cudnn.h come with those libraries.
+# CUB/Thrust folders it ships. NCCL's nccl.h and cuDNN's cudnn.h come with those libraries
+# (nccl.h: toolkit.nccl-headers-missing).
 CUDA_HEADER = re.compile(r"^(?:(?:cub|thrust|cuda)/.+|cuda\w*\.h|cu(?:blas|rand|sparse|solver|fft)"
                          r"\w*\.h|nvToolsExt\.h|nvtx3/.+|nvrtc\.h)$")
 
@@ -236,6 +243,7 @@ def _compile_readings(message: str) -> list[Reading]:
         # The header names the package that lacks its development files.
         mode = ("toolkit.python-headers-missing" if name in ("Python.h", "pyconfig.h")
                 else "toolkit.cuda-headers-missing" if CUDA_HEADER.match(path)
+                else "toolkit.nccl-headers-missing" if name == "nccl.h"
                 else "deepspeed.async-io-no-libaio" if name == "libaio.h" else "")
         if mode:
             found.append(reading(FAMILY, mode, header.group(0), header=name, **where))

@@ -101,6 +101,12 @@ DS_INCLUDE = re.compile(r"Detected CUDA_VISIBLE_DEVICES=(?P<visible>\S+): settin
 NO_CUDA = re.compile(r"Torch not compiled with CUDA enabled", IC)
 NO_NCCL = re.compile(r"Distributed package doesn't have NCCL|NCCL support is not compiled", IC)
 WINDOWS = re.compile(r"\b[A-Z]:\\|\.exe\b|\bwindows\b", IC)
+# XLA's check of the ptxas it will use against the driver (two wordings across releases); the
+# versions may be wrapped across lines in a pasted log.
+XLA_PTX = re.compile(r"The NVIDIA driver's CUDA version is (?P<driver>\d+\.\s*\d+) which is older "
+                     r"than the (?:ptxas CUDA|PTX compiler) version \(?(?P<ptxas>[\d.]*\d)"
+                     r"|Because the driver is older than the (?:ptxas|PTX compiler) version, XLA "
+                     r"is disabling parallel compilation", IC)
 NO_SLOT = re.compile(r"No slot '(?P<slot>\d+)' specified on host '?(?P<host>[\w.-]+)", IC)
 
 # Who else may own the same words.
@@ -261,6 +267,11 @@ def read(message: str) -> list[Reading]:
                                  code=kind[2]))
     elif kind[0] == "invalid-device" or kind[0] in SIMPLE:
         found.append(reading(FAMILY, SIMPLE[kind[0]], kind[1], error=kind[1], code=kind[2]))
+    xla = XLA_PTX.search(message)
+    if xla and not (kind and kind[0] == "ptx"):
+        found.append(reading(FAMILY, "gpu.ptx-newer-than-driver", xla.group(0)[:120],
+                             driver_supports_cuda=re.sub(r"\s", "", xla["driver"] or ""),
+                             ptx_compiler=xla["ptxas"] or ""))
     old = DRIVER_OLD.search(message)
     if old:  # torch gives the driver's CUDA version as 1000*major + 10*minor
         v = int(old["v"])

@@ -92,6 +92,16 @@ _CONNECT_FAILED = re.compile(r"ConnectTimeout|NewConnectionError|Failed to estab
                              r"|Network is unreachable|No route to host|Connection refused", re.I)
 
 
+# A bare 403 on a repository file: older huggingface_hub (before GatedRepoError) and other
+# clients (Rust's hf-hub) print only the status and the URL; on /resolve/ it is the gate
+# refusing an account without access, unless the Hub says the region is blocked or a proxy
+# answered (mode's `against`).
+_FORBIDDEN_FILE = re.compile(r"(?:403 Client Error: Forbidden for url:?|status: 403, status_text: "
+                             r"Forbidden, url:) (?P<url>https?://[\w.-]+/\S+?/resolve/\S+)")
+_FORBIDDEN_ELSEWHERE = re.compile(r"not available in your region|ProxyError|Tunnel connection "
+                                  r"failed", re.I)
+
+
 _TOKEN_REFUSED = re.compile(r"Invalid credentials in Authorization header|Authorization header is "
                             r"correct, but the token seems invalid")
 
@@ -198,6 +208,12 @@ def read(message: str) -> list[Reading]:
                  r"|Access to model \S+ is "
                  r"restricted", message):
         add("hf.gated-repo-auth", message[:200])
+        return found
+    forbidden = _FORBIDDEN_FILE.search(message)
+    if forbidden and _HUB_HOST.search(_hosts(forbidden["url"])[0]) \
+            and not _FORBIDDEN_ELSEWHERE.search(message):
+        status = status or "403"  # hf-hub's Rust wording is not _STATUS's
+        add("hf.gated-repo-auth", forbidden[0][:200], refused="repository file")
         return found
     # The Hub refused the token itself (expired, revoked, without the permission): it says so
     # in the body of its 401/400, whatever the repository.
