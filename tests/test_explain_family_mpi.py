@@ -154,6 +154,7 @@ def test_ofi_provider_call_and_reason():
 def test_daemons_not_started_box_defers_to_the_failure_before_it():
     # alone (or after an ssh failure the launch family does not name) it is the daemon mode;
     # after a host-key refusal the ssh line is the cause (launch.ssh-host-key)
-    assert [m for m, _ in parts(row("openpmix/prrte/issues/1493")["text"])] == ["mpi.orted-lost"]
+    assert [m for m, _ in parts(row("kubeflow/mpi-operator/issues/43")["text"])] == \
+        ["mpi.orted-lost"]
     assert parts("Host key verification failed.\n"
                  "ORTE was unable to reliably start one or more daemons.") == []
