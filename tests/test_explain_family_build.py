@@ -247,8 +247,8 @@ def test_two_cuda_installs_name_both():
 
 def test_ptxas_missing_or_nccl_headers_missing():
     # XLA's wordings across releases and Triton's: no ptxas at all, not one refusing the PTX.
-    for url in ("tensorflow/tensorflow/issues/60737", "jax-ml/jax/issues/7239",
-                "NixOS/nixpkgs/pull/375186", "kijai/ComfyUI-HunyuanVideoWrapper/issues/29"):
+    for url in ("jax-ml/jax/issues/7239", "NixOS/nixpkgs/pull/375186",
+                "kijai/ComfyUI-HunyuanVideoWrapper/issues/29"):
         assert "toolkit.ptxas-not-found" in [m for m, _ in parts(row(url)["text"])]
     assert "toolkit.ptxas-not-found" not in [m for m, _ in parts(
         row("tinygrad/tinygrad/issues/7729")["text"])]
