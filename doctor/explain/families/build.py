@@ -122,11 +122,11 @@ PTXAS_MISSING = re.compile(r"Can't find ptxas binary in \$\{CUDA_DIR\}/bin|Could
                            r"--version|Failed to launch ptxas|Couldn't find a suitable version "
                            r"of ptxas|\bbin/ptxas not found|No PTX compilation provider is "
                            r"available\. Neither ptxas|\bCannot find ptxas(?:\.exe)?\b", FLAGS)
-# Linking libpython by its unversioned development name (python3.X-dev ships it).
 # torch's cuda.cmake: the nvcc CMake chose and the toolkit find_package found differ (two
 # toolkits, or one seen through a symlink and its real path).
 TWO_CUDA = re.compile(r"Found two conflicting CUDA installs:\s+V([\d.]+) in '([^'\n]*)' and\s+"
                       r"V([\d.]+) in '([^'\n]*)'", FLAGS)
+# Linking libpython by its unversioned development name (python3.X-dev ships it).
 PY_LINK = re.compile(r"cannot find -l(python\d[\d.]*m?)\b", FLAGS)
 ROOT_LAST = re.compile(r"Using\s+(\S+) as PyTorch extensions root\.\.\.\s*\Z")
 
