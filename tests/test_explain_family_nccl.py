@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from dsenv.doctor.explain.command import explain_text
 from dsenv.doctor.explain.families import nccl
 from tests.harness import symptoms
 
@@ -171,8 +172,9 @@ def test_the_ofi_plugin_needing_a_newer_libfabric():
 def test_a_refused_shared_memory_segment_is_the_folder_mode_not_its_size():
     row = next(r for r in symptoms.rows("system") if r["mode"] == "system.shm-not-writable"
                and "NCCL WARN" in r["text"])
-    modes = _modes(row["text"])
-    assert "system.shm-not-writable" in modes and "system.shm-too-small" not in modes
+    _, _, sure, _ = explain_text(row["text"])
+    assert sure[0].id == "system.shm-not-writable"
+    assert "system.shm-too-small" not in [m.id for m in sure]
     full = ("misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-Abc123 to "
             "9637892 bytes")
     assert _modes(full) == ["system.shm-too-small"]

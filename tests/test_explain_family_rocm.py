@@ -20,7 +20,14 @@ def parts(text: str) -> list[tuple[str, dict[str, str]]]:
     return [(r.mode, dict(r.parts)) for r in rocm.read(text)]
 
 
-@pytest.mark.parametrize("symptom", ROWS, ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
+# Modes the family leaves to the catalogue's patterns (tests/test_explain_catalogue.py names
+# their symptoms through explain): an iGPU beside a discrete GPU is rocm.igpu-selected's `also`,
+# which rank.py reads in the line and in the lines around it.
+CATALOGUE_ONLY = {"rocm.igpu-selected"}
+
+
+@pytest.mark.parametrize("symptom", [r for r in ROWS if r["mode"] not in CATALOGUE_ONLY],
+                         ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
 def test_each_symptom_reads_as_its_mode(symptom):
     readings = rocm.read(symptom["text"])
     assert symptom["mode"] in [r.mode for r in readings], [r.mode for r in readings]
@@ -214,9 +221,6 @@ def test_missing_code_object_with_an_igpu_beside_a_discrete_gpu_names_the_igpu()
             "RuntimeError: HIP error: invalid device function")
     named = [m.id for m in explain_text(both)[2]]
     assert named[:1] == ["rocm.igpu-selected"] and "gpu.rocm-gfx-unsupported" not in named
-    mode, got = parts(both)[0]
-    assert (mode, got["integrated"], got["discrete"]) == (
-        "rocm.igpu-selected", "Ryzen 5 3600G with Radeon Vega Graphics", "RX 6700")
     # the iGPU evidence a few lines above the failing line of a log (the mode's `also`)
     log = ("CPU: AMD Ryzen 5 3600G with Radeon Vega Graphics\nGPU: AMD Radeon RX 6700 XT\n"
            "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"

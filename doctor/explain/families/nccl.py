@@ -78,18 +78,13 @@ def read(message: str) -> list[Reading]:
             frame := re.search(r"\b(nccl[A-Z]\w*)\(|libnccl\.so", message)):
         add("system.shm-too-small", frame.group(0), call="bus error in NCCL's shared memory",
             frame=frame.group(1) or "libnccl.so")
-    # shm_open/open of the segment refused (EACCES): /dev/shm's mode, not its size; NCCL's
-    # "Error while creating shared memory segment" that follows is the same failure.
-    shm_denied = re.search(r"Call to (?:shm_)?open failed ?: Permission denied", message)
     for source, text in _warn_parts(message):
         base = source.rsplit("/", 1)[-1]
-        shm_part = base.startswith(("shm", "shmutils")) or "/dev/shm/nccl" in text
-        if shm_part and shm_denied:
-            add("system.shm-not-writable", shm_denied.group(0), file=source,
-                call="shared-memory segment", errno="Permission denied")
         # NCCL's shared-memory segment in /dev/shm ran out of space (a container's 64 MB
-        # default): shm.cc / shmutils.cc, posix_fallocate or "failed to extend".
-        elif shm_part and re.search(
+        # default): shm.cc / shmutils.cc, posix_fallocate or "failed to extend". A refused
+        # shm_open (Permission denied) is /dev/shm's mode instead: system.shm-too-small's
+        # `against` and system.shm-not-writable's own pattern decide that, in one place.
+        if (base.startswith(("shm", "shmutils")) or "/dev/shm/nccl" in text) and re.search(
                 r"No space left on device|posix_fallocate|failed to extend|creating shared memory"
                 r" segment", text):
             add("system.shm-too-small", text, file=source, call="shared-memory segment")

@@ -34,14 +34,6 @@ NO_CODE_OBJECT = re.compile(
     r"|Unable to find code object for all current devices|Cou?l?dn.t find binary for current "
     r"devices|HSA_STATUS_ERROR_INVALID_ISA|HIP error: no kernel image is available for "
     r"execution on the device|HIP error: device kernel image is invalid|hipErrorInvalidImage", IC)
-# A Ryzen APU's integrated GPU (by name: "Radeon 780M", "AMD Radeon(TM) Graphics", "Ryzen ...
-# with Radeon Graphics"; by its gfx target; or as the user calls it) and a
-# discrete Radeon in the same text: HIP may be running on the iGPU (rocm.toml keeps the same
-# pair as gpu.rocm-gfx-unsupported's `against` and rocm.igpu-selected's `also`).
-IGPU = re.compile(r"\biGPUs?\b|integrated (?:GPU|graphics)|\bgfx(?:1035|1036|1037|90c)\b"
-                  r"|Ryzen[^\n]{0,40}(?:with|w/) Radeon[^\n]{0,24}Graphics"
-                  r"|Radeon(?:\(TM\))? \d{3}M\b|Radeon\(TM\) Graphics", IC)
-DGPU = re.compile(r"\bdGPU\b|discrete|\bRX ?\d{3,4}\b", IC)
 # rocBLAS's form: no Tensile library for the GPU's arch in the build (the errno text varies:
 # ENOENT, or ESPIPE "Illegal seek" from the merged library), or hipBLASLt/rocBLAS's lazy-loading
 # form naming the per-arch file it could not load.
@@ -162,13 +154,10 @@ def read(message: str) -> list[Reading]:
         found.append(reading(FAMILY, "rocm.bnb-binary-version-tag", bnb.group(0)[:160],
                              asked_for=f"libbitsandbytes_rocm{bnb['tag']}"))
     code = NO_CODE_OBJECT.search(message) or TENSILE.search(message)
-    igpu, dgpu = IGPU.search(message), DGPU.search(message)
-    if code and igpu and dgpu:
-        # an APU's iGPU beside the discrete GPU: HIP ran the kernel on (or tripped over) the
-        # iGPU, whose target the build lacks; hiding it is the fix, not another build
-        found.append(reading(FAMILY, "rocm.igpu-selected", code.group(0), error=code.group(0),
-                             integrated=igpu.group(0), discrete=dgpu.group(0)))
-    elif code:  # the build has no kernels for this GPU's target
+    # An APU's iGPU beside a discrete GPU (in the line or the lines around) makes it
+    # rocm.igpu-selected instead: that evidence has one home, the mode's `also`, which is also
+    # gpu.rocm-gfx-unsupported's `against` (rank.py weighs both).
+    if code:  # the build has no kernels for this GPU's target
         named = code.groupdict().get("gfx") or code.groupdict().get("lazy")
         gfx = GFX.search(message)
         override = OVERRIDE.search(message)
