@@ -63,10 +63,19 @@ def look(match: rank.Match, ctx: Context, results: dict[str, Result]) -> list[st
             return [f"the doctor has no check {mode.check} in this dsenv"]
         results[mode.check] = found
     result = results[mode.check]
+    verdict = VERDICT[result.status]
+    if result.mode == mode.id and result.status is Status.INFO:
+        # the check found this very cause and only reports it, since nothing it was given
+        # needs what is missing; the log says the job did
+        verdict = "the cause is present here (the doctor reports it as a fact only)"
+    elif result.mode and result.mode != mode.id and result.status in (Status.FAIL, Status.WARN):
+        # a check with several causes stops at the first it finds
+        verdict = (f"the check finds another cause here first ({result.mode}), so this one is "
+                   "neither confirmed nor ruled out")
     lines = [f"your log says: {mode.title}",
              f"on this node {result.id} finds: {result.status.value.upper()} {result.summary}",
-             VERDICT[result.status]]
-    if result.status in (Status.FAIL, Status.WARN) and result.fix:
+             verdict]
+    if (result.status in (Status.FAIL, Status.WARN) or result.mode == mode.id) and result.fix:
         if result.mode and result.mode != mode.id:  # the check names a related cause
             lines.append(f"the check reports it as {result.mode} (`dsenv explain {result.mode}`)")
         # the catalogue's fix when the check names the mode (the one `dsenv explain` printed),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
@@ -11,7 +12,8 @@ from dsenv.envs.training_stack import first_run_ops
 from dsenv.facts.python import deepspeed_info as dsi
 from dsenv.facts.python import dsconfig, target_env
 from dsenv.facts.python.torch_info import TorchBuild
-from dsenv.verdicts.findings import fail, info, ok, skip, warn
+from dsenv.facts.toolchain.libaio import aio_link
+from dsenv.verdicts.findings import Status, fail, info, ok, skip, warn
 
 REBUILD = ("rebuild the ops for this torch: `dsenv provision`, or `DS_BUILD_CPU_ADAM=1 "
            "DS_BUILD_FUSED_ADAM=1 pip install --force-reinstall --no-build-isolation "
@@ -131,11 +133,6 @@ def ops(ctx: Context):
     incompatible = [op for op, _ in needed if compat.compatible.get(op) is False]
     if usable:
         evidence.insert(0, "precompiled: " + ", ".join(usable))
-    nvme = _nvme_offload(ctx)
-    if nvme and compat.compatible.get("async_io") is False and "async_io" not in usable:
-        return mode_finding(fail, "deepspeed.async-io-no-libaio",
-                            f"{nvme}, but DeepSpeed's async_io op is not compatible here: the "
-                            "NVMe offload stops when it builds the op", *evidence)
     if not needed:
         return ok(f"{len(usable)} ops precompiled for {accel}; a first run compiles nothing",
                   *evidence)
@@ -170,6 +167,33 @@ def ops(ctx: Context):
                 "compile once into a shared cache that every job reuses: `export "
                 "TORCH_EXTENSIONS_DIR=$SCRATCH/torch_extensions` (or precompile: "
                 "`dsenv provision`)", *evidence)
+
+
+@check("deepspeed.async-io", "DeepSpeed's async_io op (NVMe offload): libaio")
+def async_io(ctx: Context):
+    ds, _ = dsi.installs(ctx)
+    if ds is None:
+        return skip("DeepSpeed is not installed")
+    if "async_io" in ds.precompiled:
+        return ok("async_io is precompiled: it needs no libaio build here")
+    link = aio_link(ctx)
+    if link.linked is None:
+        return skip(f"cannot test libaio the way DeepSpeed does: {link.detail}")
+    tried = f"DeepSpeed's libaio test (io_submit linked with -laio) with {link.compiler}"
+    if link.linked:
+        return ok("libaio links: DeepSpeed can build its async_io op here", tried)
+    nvme = _nvme_offload(ctx)
+    evidence = (tried, f"the linker: {link.detail}")
+    if nvme:
+        return mode_finding(fail, "deepspeed.async-io-no-libaio",
+                            f"{nvme}, but libaio does not link here: the NVMe offload stops "
+                            "when DeepSpeed builds its async_io op", *evidence)
+    # only NVMe offload needs the op, and DeepSpeed warns of it at every start: a fact here,
+    # and the cause itself when a log says the op could not load (explain --here)
+    return replace(mode_finding(warn, "deepspeed.async-io-no-libaio",
+                                "libaio does not link here: DeepSpeed's async_io op (NVMe "
+                                "offload) cannot be built; nothing given to the doctor needs it",
+                                *evidence), status=Status.INFO)
 
 
 @check("deepspeed.accelerator", "Accelerator DeepSpeed will pick")
