@@ -11,6 +11,7 @@ cause at all."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "explain_gpu"
 
 def recorded(name: str) -> str:
     header, _, text = (FIXTURES / name).read_text().partition("\n")
-    assert header.startswith("# recorded on a lent nvidia-h100-x1 machine"), name
+    assert re.match(r"# recorded on a lent nvidia-(h100-x1|h200) machine", header), name
     return text
 
 
@@ -55,18 +56,52 @@ CASES = [
     # from more ranks than GPUs, and the threads that settled it were mostly code (the corpus's
     # m101, the held-out k019 and v004), so it stays below the bar
     ("duplicate_gpu_2ranks.log", None),
+    # round 3, on a lent H200 (record3.sh): the node around the job, each failure provoked in
+    # its own mount namespace or environment
+    ("gloo_ifname_invalid.log", "comm.gloo-ifname-invalid"),  # GLOO_SOCKET_IFNAME=ib9
+    ("ds_local_rank_arg.log", "launch.local-rank-arg"),  # a strict parser, deepspeed launcher
+    ("store_unreachable.log", "launch.store-unreachable"),  # MASTER_ADDR=192.0.2.1, rank 1 of 2
+    ("shm_small_dataloader.log", "system.shm-too-small"),  # /dev/shm a 16 MiB tmpfs
+    ("shm_readonly_dataloader.log", "system.shm-not-writable"),  # /dev/shm read-only
+    ("nofile_dataloader.log", "system.too-many-open-files"),  # ulimit -n 64
+    ("compile_noexec_cache.log", "system.tmp-noexec"),  # Triton's cache on a noexec mount
+    ("compile_no_c_compiler.log", "toolkit.cxx-compiler-missing"),  # PATH without binutils
+    ("ds_ninja_missing.log", "jit.ninja-missing"),  # PATH without ninja
+    ("ds_aio.log", "deepspeed.async-io-no-libaio"),  # a node without libaio
+    ("gpu_memory_held.log", "gpu.memory-held-by-other-process"),  # 85% held by another process
+    ("mpirun_bind_overload.log", "mpi.bind-overload"),  # -np 64 --bind-to core on 16 cores
+    # meant for a wrong CUDA_HOME, a CUDA_HOME path list and a read-only extensions folder:
+    # DeepSpeed 0.19.8 read the image's TORCH_CUDA_ARCH_LIST=9.0a first and died of that, so
+    # that is the cause these logs show
+    ("ds_cuda_home_missing.log", "jit.arch-list-variant"),
+    ("ds_cuda_home_pathlist.log", "jit.arch-list-variant"),
+    ("ds_ext_dir_readonly.log", "jit.arch-list-variant"),
+    # environment failures no mode covers yet, which stay quiet rather than guess: DeepSpeed's
+    # runner on a node without an ssh client (no stored thread with its wording), and Open MPI
+    # 4.1.6's "All nodes which are allocated for this job are already filled." for -H 192.0.2.1
+    # on a node without ssh (the threads found disagree on its cause)
+    ("ds_hostfile_unreachable.log", None),
+    ("mpirun_unreachable_host.log", None),
 ]
+
+
+# runs that worked: round 3's Triton given a ptxas path that does not exist (Triton 3.6 used its
+# own) and NCCL given the topology file of another machine (one rank: NCCL went on) ran healthy
+HEALTHY = ["healthy_allreduce_1rank.log", "ext_arch_9.0_runs.log",
+           "compile_bad_ptxas_path_runs.log", "nccl_topo_other_machine_runs.log"]
 
 
 def test_every_recorded_log_is_a_case():
     assert sorted(p.name for p in FIXTURES.glob("*.log")) == sorted(
-        [c[0] for c in CASES] + ["healthy_allreduce_1rank.log", "ext_arch_9.0_runs.log"])
+        [c[0] for c in CASES] + HEALTHY)
 
 
 @pytest.mark.parametrize("name, expected", CASES, ids=[c[0] for c in CASES])
 def test_a_real_gpu_failure_gets_the_cause_it_was_provoked_with(name, expected):
     reading, _, sure, _ = explain_text(recorded(name))
-    assert not reading.single, "a whole log is read line by line"
+    # a whole log is read line by line (Open MPI's three-line help box, with no failure word,
+    # is read as one message)
+    assert not reading.single or name == "mpirun_unreachable_host.log"
     if expected is None:
         assert sure == [], [(m.id, m.score, m.why) for m in sure]
     else:
@@ -83,7 +118,7 @@ def test_the_root_read_is_nccls_own_warning_not_torchs_summary(tmp_path):
     assert report["matches"] == []
 
 
-@pytest.mark.parametrize("name", ["healthy_allreduce_1rank.log", "ext_arch_9.0_runs.log"])
+@pytest.mark.parametrize("name", HEALTHY)
 def test_a_healthy_run_names_no_cause(tmp_path, name):
     # NCCL's INFO notices of a run that worked ("NET/Plugin: Could not find: libnccl-net.so")
     # and a JIT build that ran are not failures: exit 1, nothing named
@@ -91,7 +126,9 @@ def test_a_healthy_run_names_no_cause(tmp_path, name):
     log.write_text(recorded(name))
     done = dsenv("explain", str(log))
     assert done.returncode == 1, done.stdout
-    assert "cause   " not in done.stdout and done.stdout.startswith("no failure found")
+    # a one-line output is read as one pasted message: nothing known, rather than no failure
+    quiet = "no failure found" if len(recorded(name).splitlines()) > 1 else "no known cause"
+    assert "cause   " not in done.stdout and done.stdout.startswith(quiet), done.stdout
     if name.startswith("healthy"):
         assert "notice      comm.net-plugin-absent-benign" in done.stdout
 
@@ -134,3 +171,15 @@ def test_a_notice_before_an_unexplained_error_is_shown_as_a_notice(tmp_path):
     assert "notice      launch.ds-no-hostfile" in done.stdout
     report = json.loads(dsenv("explain", "--json", str(log)).stdout)
     assert report["matches"] == [] and report["notices"][0]["id"] == "launch.ds-no-hostfile"
+
+
+def test_c10s_warning_and_backtrace_frames_are_not_the_root(tmp_path):
+    """torch 2.11's c10d warned "[W1127 ... socket.cpp:207] ... hostname of the client socket
+    cannot be retrieved" before the store timed out, and its C++ backtraces ("frame #0:
+    c10::Error::Error(...)") name functions: neither is the failure. Read as a whole log, the
+    root is the store's own error."""
+    log = tmp_path / "store.log"
+    log.write_text(recorded("store_unreachable.log"))
+    report = json.loads(dsenv("explain", "--json", str(log)).stdout)
+    assert "TCP client failed to connect/validate to host 192.0.2.1:29500" in report["root"]["text"]
+    assert report["matches"][0]["id"] == "launch.store-unreachable"

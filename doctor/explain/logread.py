@@ -65,12 +65,22 @@ _CASCADE = re.compile(
 # libdrm's "amdgpu.ids: No such file or directory" and MIOpen's "Performance may degrade" are
 # printed before any ROCm error: never one.
 _NOISE = re.compile(r"\bNCCL INFO\b|\bRCCL INFO\b|\[INFO\]|\bINFO[:\] ]|\bDEBUG\b"
+                    # c10's C++ backtrace under an error: its header and frames name functions
+                    # (c10::Error::Error), never the failure
+                    r"|^\s*Exception raised from \w+ at \S+ \(most recent call first\):"
+                    r"|^\s*frame #\d+: "
                     r"|^\S*amdgpu\.ids: No such file or directory\s*$"
                     r"|\[SQLiteBase\] (?:Unable to read|Missing) system database file")
 # (Open MPI's "... was unable to find any relevant network interfaces ... Another transport
 # will be used instead" is a fallback, not the job's failure.)
 _WARNING = re.compile(r"\[WARN(?:ING)?\]|\bWARNING\b|\w+Warning:|\bwarn(?:ing)?:"
-                      r"|unable to find any relevant network interfaces", re.IGNORECASE)
+                      r"|unable to find any relevant network interfaces"
+                      # c10's and glog's warning level ("[W1127 07:58:15.765 socket.cpp:207]",
+                      # "[W socket.cpp:436]", "W0117 08:21:49.123 12345 file.cc:35]"): torch's
+                      # c10d warns "The hostname of the client socket cannot be retrieved"
+                      # before the store's real timeout
+                      r"|^\s*\[?W(?:\d{4} [\d:.]+(?: +\d+)?)? [\w./-]+\.(?:cc|cpp|h|hpp|c):\d+\]",
+                      re.IGNORECASE)
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 _FRAME_FILE = re.compile(r'^\s+File "')
 _EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b:")

@@ -69,7 +69,10 @@ NO_COMPILER = re.compile(
     r"|^(?:make: )?(g\+\+|gcc|c\+\+|cc): No such file or directory"
     r"|error trying to exec '(cc1plus)'|Command '\['which', '(c\+\+)'\]' returned non-zero"
     # Triton's launcher build (triton/runtime/build.py) finding no $CC, cc, gcc or clang.
-    r"|Failed to find (C) compiler\. Please specify via CC environment variable", FLAGS)
+    r"|Failed to find (C) compiler\. Please specify via CC environment variable"
+    # gcc's collect2 without the linker it runs (binutils' ld off PATH, or the gold/mold a
+    # -fuse-ld flag names): ublue-os/bluefin#2349, ldc-developers/ldc#3117
+    r"|fatal error: cannot find [‘'\"`](ld)[’'\"]", FLAGS)
 DS_OP = re.compile(r"Unable to (?:pre-compile|JIT load the) (\w+)", FLAGS)
 DYNAMO_PYTHON = re.compile(r"Dynamo is not supported on Python (3\.\d+)\+", FLAGS)
 NO_TORCH = re.compile(r"Unable to pre-compile ops (?:without torch installed|because torch is not "
