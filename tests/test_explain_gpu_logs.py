@@ -3,7 +3,9 @@
 tests/fixtures/explain_gpu/record.sh provoked each failure on purpose with the real stack of
 a lent H100 node (torch 2.11 + NCCL 2.28.9, nvcc 13.0, DeepSpeed 0.19.8, Open MPI 4.1.6,
 transformers 5.17): torchrun and the deepspeed launcher with NCCL_DEBUG=INFO, JIT builds,
-the Hub without a network. Each log's first line says where, when and how it was recorded;
+the Hub without a network; tests/fixtures/explain_gpu/record3.sh, on a lent H200, the node
+around the job (/dev/shm, open files, noexec, compilers, libaio, GPU memory, Open MPI binding,
+the store, Gloo's interface). Each log's first line says where, when and how it was recorded;
 the reader gets the log without it. Failures of the user's own code (an out-of-memory, a
 device-side assert, a compile error, a KeyError) must stay quiet; a healthy run names no
 cause at all."""

@@ -64,10 +64,12 @@ def look(match: rank.Match, ctx: Context, results: dict[str, Result]) -> list[st
         results[mode.check] = found
     result = results[mode.check]
     verdict = VERDICT[result.status]
-    if result.mode == mode.id and result.status is Status.INFO:
-        # the check found this very cause and only reports it, since nothing it was given
-        # needs what is missing; the log says the job did
-        verdict = "the cause is present here (the doctor reports it as a fact only)"
+    if result.mode == mode.id and result.status in (Status.WARN, Status.INFO):
+        # the check named this very cause; it only warns or reports it (a login node, nothing
+        # it was given needs what is missing), and the log says the job met it
+        verdict = ("the cause is present here (the doctor "
+                   + ("warns of it)" if result.status is Status.WARN else
+                      "reports it as a fact only)"))
     elif result.mode and result.mode != mode.id and result.status in (Status.FAIL, Status.WARN):
         # a check with several causes stops at the first it finds
         verdict = (f"the check finds another cause here first ({result.mode}), so this one is "

@@ -172,6 +172,30 @@ def socket_ifname(ctx: Context):
     return finding
 
 
+@check("comm.gloo-ifname", "GLOO_SOCKET_IFNAME")
+def gloo_ifname(ctx: Context):
+    # Gloo reads only the environment, and takes a comma-separated list of exact interface
+    # names (gloo/transport/tcp/device.cc: getifaddrs per name): no prefix, ^ or = as NCCL has
+    value = ctx.env.get("GLOO_SOCKET_IFNAME")
+    if not value:
+        return skip("GLOO_SOCKET_IFNAME is not set (Gloo uses the address of the host name)")
+    names = fabric.net_interfaces(ctx)
+    if not names:
+        return skip("no network interface is listed here (/sys/class/net): nothing to compare "
+                    f"GLOO_SOCKET_IFNAME={value} with")
+    shown = show_variable("GLOO_SOCKET_IFNAME", value)
+    missing = [name for name in value.split(",") if name not in names]
+    if not missing:
+        return ok(f"{shown}: every name is an interface of this node")
+    syntax = [name for name in missing if name[:1] in "^="]
+    why = (" (NCCL's ^/= syntax: Gloo takes exact names)" if syntax else
+           " (Gloo takes exact names, no prefixes or addresses)")
+    return mode_finding(fail if ctx.is_compute else warn, "comm.gloo-ifname-invalid",
+                        f"{shown}: {', '.join(missing)} is not an interface of this node{why}; "
+                        "the gloo group aborts with \"Unable to find address for\"",
+                        "interfaces here: " + ", ".join(names))
+
+
 @check("comm.ib-hca", "NCCL_IB_HCA")
 def ib_hca(ctx: Context):
     setting = nccl_setting(ctx, "NCCL_IB_HCA")

@@ -1,10 +1,12 @@
-"""system: OS, Python, CPU, memory, /dev/shm, locked memory, Slurm allocation, container."""
+"""system: OS, Python, CPU, memory, /dev/shm, locked memory, open files, Slurm allocation,
+container."""
 
 from __future__ import annotations
 
 import os
 import platform
 import resource
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -19,7 +21,7 @@ from dsenv.facts.host import cachefs, mounts
 from dsenv.facts.host import machine as host
 from dsenv.facts.python import target_env
 from dsenv.redact import show_variable
-from dsenv.verdicts.findings import fail, info, ok, skip, warn
+from dsenv.verdicts.findings import Status, fail, info, ok, skip, warn
 
 GIB = 1 << 30
 MIN_PYTHON = (3, 9)  # DeepSpeed's own floor
@@ -183,6 +185,33 @@ def memlock(ctx: Context):
         here="ask the admins for `* - memlock unlimited` in /etc/security/limits.conf and "
         "PropagateResourceLimitsExcept=MEMLOCK in slurm.conf; in a batch script `ulimit -l "
         "unlimited`")
+
+
+# The soft open-file limit many distributions and containers start jobs with; DataLoader
+# workers that pass tensors as file descriptors run out of it (system.too-many-open-files:
+# pytorch#11201, datasets#6877); below it something lowered the limit on purpose.
+DEFAULT_NOFILE = 1024
+ROOMY_NOFILE = 4096
+
+
+@check("system.open-files", "Open-file limit (ulimit -n)")
+def open_files(ctx: Context):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    shown = {resource.RLIM_INFINITY: "unlimited"}
+    limits = f"ulimit -n is {shown.get(soft, soft)} (hard limit {shown.get(hard, hard)})"
+    if soft == resource.RLIM_INFINITY or soft >= ROOMY_NOFILE:
+        return ok(limits)
+    raise_it = ("`ulimit -n $(ulimit -Hn)` in the job script" if hard != soft else
+                "the hard limit is as low: ask the admins (limits.conf nofile, Slurm's "
+                "PropagateResourceLimits)")
+    if soft < DEFAULT_NOFILE:
+        return mode_finding(fail if ctx.is_compute else warn, "system.too-many-open-files",
+                            f"{limits}: below the usual {DEFAULT_NOFILE}, DataLoader workers and "
+                            "dataset shards run out of file descriptors", here=raise_it)
+    # the common default: a fact, and the cause itself when a job's log says it ran out
+    return replace(mode_finding(warn, "system.too-many-open-files",
+                                f"{limits}: the common default, which DataLoader workers passing "
+                                "many tensors can run out of", here=raise_it), status=Status.INFO)
 
 
 @check("system.slurm", "Slurm allocation")
