@@ -11,7 +11,7 @@ from functools import cache
 from importlib import resources
 
 from dsenv.data import load_table
-from dsenv.verdicts.findings import Finding, FixAction
+from dsenv.verdicts.findings import Finding, FixAction, Status, warn
 
 # The areas a mode belongs to (the first part of its id); explain's ranking knows which
 # component's lines belong to which areas (doctor/explain/rank.py COMPONENTS).
@@ -130,4 +130,11 @@ def mode_finding(verdict: Callable[..., Finding], mode_id: str, summary: str, *e
     the mode's, ``here`` (this node's specifics) added as "here: ..." evidence lines."""
     found = verdict(summary, fix_for(mode_id), *evidence, *here_lines(here), action=action)
     return replace(found, mode=mode_id)
+
+
+def mode_fact(mode_id: str, summary: str, *evidence: str, here=()) -> Finding:
+    """An info finding that this node has the catalogue mode ``mode_id``'s cause while nothing
+    the check was given needs what is missing (no NVMe offload asked for, a default limit):
+    a fact with the mode's fix, which `dsenv explain --here` reads as the cause present."""
+    return replace(mode_finding(warn, mode_id, summary, *evidence, here=here), status=Status.INFO)
 

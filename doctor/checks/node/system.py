@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import platform
 import resource
-from dataclasses import replace
 from pathlib import Path
 
 import psutil
 from packaging.version import Version
 
 from dsenv.data import load_table
-from dsenv.doctor.catalogue import mode_finding
+from dsenv.doctor.catalogue import mode_fact, mode_finding
 from dsenv.doctor.checks.node.gpu import slurm_gpu_variables
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
@@ -21,7 +20,7 @@ from dsenv.facts.host import cachefs, mounts
 from dsenv.facts.host import machine as host
 from dsenv.facts.python import target_env
 from dsenv.redact import show_variable
-from dsenv.verdicts.findings import Status, fail, info, ok, skip, warn
+from dsenv.verdicts.findings import fail, info, ok, skip, warn
 
 GIB = 1 << 30
 MIN_PYTHON = (3, 9)  # DeepSpeed's own floor
@@ -209,9 +208,8 @@ def open_files(ctx: Context):
                             f"{limits}: below the usual {DEFAULT_NOFILE}, DataLoader workers and "
                             "dataset shards run out of file descriptors", here=raise_it)
     # the common default: a fact, and the cause itself when a job's log says it ran out
-    return replace(mode_finding(warn, "system.too-many-open-files",
-                                f"{limits}: the common default, which DataLoader workers passing "
-                                "many tensors can run out of", here=raise_it), status=Status.INFO)
+    return mode_fact("system.too-many-open-files", f"{limits}: the common default, which "
+                     "DataLoader workers passing many tensors can run out of", here=raise_it)
 
 
 @check("system.slurm", "Slurm allocation")

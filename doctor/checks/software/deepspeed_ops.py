@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
-from dsenv.doctor.catalogue import mode_finding
+from dsenv.doctor.catalogue import mode_fact, mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.envs.training_stack import first_run_ops
@@ -13,7 +12,7 @@ from dsenv.facts.python import deepspeed_info as dsi
 from dsenv.facts.python import dsconfig, target_env
 from dsenv.facts.python.torch_info import TorchBuild
 from dsenv.facts.toolchain.libaio import aio_link
-from dsenv.verdicts.findings import Status, fail, info, ok, skip, warn
+from dsenv.verdicts.findings import fail, info, ok, skip, warn
 
 REBUILD = ("rebuild the ops for this torch: `dsenv provision`, or `DS_BUILD_CPU_ADAM=1 "
            "DS_BUILD_FUSED_ADAM=1 pip install --force-reinstall --no-build-isolation "
@@ -190,10 +189,9 @@ def async_io(ctx: Context):
                             "when DeepSpeed builds its async_io op", *evidence)
     # only NVMe offload needs the op, and DeepSpeed warns of it at every start: a fact here,
     # and the cause itself when a log says the op could not load (explain --here)
-    return replace(mode_finding(warn, "deepspeed.async-io-no-libaio",
-                                "libaio does not link here: DeepSpeed's async_io op (NVMe "
-                                "offload) cannot be built; nothing given to the doctor needs it",
-                                *evidence), status=Status.INFO)
+    return mode_fact("deepspeed.async-io-no-libaio", "libaio does not link here: DeepSpeed's "
+                     "async_io op (NVMe offload) cannot be built; nothing given to the doctor "
+                     "needs it", *evidence)
 
 
 @check("deepspeed.accelerator", "Accelerator DeepSpeed will pick")
