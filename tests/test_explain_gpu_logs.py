@@ -84,6 +84,18 @@ CASES = [
     # on a node without ssh (the threads found disagree on its cause)
     ("ds_hostfile_unreachable.log", None),
     ("mpirun_unreachable_host.log", None),
+    # round 4, on the same H200 (record4.sh), measured blind at 408a0d6
+    ("visible_devices_bogus_uuid.log", "gpu.no-visible-gpu"),  # a GPU UUID the node lacks
+    ("arch_list_sm_syntax.log", "toolkit.arch-unknown-to-torch"),  # TORCH_CUDA_ARCH_LIST=sm_90
+    ("datasets_offline.log", "hf.offline-incomplete-snapshot"),  # datasets offline, empty cache
+    ("compile_home_root_nobody.log", "cache.xdg-cache-not-writable"),  # uid 65534, HOME=/
+    ("zero3_nvme_no_libaio.log", "deepspeed.async-io-no-libaio"),  # ZeRO-3 NVMe offload
+    ("ds_port_in_use.log", "launch.port-in-use"),  # deepspeed --master_port held by another
+    # torchrun --rdzv-endpoint 192.0.2.1:29400: the store's timeout is read first (the inner
+    # exception), which names launch.store-unreachable, whose fix speaks of MASTER_ADDR; the
+    # chain's outer RendezvousConnectionError says it was the rendezvous endpoint. Known miss.
+    pytest.param("rdzv_unreachable.log", "launch.rdzv-wrong-interface",
+                 marks=pytest.mark.xfail(strict=True, reason="the inner exception wins")),
 ]
 
 
@@ -94,11 +106,11 @@ HEALTHY = ["healthy_allreduce_1rank.log", "ext_arch_9.0_runs.log",
 
 
 def test_every_recorded_log_is_a_case():
-    assert sorted(p.name for p in FIXTURES.glob("*.log")) == sorted(
-        [c[0] for c in CASES] + HEALTHY)
+    names = [c.values[0] if hasattr(c, "values") else c[0] for c in CASES]
+    assert sorted(p.name for p in FIXTURES.glob("*.log")) == sorted(names + HEALTHY)
 
 
-@pytest.mark.parametrize("name, expected", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name, expected", CASES)
 def test_a_real_gpu_failure_gets_the_cause_it_was_provoked_with(name, expected):
     reading, _, sure, _ = explain_text(recorded(name))
     # a whole log is read line by line (Open MPI's three-line help box, with no failure word,
@@ -185,3 +197,12 @@ def test_c10s_warning_and_backtrace_frames_are_not_the_root(tmp_path):
     report = json.loads(dsenv("explain", "--json", str(log)).stdout)
     assert "TCP client failed to connect/validate to host 192.0.2.1:29500" in report["root"]["text"]
     assert report["matches"][0]["id"] == "launch.store-unreachable"
+
+
+def test_the_doctor_on_the_node_failed_the_nvme_config_that_the_job_then_died_of():
+    """The same node, the doctor before the job: deepspeed.async-io failed the ZeRO-3 NVMe
+    config (no libaio there), and the job with that config died building async_io."""
+    screen = (FIXTURES / "doctor_nvme_config.txt").read_text()
+    assert "/tmp/ds-nvme.json offloads param to NVMe, but libaio does" in screen
+    reading, _, sure, _ = explain_text(recorded("zero3_nvme_no_libaio.log"))
+    assert sure[0].id == "deepspeed.async-io-no-libaio" and sure[0].mode.check == "deepspeed.async-io"
