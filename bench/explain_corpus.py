@@ -41,10 +41,11 @@ def first_cause(text: str) -> str:
 def gpu_log_rows() -> list[dict]:
     """The recorded GPU-node logs as corpus rows; their expected causes live in the test."""
     sys.path.insert(0, str(CORPUS.parents[3]))
-    from tests.test_explain_gpu_logs import CASES, recorded
+    from tests.test_explain_gpu_logs import CASES, NO_MODE_YET, recorded
     return [{"id": name.removesuffix(".log"), "url": "tests/fixtures/explain_gpu/" + name,
-             "family": "gpu-node log" if want else "NOT-ENVIRONMENT", "mode": want or "",
-             "proposed_mode": "", "message": recorded(name)} for name, want in CASES]
+             "family": "gpu-node log" if want or name in NO_MODE_YET else "NOT-ENVIRONMENT",
+             "mode": want or "", "proposed_mode": "", "message": recorded(name)}
+            for name, want in CASES]
 
 
 def main() -> int:

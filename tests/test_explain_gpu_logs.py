@@ -91,12 +91,13 @@ CASES = [
     ("compile_home_root_nobody.log", "cache.xdg-cache-not-writable"),  # uid 65534, HOME=/
     ("zero3_nvme_no_libaio.log", "deepspeed.async-io-no-libaio"),  # ZeRO-3 NVMe offload
     ("ds_port_in_use.log", "launch.port-in-use"),  # deepspeed --master_port held by another
-    # torchrun --rdzv-endpoint 192.0.2.1:29400: the store's timeout is read first (the inner
-    # exception), which names launch.store-unreachable, whose fix speaks of MASTER_ADDR; the
-    # chain's outer RendezvousConnectionError says it was the rendezvous endpoint. Known miss.
-    pytest.param("rdzv_unreachable.log", "launch.rdzv-wrong-interface",
-                 marks=pytest.mark.xfail(strict=True, reason="the inner exception wins")),
+    # torchrun --rdzv-endpoint 192.0.2.1:29400: the store's timeout comes first; the outer
+    # exception chained onto it (RendezvousConnectionError) says it was the rendezvous
+    # endpoint (measured blind: launch.store-unreachable, a neighbouring cause)
+    ("rdzv_unreachable.log", "launch.rdzv-wrong-interface"),
 ]
+# environment failures that no mode covers yet (above with None: they must stay quiet)
+NO_MODE_YET = {"ds_hostfile_unreachable.log", "mpirun_unreachable_host.log"}
 
 
 # runs that worked: round 3's Triton given a ptxas path that does not exist (Triton 3.6 used its
@@ -106,11 +107,11 @@ HEALTHY = ["healthy_allreduce_1rank.log", "ext_arch_9.0_runs.log",
 
 
 def test_every_recorded_log_is_a_case():
-    names = [c.values[0] if hasattr(c, "values") else c[0] for c in CASES]
-    assert sorted(p.name for p in FIXTURES.glob("*.log")) == sorted(names + HEALTHY)
+    assert sorted(p.name for p in FIXTURES.glob("*.log")) == sorted(
+        [c[0] for c in CASES] + HEALTHY)
 
 
-@pytest.mark.parametrize("name, expected", CASES)
+@pytest.mark.parametrize("name, expected", CASES, ids=[c[0] for c in CASES])
 def test_a_real_gpu_failure_gets_the_cause_it_was_provoked_with(name, expected):
     reading, _, sure, _ = explain_text(recorded(name))
     # a whole log is read line by line (Open MPI's three-line help box, with no failure word,
@@ -206,3 +207,26 @@ def test_the_doctor_on_the_node_failed_the_nvme_config_that_the_job_then_died_of
     assert "/tmp/ds-nvme.json offloads param to NVMe, but libaio does" in screen
     reading, _, sure, _ = explain_text(recorded("zero3_nvme_no_libaio.log"))
     assert sure[0].id == "deepspeed.async-io-no-libaio" and sure[0].mode.check == "deepspeed.async-io"
+
+
+def test_only_the_exceptions_chained_onto_a_failure_are_its_chain():
+    from dsenv.doctor.explain import logread
+    text = ("[E1127 08:22:26 TCPStore.cpp:328] [c10d] TCP client failed to connect/validate\n"
+            "Traceback (most recent call last):\n"
+            '  File "a.py", line 1, in <module>\n'
+            "torch.distributed.DistNetworkError: The client socket has timed out\n"
+            "\n"
+            "The above exception was the direct cause of the following exception:\n"
+            "\n"
+            "Traceback (most recent call last):\n"
+            '  File "b.py", line 2, in <module>\n'
+            "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: failed\n"
+            "Traceback (most recent call last):\n"
+            '  File "c.py", line 3, in <module>\n'
+            "KeyError: 'another failure'\n")
+    reading = logread.find_root(text)
+    assert reading.root.text.startswith("[E1127")
+    assert reading.chained(reading.root) == (
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: failed")
+    # the same failure without the rendezvous around it: the store, as for env://
+    assert reading.chained(reading.lines[-1]) == ""

@@ -86,7 +86,8 @@ def _explain(text: str):
     survived = None  # (line, matches) of the first confident line whose cause it goes on after
     for line in reading.candidates[:MAX_LINES_TRIED]:
         around = "" if reading.single else reading.context(line)
-        matches = rank.rank(reading.message(line), around)
+        chained = "" if reading.single else reading.chained(line)
+        matches = rank.rank(reading.message(line), around, chained)
         sure = rank.confident(matches)
         if sure and not _goes_on(sure[0]):
             if survived is not None:

@@ -82,6 +82,11 @@ _WARNING = re.compile(r"\[WARN(?:ING)?\]|\bWARNING\b|\w+Warning:|\bwarn(?:ing)?:
                       r"|^\s*\[?W(?:\d{4} [\d:.]+(?: +\d+)?)? [\w./-]+\.(?:cc|cpp|h|hpp|c):\d+\]",
                       re.IGNORECASE)
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
+# Python's markers between the exceptions of one chain
+_CHAINED = re.compile(r"^\s*(?:The above exception was the direct cause of the following "
+                      r"exception|During handling of the above exception, another exception "
+                      r"occurred):")
+CHAIN_SPAN = 200  # lines after a failure searched for the exceptions chained onto it
 _FRAME_FILE = re.compile(r'^\s+File "')
 _EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b:")
 _WHERE = re.compile(r'", line \d+, in ')
@@ -208,6 +213,25 @@ class Reading:
     def context(self, line: Line, width: int = 8) -> str:
         lo, hi = max(0, line.number - 1 - width), min(len(self.lines), line.number + width)
         return "\n".join(x.text for x in self.lines[lo:hi] if x.number != line.number)
+
+    def chained(self, line: Line) -> str:
+        """The exceptions Python chained onto the failure ``line`` belongs to ("The above
+        exception was the direct cause of the following exception:"), however far below: the
+        outer one says what was being done (torchrun's RendezvousConnectionError over the
+        store's socket timeout). Within CHAIN_SPAN lines of the first exception after it."""
+        found: list[str] = []
+        linked = False  # the last exception seen is joined to the next by a chain marker
+        first = False  # the chain's first exception has been seen
+        for nxt in self.lines[line.number:line.number + CHAIN_SPAN]:
+            if _CHAINED.match(nxt.text):
+                linked = True
+            elif _EXCEPTION.match(nxt.text):
+                if first and not linked:
+                    break  # another failure, not this one's chain
+                if linked:
+                    found.append(nxt.text)
+                first, linked = True, False
+        return "\n".join(found)
 
 
 def _distinct(lines: list[Line]) -> list[Line]:

@@ -169,7 +169,10 @@ def _search(p: str, text: str, low: str) -> bool:
     return (not found or found in low) and _pattern(p).search(text) is not None
 
 
-def score_modes(message: str, around: str) -> list[Match]:
+def score_modes(message: str, around: str, chained: str = "") -> list[Match]:
+    """``chained``: the exceptions chained onto this failure (logread.Reading.chained), read
+    only as evidence against a mode: they say what was being done, not what failed."""
+    beyond = f"{around}\n{chained}" if chained else around
     generic = _generic()
     who = component(message)
     low, around_low = message.lower(), around.lower()
@@ -181,7 +184,7 @@ def score_modes(message: str, around: str) -> list[Match]:
             continue
         score = sum(GENERIC if p in generic else SPECIFIC for p in hits) + SPECIFIC * len(also)
         why = [f"message: {p!r}" + (" (generic)" if p in generic else "") for p in hits + also]
-        against = _against(mode, message, around)
+        against = _against(mode, message, beyond)
         if against:
             score -= SPECIFIC * len(against)
             why.append(f"against: {against[0]!r}")
@@ -216,9 +219,10 @@ def _against(mode: catalogue.Mode, message: str, around: str = "") -> list[str]:
                     if around and _search(p, around, around.lower())]
 
 
-def rank(message: str, around: str = "") -> list[Match]:
+def rank(message: str, around: str = "", chained: str = "") -> list[Match]:
     """Every cause with evidence in ``message``, best first (confident ones score >= BAR)."""
-    matches = score_modes(message, around)
+    matches = score_modes(message, around, chained)
+    beyond = f"{around}\n{chained}" if chained else around
     by_id = {m.id: m for m in matches}
     for finding in loader.parse(message):
         weight = BAR if finding.benign else STRUCTURE + 0.5 if finding.row else UNKNOWN_LIBRARY
@@ -231,7 +235,7 @@ def rank(message: str, around: str = "") -> list[Match]:
         why = f"parsed: {finding.describe()} (libraries.toml: {finding.kind} -> {mode.id})"
         # The mode's evidence against holds for the link too (a missing libcusparse that
         # bitsandbytes' loader reports is bitsandbytes' mode, not the CUDA runtime's).
-        linked_score = STRUCTURE + 1 - SPECIFIC * len(_against(mode, message, around))
+        linked_score = STRUCTURE + 1 - SPECIFIC * len(_against(mode, message, beyond))
         if mode.id in by_id:
             by_id[mode.id].score = max(by_id[mode.id].score, linked_score)
             by_id[mode.id].why.append(why)
@@ -248,7 +252,7 @@ def rank(message: str, around: str = "") -> list[Match]:
             matches.append(by_id[mode.id])
         match = by_id[mode.id]
         match.score = max(match.score, STRUCTURE + 1 - SPECIFIC * len(_against(mode, message,
-                                                                                around)))
+                                                                                beyond)))
         match.why.append(why)
         match.parsed.append(found.describe())
     return sorted(matches, key=lambda m: -m.score)
