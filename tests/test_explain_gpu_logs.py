@@ -230,3 +230,10 @@ def test_only_the_exceptions_chained_onto_a_failure_are_its_chain():
         "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: failed")
     # the same failure without the rendezvous around it: the store, as for env://
     assert reading.chained(reading.lines[-1]) == ""
+    # an exception with no chain of its own: a later failure's chain is not its chain
+    key_error = next(x for x in reading.lines if x.text.startswith("KeyError"))
+    later = "\n".join([key_error.text, "", "Traceback (most recent call last):",
+                        "ValueError: other", "", "The above exception was the direct cause of "
+                        "the following exception:", "", "RuntimeError: outer of other"])
+    reading = logread.find_root(later)
+    assert reading.chained(reading.lines[0]) == ""

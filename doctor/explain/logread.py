@@ -221,7 +221,7 @@ class Reading:
         store's socket timeout). Within CHAIN_SPAN lines of the first exception after it."""
         found: list[str] = []
         linked = False  # the last exception seen is joined to the next by a chain marker
-        first = False  # the chain's first exception has been seen
+        first = bool(_EXCEPTION.match(line.text))  # the chain's first exception has been seen
         for nxt in self.lines[line.number:line.number + CHAIN_SPAN]:
             if _CHAINED.match(nxt.text):
                 linked = True
