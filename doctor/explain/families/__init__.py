@@ -17,7 +17,7 @@ from functools import cache
 
 # The family modules, in the order their readings are listed.
 MODULES = ("nccl", "launch", "mpi", "gpu", "build", "huggingface", "rocm", "container",
-           "python", "system")
+           "python", "system", "programs")
 
 
 @dataclass(frozen=True)

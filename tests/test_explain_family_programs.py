@@ -1,0 +1,93 @@
+"""The programs family (doctor/explain/families/programs.py, doctor/explain/programs.toml): a
+program the job runs by name that is not on its PATH, in each shell's and tool's wording, on
+the texts users posted (tests/fixtures/explain_symptoms/) and on the wordings of the shells
+themselves (bash, dash, zsh, Python's subprocess, which, setuptools, slurmstepd), produced here
+by the real programs. A program the table does not know, a file given by its path and empty
+text give no reading."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dsenv.doctor import catalogue
+from dsenv.doctor.explain.command import explain_text
+from dsenv.doctor.explain.families import programs
+from tests.harness import symptoms
+
+
+def first_cause(text: str) -> str:
+    _, _, sure, _ = explain_text(text)
+    return sure[0].id if sure else ""
+
+
+@pytest.mark.parametrize("table,url_end,mode,program", [
+    ("python", "DeepSpeed/issues/3308", "env.scripts-not-on-path", "deepspeed"),  # bash script
+    ("python", "DeepSpeed/issues/1927", "env.scripts-not-on-path", "ds_report"),  # bash
+    ("build", "second.pytorch/issues/7", "jit.cuda-home-missing", "nvcc"),  # dash
+    ("build", "CCNet/issues/56", "jit.cuda-home-missing", "nvcc"),  # a script run by dash
+])
+def test_users_texts_name_the_program_and_its_mode(table, url_end, mode, program):
+    text = symptoms.text(symptoms.rows(table), url_end)
+    assert symptoms.parts(programs, text, mode)["program"] == program
+    assert first_cause(text) == mode
+
+
+def _run_missing(argv: list[str], env: dict | None = None) -> str:
+    """What a real shell or tool prints when the program is not on PATH (PATH holds only an
+    empty folder; the shell itself is called by its full path)."""
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/nonexistent", **(env or {})})
+    return done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("shell", ["/bin/bash", "/bin/sh"])
+def test_the_shells_own_wordings_are_read(shell):
+    if not os.path.exists(shell):
+        pytest.skip(f"no {shell} here")
+    text = _run_missing([shell, "-c", "nvcc --version"])
+    assert "nvcc" in text and "not found" in text, text
+    assert [r.mode for r in programs.read(text)] == ["jit.cuda-home-missing"], text
+    assert first_cause(text) == "jit.cuda-home-missing"
+
+
+def test_pythons_subprocess_wording_is_read():
+    code = "import subprocess; subprocess.check_call(['ninja', '--version'])"
+    text = _run_missing([sys.executable, "-c", code])
+    assert "FileNotFoundError" in text, text
+    assert first_cause(text) == "jit.ninja-missing"
+
+
+def test_which_and_zsh_and_slurmstepd_wordings():
+    # GNU which (RHEL-family nodes; Debian's which prints nothing), zsh (not installed here)
+    # and Slurm's step daemon, as they print it
+    assert first_cause("/usr/bin/which: no g++ in (/usr/local/bin:/usr/bin)") \
+        == "toolkit.cxx-compiler-missing"
+    assert first_cause("zsh: command not found: torchrun") == "env.scripts-not-on-path"
+    assert first_cause("slurmstepd: error: execve(): torchrun: No such file or directory") \
+        == "env.scripts-not-on-path"
+    assert first_cause("error: command 'g++' failed: No such file or directory") \
+        == "toolkit.cxx-compiler-missing"
+
+
+def test_unknown_programs_paths_and_empty_text_give_no_reading():
+    assert programs.read("bash: frobnicate: command not found") == []
+    assert first_cause("bash: frobnicate: command not found") == ""
+    # a data file that does not exist is not a program
+    assert programs.read("FileNotFoundError: [Errno 2] No such file or directory: "
+                         "'config.json'") == []
+    # a CUDA_HOME that is a path list is the malformed-home mode, not a missing nvcc
+    assert first_cause("/bin/sh: 1: :/usr/local/cuda/bin/nvcc: not found") \
+        == "toolkit.cuda-home-malformed"
+    assert programs.read("") == [] and programs.read("all good") == []
+
+
+def test_every_row_names_a_mode_of_the_catalogue_and_a_public_source():
+    rows = {name: row for name, row in programs.programs().items()}
+    assert "nvcc" in rows and "ninja" in rows
+    for name, row in rows.items():
+        assert catalogue.mode(row["mode"]) is not None, (name, row["mode"])
+        assert row["source"].startswith("https://"), name
