@@ -455,3 +455,22 @@ def test_a_modes_supporting_evidence_in_the_lines_around_adds_to_its_score():
     # only for a mode the line itself names: the context alone names nothing
     assert not [m for m in rank.score_modes("NCCL WARN something else", AZURE_ABOVE)
                 if m.id == "comm.topology-file-for-another-machine"]
+
+
+def test_the_extensions_root_line_names_a_stale_lock_only_where_the_log_ends():
+    """torch's "Using ... as PyTorch extensions root..." as the last thing a log printed is the
+    wait on a stale lock (OpenRLHF#208); the same lines followed by the build's own failure
+    (recorded here: torch 2.13's JIT build with a compiler that does not exist, a name no table
+    knows) are not, and explain says it knows no cause rather than naming the lock."""
+    hang = symptoms.text(symptoms.rows("build"), "OpenRLHF/OpenRLHF/issues/208")
+    assert explain_text("Building extension module fused_adam...\n" + hang)[2][0].id \
+        == "jit.stale-extension-lock"
+    failed = (hang + "\n"
+              "FAILED: [code=127] main.o\n"
+              "/bin/sh: 1: /nonexistent/bin/frobc++: not found\n"
+              "ninja: build stopped: subcommand failed.\n"
+              "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit "
+              "status 127.\n"
+              "RuntimeError: Error building extension 'dsenv_probe'\n")
+    _, _, sure, _ = explain_text(failed)
+    assert "jit.stale-extension-lock" not in [m.id for m in sure]

@@ -116,13 +116,26 @@ def _hint_near_root(reading):
         return None
     lo, hi = max(0, root.number - 1 - HINT_WINDOW), min(len(reading.lines),
                                                          root.number + HINT_WINDOW)
-    for line in reading.lines[lo:hi]:
+    for index in range(lo, hi):
+        line = reading.lines[index]
         if line.kind not in ("other", "warning") or not line.text.strip():
             continue
-        sure = rank.confident(rank.rank(line.text, reading.context(line)))
+        sure = rank.confident(rank.rank(_with_last(reading.lines, index), reading.context(line)))
         if sure and not _goes_on(sure[0]):
             return line, sure
     return None
+
+
+def _with_last(lines, index: int) -> str:
+    """A hint line and the log's last line: a line that names a cause by being the last the
+    log printed (torch's "Using ... as PyTorch extensions root..." before a stale lock's
+    endless wait) names it only when the log ends there (repeated by other ranks), not when
+    the build's own error follows."""
+    hint = lines[index].text
+    for line in reversed(lines[index + 1:]):
+        if line.text.strip():
+            return hint if line.text.strip() == hint.strip() else f"{hint}\n{line.text}"
+    return hint
 
 
 def _goes_on(match: rank.Match) -> bool:
