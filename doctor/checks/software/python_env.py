@@ -13,7 +13,7 @@ from dsenv.data import load_table
 from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
-from dsenv.facts.python import deepspeed_info, imports, pyenv, sharedlibs, target_env
+from dsenv.facts.python import deepspeed_info, imports, launchers, pyenv, sharedlibs, target_env
 from dsenv.provision import ProvisionError
 from dsenv.provision.record import manifest as env_manifest
 from dsenv.verdicts import job_env
@@ -205,6 +205,41 @@ def prefix_symlink(ctx: Context):
         f"the {interp.kind} prefix {interp.prefix} goes through the symlink {link} -> {target}; "
         "batch jobs where that link is missing or different cannot activate it",
         fix, f"real prefix: {real_prefix}")
+
+
+@check("python.launcher-scripts", "Launcher scripts on PATH (deepspeed, torchrun, accelerate)")
+def launcher_scripts(ctx: Context):
+    """What `deepspeed ...` or `torchrun ...` in a job script starts: the environment's own
+    script, another environment's, or nothing (DeepSpeed#3308, #1927)."""
+    found = launchers.launchers(ctx)
+    installed = [f for f in found if f.own is not None]
+    if not installed:
+        return skip(f"{target_env.environment(ctx).prefix} has no launcher script "
+                    f"({', '.join(launchers.NAMES)}): nothing of it to find on PATH")
+    evidence = [f"{f.name}: PATH finds {f.on_path or 'nothing'}"
+                + (f" (runs {f.runs})" if f.on_path and f.runs else "")
+                + f"; the environment's is {f.own}" for f in installed]
+    missing = [f for f in installed if f.on_path is None]
+    if missing:
+        folder = missing[0].own.parent
+        return mode_finding(
+            fail, "env.scripts-not-on-path",
+            f"{', '.join(f.name for f in missing)} {'is' if len(missing) == 1 else 'are'} "
+            f"installed in {folder} but {folder} is not on PATH: a job script's "
+            f"`{missing[0].name} ...` says command not found", *evidence,
+            here=f"export PATH={folder}:$PATH in the job script, or "
+                 f"`{folder.parent / 'bin' / 'python'} -m deepspeed.launcher.runner`")
+    other = [f for f in installed if not f.is_own]
+    if other:
+        first = other[0]
+        return warn(f"`{first.name}` on PATH is {first.on_path}"
+                    + (f" (it runs {first.runs})" if first.runs else "")
+                    + f", not this environment's {first.own}: a job script would launch "
+                    "another environment's training stack",
+                    f"put {first.own.parent} first on PATH in the job script (activate the "
+                    f"environment), or call {first.own} by its full path", *evidence)
+    return ok(f"{', '.join(f.name for f in installed)} on PATH "
+              f"{'is' if len(installed) == 1 else 'are'} this environment's own", *evidence)
 
 
 @check("python.requirements", "Training packages' requirements (pip check)")
