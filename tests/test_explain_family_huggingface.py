@@ -208,3 +208,57 @@ def test_a_bare_403_on_a_repository_file_is_the_gate():
     assert huggingface.read(blocked) == []
     assert huggingface.read("requests.exceptions.HTTPError: 403 Client Error: Forbidden for "
                             "url: https://example.com/org/model/resolve/main/config.json") == []
+
+
+def test_the_size_check_names_the_file_and_both_sizes():
+    parts = _parts(_text("Liu-Shihao/transformers-course/issues/1"), "cache.hf-truncated-download")
+    assert (parts["file"], parts["expected size"], parts["size"]) == (
+        "(…)l-00001-of-00002.bin", "9449717937", "883464076")
+    # more bytes than announced is the same broken transfer (the maintainer's diagnosis)
+    parts = _parts(_text("h2o-llmstudio/issues/860"), "cache.hf-truncated-download")
+    assert (parts["expected size"], parts["size"]) == ("4999819336", "14099570832")
+    # a size of 0 announced is the client's own bug (huggingface_hub#2372), no broken download
+    assert huggingface.read("OSError: Consistency check failed: file should be of size 0 but "
+                            "has size 6226 (multilingual-sentiments.py).") == []
+
+
+def test_the_cache_refused_by_its_name_or_on_a_read_only_mount():
+    # HF_HOME on a bind-mounted volume owned by another uid: the folder named huggingface
+    parts = _parts(_text("tt-inference-server/issues/4574"), "cache.hf-home-not-writable")
+    assert (parts["path"], parts["refused"]) == (
+        "/home/container_app_user/cache_root/huggingface", "permission")
+    # a shared cache mounted read-only: any path under it
+    parts = _parts(_text("executorch/pull/20782"), "cache.hf-home-not-writable")
+    assert (parts["path"], parts["refused"]) == ("/mnt/hf_cache/...", "read-only file system")
+    assert [r.mode for r in huggingface.read(
+        "PermissionError: [Errno 13] Permission denied: '/root/.cache/huggingface/token'")] \
+        == ["cache.hf-home-not-writable"]
+    # healthy twins: the client's own temporary paths outside the cache, its warnings that it
+    # ignored a refused write, a read-only path that is no cache, another user's repository
+    # folder (the shared-lock mode)
+    for text in ("OSError: [Errno 30] Read-only file system: '/tmpju25ukrd'",
+                 "Could not set the permissions on the file '/data/.cache/huggingface/download/"
+                 "x.incomplete'. Error: [Errno 30] Read-only file system: '/data/.cache/"
+                 "huggingface/download/tmp_1'.\nContinuing without setting permissions.",
+                 "OSError: [Errno 30] Read-only file system: '/comfyui'",
+                 "OSError: [Errno 30] Read-only file system: '/opt/app/outputs/run1'"):
+        assert "cache.hf-home-not-writable" not in [r.mode for r in huggingface.read(text)], text
+    shared = ("PermissionError: [Errno 13] Permission denied: '/shared/hf/hub/models--org--m/"
+              "blobs/abc.incomplete'")
+    assert [r.mode for r in huggingface.read(shared)] == ["cache.hub-shared-lock-perms"]
+
+
+def test_a_datasets_older_than_its_fsspec():
+    for url in ("datasets/issues/6737", "colabtools/issues/5338", "transformers/pull/27010"):
+        parts = _parts(_text(url), "env.package-version-mismatch")
+        assert parts["requires"] == "datasets newer than its fsspec", url
+    # fsspec's glob refusing a pattern of the code's own is no other wording of it
+    assert huggingface.read("ValueError: Invalid pattern: 'data**' is not a valid glob") == []
+
+
+def test_a_tokenizer_json_newer_than_tokenizers_names_the_part():
+    assert _parts(_text("HiRED/issues/3"), "hf.tokenizers-too-old")["part"] == "ModelWrapper"
+    assert _parts(_text("sentence-transformers/issues/1069"), "hf.tokenizers-too-old")["part"] \
+        == "PyPreTokenizerTypeWrapper"
+    # a tokenizer.json that is no JSON at all (an HTML page, a pointer file) is another failure
+    assert huggingface.read("Exception: expected value at line 1 column 1") == []

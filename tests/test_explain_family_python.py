@@ -35,7 +35,8 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
     assert {r["mode"] for r in ROWS} == {
         "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
         "env.protobuf-too-new", "env.package-missing", "env.build-without-torch",
-        "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files", "env.scripts-not-on-path"}
+        "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files", "env.scripts-not-on-path",
+        "env.numpy-name-removed", "env.setuptools-too-old-for-python"}
     missed = {r["url"]: first_cause(r["text"]) for r in ROWS
               if first_cause(r["text"]) != r["mode"]}
     assert not missed, missed
@@ -130,3 +131,27 @@ def test_torchaudio_symbols_are_torchaudio_not_any_extension():
 def test_nothing_to_read():
     for text in ("", "Traceback (most recent call last):", "RuntimeError: shape mismatch"):
         assert python.read(text) == []
+
+
+def test_a_numpy_name_removed_says_which_release_removed_it():
+    assert symptoms.parts(python, text_of("python", "noisereduce/issues/102"),
+                          "env.numpy-name-removed") == {"name": "np.float (removed in NumPy 1.24)"}
+    assert symptoms.parts(python, text_of("python", "AutoRAG/issues/519"),
+                          "env.numpy-name-removed") == {"name": "np.float_ (removed in NumPy 2.0)"}
+    # the first line alone, as users often paste it
+    assert [r.mode for r in python.read("AttributeError: module 'numpy' has no attribute 'bool'")] \
+        == ["env.numpy-name-removed"]
+    # a name NumPy never had (the code's typo), or its own module shadowed, is not it
+    for text in ("AttributeError: module 'numpy' has no attribute 'arrray'",
+                 "AttributeError: partially initialized module 'numpy' has no attribute "
+                 "'ndarray' (most likely due to a circular import)"):
+        assert python.read(text) == [], text
+
+
+def test_tools_older_than_python():
+    got = symptoms.parts(python, text_of("python", "cpython/issues/108541"),
+                         "env.setuptools-too-old-for-python")
+    assert got == {"removed": "pkgutil.ImpImporter (Python 3.12)", "importer": "pkg_resources"}
+    assert first_cause(text_of("python", "pip/issues/12358")) == "env.setuptools-too-old-for-python"
+    # another attribute of pkgutil (the code's own misuse) is not it
+    assert python.read("AttributeError: module 'pkgutil' has no attribute 'iter_modulez'") == []

@@ -44,6 +44,16 @@ _OTHER_CACHE = re.compile(r"\.triton\b|/triton/|torch_extensions", re.I)  # thei
 _HOME_DENIED = re.compile(r"problem when trying to write in your cache folder \((?P<path>[^)]*)\)"
                           r"|Permission denied: '(?P<path2>(?:[^']*/)?\.cache(?:/huggingface"
                           r"(?:/hub)?)?/?)'")
+# The cache's own folders or token by their names, wherever HF_HOME put them (a volume's
+# cache_root/huggingface, /mnt/hf_cache): the folder (or the token in it) refused to the job's
+# user, or every path on a read-only mount (a pre-seeded cache, a container's image); the
+# client's own warnings that it ignored such an error are not the failure.
+_CACHE_NAMED = re.compile(r"(?:Permission denied|Read-only file system): '(?P<path>[^'\n]*)'")
+_CACHE_DIR = re.compile(r"(?:^|/)(?:\.cache/huggingface|huggingface|hf[_-]?(?:cache|home))"
+                        r"(?:/(?:hub|datasets|xet|assets|token))?/?$", re.I)
+_CACHE_UNDER = re.compile(r"(?:^|/)(?:\.cache/huggingface|huggingface|hf[_-]?(?:cache|home))(?:/|$)",
+                          re.I)
+_IGNORED = re.compile(r"Will ignore error and continue|Continuing without|Ignored error while")
 # A cache or config folder directly under /: the job's HOME is / (an arbitrary UID in a pod),
 # so every library's ~/.cache, ~/.config, ~/.triton lands at the root of the image.
 _ROOT_HOME = re.compile(r"Permission denied: '(?P<path>/\.(?:cache|config|triton|local)(?:/[^']*)?)'"
@@ -106,6 +116,34 @@ _TOKEN_REFUSED = re.compile(r"Invalid credentials in Authorization header|Author
                             r"correct, but the token seems invalid")
 
 
+# huggingface_hub's check of a finished download against the size the Hub announced: the
+# expected size, the size on disk and the file (its name shortened with "(…)" when long).
+_SIZE_CHECK = re.compile(r"Consistency check failed: file should be of size (?P<expected>\d+) but "
+                         r"has size (?P<got>\d+)(?: \((?P<file>(?:\(…\)|\(\.\.\.\))?[^()\n]*)\))?")
+# datasets releases older than the installed fsspec (2023.10 changed its glob and its protocol
+# names): the data-file patterns, or a dataset cached on local disk, are refused.
+_FSSPEC_NEWER = re.compile(r"Invalid pattern: '\*\*' can only be an entire path component"
+                           r"|Loading a (?:streaming )?dataset cached in a LocalFileSystem is not supported")
+# tokenizers parsing a tokenizer.json written by a newer release (0.20's BPE merges as pairs,
+# newer pre-tokenizer and normalizer options): serde names the Python wrapper it could not fill.
+_TOKENIZER_JSON = re.compile(r"data did not match any variant of untagged enum "
+                             r"(?P<part>Model|Py\w*?)Wrapper(?: at line \d+ column \d+)?")
+
+
+def _cache_refused(message: str) -> re.Match | None:
+    """The cache folder (or its token) refused by name, or any path under it on a read-only
+    file system; another user's lock or repository folder is the shared-lock mode's."""
+    for m in _CACHE_NAMED.finditer(message):
+        # the warning's line and the one after it ("Continuing without setting permissions.")
+        end = message.find("\n", message.find("\n", m.end()) + 1)
+        line = message[message.rfind("\n", 0, m.start()) + 1:end if end > m.end() else None]
+        if _IGNORED.search(line) or _OTHER_CACHE.search(m["path"]):
+            continue
+        if _CACHE_DIR.search(m["path"]) or ("Read-only" in m[0] and _CACHE_UNDER.search(m["path"])):
+            return m
+    return None
+
+
 def _hosts(message: str) -> list[str]:
     return [(m["pool"] or m["url"]).lower() for m in _HOST.finditer(message)]
 
@@ -153,6 +191,13 @@ def read(message: str) -> list[Reading]:
         script = re.search(r"no longer supported, but found ([\w.-]+\.py)", message)
         add("hf.datasets-scripts-removed", m[0], script=script[1] if script else "")
         return found
+    if m := _FSSPEC_NEWER.search(message):
+        add("env.package-version-mismatch", m[0], requires="datasets newer than its fsspec",
+            found="fsspec 2023.10 or newer")
+        return found
+    if m := _TOKENIZER_JSON.search(message):
+        add("hf.tokenizers-too-old", m[0], part=f"{m['part']}Wrapper")
+        return found
     if m := re.search(r"Fast download using 'hf_transfer' is enabled", message):
         add("hf.hf-transfer-missing", m[0], variable="HF_HUB_ENABLE_HF_TRANSFER")
         return found
@@ -197,6 +242,17 @@ def read(message: str) -> list[Reading]:
     # user without a home, a read-only image): transformers' warning or the PermissionError.
     if m := _HOME_DENIED.search(message):
         add("cache.hf-home-not-writable", m[0], path=m["path"] or m["path2"])
+        return found
+    if m := _cache_refused(message):
+        add("cache.hf-home-not-writable", m[0], path=m["path"],
+            refused="read-only file system" if "Read-only" in m[0] else "permission")
+        return found
+    # The Hub client's size check after a download: the file on disk is not the size the Hub
+    # announced (the transfer broke off or two writers met); a size of 0 announced is the
+    # client's own bug (huggingface_hub#2372).
+    if (m := _SIZE_CHECK.search(message)) and m["expected"] != "0":
+        add("cache.hf-truncated-download", m[0][:160], file=(m["file"] or "").strip(),
+            expected_size=m["expected"], size=m["got"])
         return found
     # A weight file cut short by an interrupted download: safetensors cannot read its header.
     if m := re.search(r"Error while deserializing header: (MetadataIncompleteBuffer|"

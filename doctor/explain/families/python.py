@@ -7,7 +7,9 @@ by the build family, families/build.py; which torch xFormers was built for, by t
   own code that is not on the path is the code's matter);
 - bitsandbytes names the library it could not load (its CUDA binary, or a CUDA runtime library
   that binary needs);
-- a build that cannot import torch inside pip's or uv's isolated build environment.
+- a build that cannot import torch inside pip's or uv's isolated build environment;
+- a name NumPy removed (1.24's aliases, 2.0's expired names) that a package still uses;
+- setuptools/pip older than the interpreter (Python 3.12 removed pkgutil.ImpImporter).
 """
 
 from __future__ import annotations
@@ -41,6 +43,35 @@ BITSANDBYTES = re.compile(r"Could not load bitsandbytes native library: (?P<lib>
                           r"\.so)")
 
 
+# A name NumPy removed that a package (or the code) still uses: 1.24 removed the aliases of
+# the builtins (np.float, np.int, ...: "`np.float` was a deprecated alias"), 2.0 the names its
+# migration guide lists ("`np.float_` was removed in the NumPy 2.0 release").
+NUMPY_ALIASES = frozenset({"float", "int", "bool", "object", "complex", "str", "long", "unicode"})
+NUMPY2_REMOVED = frozenset({
+    "float_", "complex_", "string_", "unicode_", "round_", "NaN", "Inf", "Infinity", "NINF",
+    "PINF", "NZERO", "PZERO", "infty", "product", "cumproduct", "alltrue", "sometrue", "asfarray",
+    "find_common_type", "msort", "longfloat", "singlecomplex", "cfloat", "longcomplex",
+    "clongfloat", "int0", "uint0", "bool8", "object0", "mat"})
+# (quotes as a forum or a terminal rendered them: typographic quotes, `np.int` made a link)
+NUMPY_GONE = re.compile(r"`\[?np\.(?P<name>\w+)(?:\]\([^)\s]*\))?` (?:was a deprecated alias|was "
+                        r"removed in the NumPy (?P<release>2\.0) release)|module ['‘]numpy['’] has no "
+                        r"attribute ['‘](?P<attr>\w+)['’]")
+# Python 3.12 removed pkgutil.ImpImporter, which setuptools' pkg_resources (before 66.1) and the
+# pip that vendors it (before 23.1) touch at import: the tools are older than the interpreter.
+IMP_IMPORTER = re.compile(r"module 'pkgutil' has no attribute 'ImpImporter'")
+
+
+def _numpy_name(message: str) -> tuple[str, str] | None:
+    """The removed NumPy name and the release that removed it."""
+    for m in NUMPY_GONE.finditer(message):
+        name = m["name"] or m["attr"]
+        if m["release"] or name in NUMPY2_REMOVED:
+            return m.group(0), f"np.{name} (removed in NumPy 2.0)"
+        if name in NUMPY_ALIASES:
+            return m.group(0), f"np.{name} (removed in NumPy 1.24)"
+    return None
+
+
 def read(message: str) -> list[Reading]:
     if not message:
         return []
@@ -54,6 +85,12 @@ def read(message: str) -> list[Reading]:
         name = absent["name"] or absent["pkg"] if absent else module["name"]
         found.append(reading(FAMILY, "env.package-missing", (absent or module).group(0),
                              package=name))
+    if gone := _numpy_name(message):
+        found.append(reading(FAMILY, "env.numpy-name-removed", gone[0], name=gone[1]))
+    if imp := IMP_IMPORTER.search(message):
+        found.append(reading(FAMILY, "env.setuptools-too-old-for-python", imp.group(0),
+                             removed="pkgutil.ImpImporter (Python 3.12)",
+                             importer="pkg_resources" if "pkg_resources" in message else ""))
     bnb = BITSANDBYTES.search(message)
     if bnb:
         found.append(reading(FAMILY, "loader.bitsandbytes-cuda-binary", bnb.group(0),
