@@ -255,3 +255,33 @@ def test_ptxas_missing_or_nccl_headers_missing():
         row("tinygrad/tinygrad/issues/7729")["text"])]
     mode, got = parts(row("MegviiRobot/MegBA/issues/15")["text"])[0]
     assert (mode, got["header"]) == ("toolkit.nccl-headers-missing", "nccl.h")
+
+
+def test_deepspeed_built_where_it_saw_no_gpu():
+    """DeepSpeed's setup on a machine without a visible GPU takes the CPU accelerator: its
+    oneCCL op fails on the missing oneAPI header, or the op report lists the CPU ops after
+    DeepSpeed's warning. The same warning with a CPU-only torch is that torch's; a training
+    job's own CPU fallback (no build, no op report) is left to the GPU family."""
+    mode, got = parts(row("lamikr/rocm_sdk_builder/issues/8")["text"])[0]
+    assert (mode, got["built"]) == ("deepspeed.no-gpu-at-build", "the oneCCL comm op")
+    got = dict(parts(row("deepspeedai/DeepSpeed/issues/5553")["text"]))
+    assert got["deepspeed.no-gpu-at-build"]["built"] == "the CPU accelerator's ops"
+    warning = ("[WARNING] [real_accelerator.py:162:get_accelerator] Setting accelerator to CPU. "
+               "If you have GPU or other accelerator, we were unable to detect it.\n")
+    report = warning + "DeepSpeed C++/CUDA extension op report\n"
+    assert not parts(report + "torch version .................... 2.3.1+cpu")
+    assert not parts(warning + "[rank0]: RuntimeError: ProcessGroupNCCL is only supported with GPUs")
+
+
+def test_extension_built_without_an_arch_to_compile_for():
+    mode, got = parts(row("mchong6/JoJoGAN/issues/2")["text"])[0]
+    assert (mode, got["cuda home"], got["torch sees"]) == (
+        "toolkit.no-gpu-for-arch-list", "/usr/local/cuda", "no CUDA device")
+    cpu = ("Using /home/u/.cache/torch_extensions/py37_cpu as PyTorch extensions root...\n"
+           "  File \"/env/lib/python3.7/site-packages/torch/utils/cpp_extension.py\", line 1561, "
+           "in _get_cuda_arch_flags\n    arch_list[-1] += '+PTX'\nIndexError: list index out of "
+           "range")
+    mode, got = parts(cpu)[0]
+    assert (mode, got["torch build"]) == ("toolkit.no-gpu-for-arch-list", "cpu")
+    # the same source line in a traceback that ends elsewhere is not this failure
+    assert not parts("    arch_list[-1] += '+PTX'\nKeyError: 'TORCH_CUDA_ARCH_LIST'")

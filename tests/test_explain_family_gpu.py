@@ -202,3 +202,56 @@ def test_xla_warning_reads_the_driver_and_ptx_compiler_versions():
         assert got, url
         parts = dict(got[0].parts)
         assert (parts["driver supports cuda"], parts["ptx compiler"]) == (driver, ptxas), parts
+
+
+def test_invalid_device_function_is_a_kernel_without_code_for_the_gpu():
+    """CUDA's older words for 'no kernel image' (error 8 before CUDA 10.1, 98 after): the THC
+    frame and the RuntimeError of pytorch#1557 (torch built on another node's GPU) name the
+    torch build; in an extension's op it is the extension's arch list; HIP's and ggml's words
+    (ROCm builds, llama.cpp's own) are not torch's build and give no reading here."""
+    mode, got = parts(row("pytorch/pytorch/issues/1557")["text"])[0]
+    assert (mode, got["error"]) == ("gpu.torch-build-lacks-arch", "invalid device function")
+    code = "THCudaCheck FAIL file=/src/emd_kernel.cu line=190 error=98 : invalid device function"
+    assert parts(code)[0][0] == "gpu.torch-build-lacks-arch"
+    ext = ("  File \"emd.py\", line 11, in forward\n    match = emd_cuda.approxmatch_forward(xyz1, "
+           "xyz2)\nRuntimeError: cuda runtime error (98) : invalid device function at "
+           "/src/emd_kernel.cu:190")
+    assert parts(ext)[0][0] == "torch.arch-list-misses-gpu"
+    for other in ("RuntimeError: HIP error: invalid device function",
+                  "ggml_cuda_compute_forward: RMS_NORM failed\nCUDA error: invalid device function"
+                  "\n  current device: 0, in function ggml_cuda_compute_forward at "
+                  "ggml/src/ggml-cuda.cu:2288"):
+        assert not parts(other), other
+    # torch's own verdict beside it still decides: a GPU below the build's floor
+    old = ("Found GPU0 GeForce 920MX which is of cuda capability 5.0.\n    PyTorch no longer "
+           "supports this GPU because it is too old.\nRuntimeError: cuda runtime error (8) : "
+           "invalid device function at /opt/conda/THCTensorMathPairwise.cu:102")
+    assert parts(old)[0][0] == "gpu.too-old-for-torch"
+
+
+def test_nvrtc_refusing_the_arch_is_a_torch_older_than_the_gpu():
+    mode, got = parts(row("StelaBou/HyperReenact/issues/7")["text"])[0]
+    assert mode == "gpu.torch-build-lacks-arch" and got["compiler"].startswith("NVRTC")
+    # CuPy's own NVRTC refusing the arch is CuPy's CUDA, not torch's
+    cupy = ("cupy.cuda.compiler.CompileException: nvrtc: error: invalid value for "
+            "--gpu-architecture (-arch)")
+    assert not parts(cupy)
+
+
+def test_triton_image_invalid_is_its_ptxas_newer_than_the_driver():
+    mode, got = parts(row("triton-lang/triton/issues/2971")["text"])[0]
+    assert (mode, got["compiler"]) == ("gpu.ptx-newer-than-driver", "Triton's bundled ptxas")
+    # HIP's own 'device kernel image is invalid' is the rocm family's; plain CUDA's wording
+    # (a flash-attn wheel built for another torch, verl-project/verl#5876) is not Triton's
+    assert not parts("RuntimeError: HIP error: device kernel image is invalid")
+    assert not parts("torch.AcceleratorError: CUDA error: device kernel image is invalid")
+
+
+def test_a_cuda_collect_env_beside_no_kernel_image_is_still_torch():
+    # collect_env prints a ROCm line on every build; on a CUDA build it says N/A
+    text = ("ROCM used to build PyTorch: N/A\nRuntimeError: CUDA error: no kernel image is "
+            "available for execution on the device")
+    assert parts(text)[0][0] == "gpu.torch-build-lacks-arch"
+    rocm = ("ROCM used to build PyTorch: 6.4.43482-0f2d60242\nRuntimeError: CUDA error: invalid "
+            "device function")
+    assert not parts(rocm)

@@ -132,6 +132,22 @@ TWO_CUDA = re.compile(r"Found two conflicting CUDA installs:\s+V([\d.]+) in '([^
 # Linking libpython by its unversioned development name (python3.X-dev ships it).
 PY_LINK = re.compile(r"cannot find -l(python\d[\d.]*m?)\b", FLAGS)
 ROOT_LAST = re.compile(r"Using\s+(\S+) as PyTorch extensions root\.\.\.\s*\Z")
+# Built where no GPU is seen. DeepSpeed's accelerator detection then takes CPU and builds the
+# CPU accelerator's ops: its oneCCL comm op (Intel oneAPI headers), or an op report listing
+# ccl/shm comm; only in a build or op report (a job's own CPU fallback is the GPU family's).
+CCL_OP = re.compile(r"fatal error: oneapi/ccl\.hpp: No such file or directory"
+                    r"|building 'deepspeed\.ops\.comm\.deepspeed_ccl_comm_op' extension", FLAGS)
+DS_CPU_PICKED = re.compile(r"Setting accelerator to CPU\. If you have GPU or other accelerator, we "
+                           r"were unable to detect it", FLAGS)
+DS_BUILDING = re.compile(r"DeepSpeed C\+\+/CUDA extension op report|\bDS_BUILD_\w+=1|setup\.py"
+                         r"|pip3? install|^deepspeed_(?:ccl|shm)_comm \.", FLAGS)
+TORCH_CPU = re.compile(r"Torch not compiled with CUDA enabled|torch version \.+ [\w.]+\+cpu\b"
+                       r"|torch cuda version \.+ None", FLAGS)
+# torch's extension builder with no TORCH_CUDA_ARCH_LIST and no GPU to take the archs from.
+NO_ARCH = re.compile(r"arch_list\[-1\] \+= '\+PTX'(?=[\s\S]{0,600}?IndexError: list index out of "
+                     r"range)", FLAGS)
+NO_RUNTIME = re.compile(r"No CUDA runtime is found, using CUDA_HOME='([^'\n]*)'", FLAGS)
+CPU_ROOT = re.compile(r"torch_extensions/py\d+_cpu\b", FLAGS)
 
 # Messages whose one pattern names the mode; the groups become the parts.
 SIMPLE = (
@@ -346,6 +362,27 @@ def _jit_readings(message: str) -> list[Reading]:
     return found
 
 
+def _no_gpu_readings(message: str) -> list[Reading]:
+    """A build where torch saw no GPU: DeepSpeed building its CPU accelerator's ops, or
+    torch's extension builder left without an arch to compile for."""
+    found = []
+    ccl = CCL_OP.search(message)
+    picked = DS_CPU_PICKED.search(message)
+    if ccl or (picked and DS_BUILDING.search(message) and not TORCH_CPU.search(message)):
+        found.append(reading(FAMILY, "deepspeed.no-gpu-at-build", (ccl or picked).group(0),
+                             accelerator="cpu (auto-detected)",
+                             built="the oneCCL comm op" if ccl else "the CPU accelerator's ops"))
+    arch = NO_ARCH.search(message)
+    if arch:
+        runtime = NO_RUNTIME.search(message)
+        found.append(reading(FAMILY, "toolkit.no-gpu-for-arch-list", arch.group(0),
+                             torch_sees="no CUDA device" if runtime or not CPU_ROOT.search(message)
+                             else "no CUDA (a CPU-only torch)",
+                             cuda_home=runtime.group(1) if runtime else "",
+                             torch_build="cpu" if CPU_ROOT.search(message) else ""))
+    return found
+
+
 def read(message: str) -> list[Reading]:
     if not message:
         return []
@@ -357,4 +394,4 @@ def read(message: str) -> list[Reading]:
             parts = {n: g or "" for n, g in zip(names, hit.groups(), strict=True)}
             found.append(reading(FAMILY, mode, hit.group(0), **parts))
     return found + _compile_readings(message) + _deepspeed_readings(message) + \
-        _jit_readings(message)
+        _jit_readings(message) + _no_gpu_readings(message)

@@ -30,7 +30,10 @@ KINDS = (
      r"|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE"),
     ("invalid-device", r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE"),
     ("no-kernel-image", r"no kernel image is available for execution on the device"
-     r"|cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU"),
+     r"|cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU"
+     # The same failure in CUDA's older words: a kernel launched with no code for this GPU's
+     # arch (torch built on another node's GPU, a wheel without sm_50, an old GPU dropped).
+     r"|(?<!HIP error: )invalid device function|cudaErrorInvalidDeviceFunction"),
     ("ecc", r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable"
      r"|CUDA_ERROR_ECC_UNCORRECTABLE"),
     ("ptx", r"provided PTX was compiled with an unsupported toolchain"
@@ -45,8 +48,8 @@ KINDS = (
 KIND_TEXT = [(kind, re.compile(pattern, IC)) for kind, pattern in KINDS]
 # cudaError_t numbers (CUDA >= 10.1; 35 and 46 kept their numbers from the older table).
 # Numbers whose meaning changed in the renumbering (10, 30, 38, 39, 48) are left to the text.
-CODES = {35: "insufficient-driver", 46: "devices-unavailable", 100: "no-device",
-         101: "invalid-device", 209: "no-kernel-image", 214: "ecc", 222: "ptx",
+CODES = {35: "insufficient-driver", 46: "devices-unavailable", 98: "no-kernel-image",
+         100: "no-device", 101: "invalid-device", 209: "no-kernel-image", 214: "ecc", 222: "ptx",
          802: "system-not-ready", 804: "compat", 999: "unknown"}
 # A number is read only inside a frame that says it is a CUDA error code.
 CODE_FRAME = re.compile(
@@ -117,6 +120,21 @@ EXTENSION = re.compile(r"TORCH_CUDA_ARCH_LIST|cpp_extension|-gencode|ext_module|
                        r"|\b\w+_cuda\.\w+\(|(?<!torch)\._C\.\w+\(|flash_attn|xformers"
                        r"|\bapex\b|mmcv|detectron2", IC)
 CONTAINER = re.compile(r"singularity|apptainer|docker|podman|enroot|\.sif\b", IC)
+# A kernel without code for the GPU in a binary that is not torch's: HIP's builds (ROCm torch
+# and ggml print CUDA's words there too; the rocm family reads them) and ggml's own CUDA build.
+# (collect_env's "ROCM used to build PyTorch: N/A" beside a CUDA build is not one of them.)
+NOT_TORCH_KERNELS = re.compile(r"\bHIP (?:error|kernel errors)|ROCm error|hipError\w|\+rocm\d"
+                               r"|ROCM used to build PyTorch: \d|\bgfx\d{3}|HSA_OVERRIDE_GFX"
+                               r"|\bggml|llama\.cpp", IC)
+
+# torch's runtime compiler (NVRTC: the JIT fusers, TorchScript, jiterator) refusing the GPU's
+# arch: the CUDA torch was built with predates the GPU (RTX 30xx on cu110, 40xx on cu113).
+# CuPy ships its own NVRTC: its refusal is CuPy's CUDA, not torch's.
+NVRTC_ARCH = re.compile(r"nvrtc: error: invalid value for --gpu-architecture", IC)
+CUPY = re.compile(r"\bcupy", IC)
+# Triton loading a cubin its bundled ptxas (a newer CUDA than the node's driver) assembled:
+# CUDA_ERROR_INVALID_IMAGE in Triton's words.
+TRITON_IMAGE = re.compile(r"Triton Error \[CUDA\]: device kernel image is invalid", IC)
 
 SIMPLE = {"insufficient-driver": "gpu.driver-too-old",
           "devices-unavailable": "gpu.exclusive-process-mode",
@@ -257,7 +275,13 @@ def read(message: str) -> list[Reading]:
         found.append(elsewhere)
     kind = _kind(message)
     if kind is None or kind[0] == "no-kernel-image":
-        arch = _arch_reading(message, kind[1] if kind else "", kind[1] if kind else "")
+        arch = None
+        if kind is None or not NOT_TORCH_KERNELS.search(message):
+            arch = _arch_reading(message, kind[1] if kind else "", kind[1] if kind else "")
+        nvrtc = NVRTC_ARCH.search(message)
+        if not arch and nvrtc and not CUPY.search(message):
+            arch = reading(FAMILY, "gpu.torch-build-lacks-arch", nvrtc.group(0),
+                           error=nvrtc.group(0), compiler="NVRTC (torch's runtime compiler)")
         if arch:
             found.append(arch)
     elif kind[0] == "no-device":
@@ -267,6 +291,10 @@ def read(message: str) -> list[Reading]:
                                  code=kind[2]))
     elif kind[0] == "invalid-device" or kind[0] in SIMPLE:
         found.append(reading(FAMILY, SIMPLE[kind[0]], kind[1], error=kind[1], code=kind[2]))
+    image = TRITON_IMAGE.search(message)
+    if image and not (kind and kind[0] == "ptx"):
+        found.append(reading(FAMILY, "gpu.ptx-newer-than-driver", image.group(0),
+                             error=image.group(0), compiler="Triton's bundled ptxas"))
     xla = XLA_PTX.search(message)
     if xla and not (kind and kind[0] == "ptx"):
         found.append(reading(FAMILY, "gpu.ptx-newer-than-driver", xla.group(0)[:120],
