@@ -219,3 +219,45 @@ def test_other_families_and_empty_text_give_no_reading():
                           "such file or directory") == []
     assert container.read("ncclSystemError: System call (e.g. socket, malloc) or external "
                           "library call failed or device error.") == []
+
+
+def _lookalike(url_end: str) -> str:
+    import json
+    from pathlib import Path
+    path = Path(__file__).parent / "fixtures" / "explain_lookalikes" / "container.jsonl"
+    return next(r["text"] for r in map(json.loads, path.read_text().splitlines())
+                if r["url"].endswith(url_end))
+
+
+def test_a_squashfs_file_given_without_a_path_is_read_as_a_registry_image():
+    for tail, name in (("NVIDIA/pyxis/issues/67", "cont.sqsh"),
+                       ("NVIDIA/pyxis/issues/127", "hello-world.sqsh")):
+        got = dict(parts(row(tail)["text"]))["container.pyxis-sqsh-path-as-image"]
+        assert got["file"] == name and got["write"].startswith("./" + name)
+    # a path (./ or /) is the file itself; a registry image is no file
+    for fine in ("pyxis: importing docker image: ./hello-world.sqsh",
+                 "pyxis: importing docker image: /shared/images/pytorch.sqsh",
+                 "pyxis: importing docker image: nvcr.io#nvidia/pytorch:24.01-py3"):
+        assert "container.pyxis-sqsh-path-as-image" not in dict(parts(fine)), fine
+        _, _, sure, _ = explain_text(fine)
+        assert "container.pyxis-sqsh-path-as-image" not in [m.id for m in sure]
+
+
+def test_a_sif_unpacked_to_a_full_temp_dir_reads_the_dir():
+    got = dict(parts(row("Gabaldonlab/perSVade/issues/9")["text"]))
+    assert got["container.apptainer-tmpdir-full"]["temp dir"] == "/tmp/"
+    assert "sandbox" in got["container.apptainer-tmpdir-full"]["step"]
+    got = dict(parts(row("cgroza/GraffiTE/issues/37")["text"]))
+    assert got["container.apptainer-tmpdir-full"]["temp dir"] == "/tmp/"
+    # an extraction that failed for another reason (a missing /etc/passwd) is not the space
+    other = ("FATAL:   while extracting /fast/x.simg: root filesystem extraction failed: extract "
+             "command failed: WARNING: passwd file doesn't exist in container, not updating")
+    assert "container.apptainer-tmpdir-full" not in dict(parts(other))
+
+
+def test_enroots_einval_user_namespace_is_no_disabled_namespace():
+    # enroot#195: a uid above 2^31 written negative into uid_map (EINVAL); namespaces work
+    text = _lookalike("NVIDIA/enroot/issues/195")
+    assert "container.apptainer-userns-disabled" not in dict(parts(text))
+    disabled = "ERROR  : Failed to create user namespace: user namespace disabled"
+    assert "container.apptainer-userns-disabled" in dict(parts(disabled))

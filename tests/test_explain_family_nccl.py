@@ -178,3 +178,56 @@ def test_a_refused_shared_memory_segment_is_the_folder_mode_not_its_size():
     full = ("misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-Abc123 to "
             "9637892 bytes")
     assert _modes(full) == ["system.shm-too-small"]
+
+
+def _lookalike(url_end: str) -> str:
+    import json
+    from pathlib import Path
+    path = Path(__file__).parent / "fixtures" / "explain_lookalikes" / "comm.jsonl"
+    return next(r["text"] for r in map(json.loads, path.read_text().splitlines())
+                if r["url"].endswith(url_end))
+
+
+def test_a_qp_that_times_out_names_the_gids_nccl_printed():
+    # NCCL >= 2.2x names the GID index and both GIDs; a link-local fe80:: GID is the wrong
+    # entry of nccl#769 (index 1), an IPv4-mapped one the usual RoCE v2 entry: shown as parts
+    link_local = ("h1:1:2 [5] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp failed with 110 "
+                  "Connection timed out, on dev mlx5_0:1, curr state INIT, next state RTR, local "
+                  "GID index 1, local GID fe80::ac0:ebff:feda:1cfb, remote GID "
+                  "fe80::ac0:ebff:feda:2c0e")
+    got = symptoms.parts(nccl, link_local, "comm.roce-gid-index")
+    assert (got["gid index"], got["local gid"], got["remote gid"]) == (
+        "1", "fe80::ac0:ebff:feda:1cfb", "fe80::ac0:ebff:feda:2c0e")
+    assert got["gid kind"].startswith("link-local")
+    completion = ("h1:1:2 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer "
+                  "10.0.0.2<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid "
+                  "::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2")
+    got = symptoms.parts(nccl, completion, "comm.roce-gid-index")
+    assert (got["local gid"], got["remote gid"]) == ("::ffff:10.0.0.1", "::ffff:10.0.0.2")
+    assert got["gid kind"].startswith("IPv4-mapped")
+    # an older NCCL names no GID: the reading has none to show
+    old = "ibvwrap.cc: NCCL WARN Call to ibv_modify_qp failed with error Connection timed out"
+    assert "gid index" not in symptoms.parts(nccl, old, "comm.roce-gid-index")
+
+
+def test_a_device_the_qp_cannot_use_is_no_gid_index():
+    # ENODEV from ibv_modify_qp (nccl#799: fixed by leaving the HCA out with NCCL_IB_HCA)
+    text = _lookalike("NVIDIA/nccl/issues/799")
+    assert "comm.roce-gid-index" not in _modes(text)
+    _, _, sure, _ = explain_text(text)
+    assert "comm.roce-gid-index" not in [m.id for m in sure]
+
+
+def test_gloo_refused_at_a_loopback_address_reads_the_address():
+    got = symptoms.parts(nccl, symptoms.text(ROWS, "pytorch/gloo/issues/223"),
+                         "comm.gloo-hostname-loopback")
+    assert (got["address"], got["port"]) == ("127.0.1.1", "60817")
+    got = symptoms.parts(nccl, symptoms.text(ROWS, "ray-project/ray/issues/24305"),
+                         "comm.gloo-hostname-loopback")
+    assert (got["address"], got["port"]) == ("127.0.0.1", "14221")
+    # a routable peer that refuses (it died, a firewall) is not this cause
+    routable = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect "
+                "[10.1.2.3]:14221: Connection refused")
+    assert "comm.gloo-hostname-loopback" not in _modes(routable)
+    _, _, sure, _ = explain_text(routable)
+    assert "comm.gloo-hostname-loopback" not in [m.id for m in sure]

@@ -73,13 +73,23 @@ ACTION_NOT_FOUND = re.compile(r"\.singularity\.d/actions/(?P<action>\w+): (?:lin
                               r"(?P<command>\S+): not found", IC)
 USERNS = re.compile(r"Failed to create (?:user|mount) namespace: (?P<why>[^\n]+)"
                     r"|user namespaces? (?:is |are )?(?:disabled|not enabled)", IC)
-# Apptainer's pull/build temp dirs (bundle-temp-*, build-temp-*) on a file system that is full.
+# Apptainer's pull/build temp dirs (bundle-temp-*, build-temp-*) on a file system that is full,
+# or the SIF unpacked into a temporary sandbox (rootfs-*/archive-*) where there is no room or
+# no quota left (no squashfuse, or --userns: the whole image is extracted under the temp dir).
 BUILD_ENOSPC = re.compile(r"(?P<dir>/\S*?/)(?:bundle|build|oci)-temp-\S*[^\n]*?no space left on "
-                          r"device", IC)
+                          r"device|root filesystem extraction failed: [^\n]*?write (?P<sandbox>/\S*?/)"
+                          r"(?:rootfs-\d+/)?archive-\d+: (?:no space left on device|disk quota "
+                          r"exceeded)", IC)
 # pyxis/enroot writing the image's squashfs (mksquashfs) where there is no room.
 SQUASHFS_ENOSPC = re.compile(r"Write failed because No space left on device|Failed to write to "
                              r"output filesystem", IC)
 SQUASHFS_TARGET = re.compile(r"Creating [0-9.]+ filesystem on (?P<path>[^,\s]+)", IC)
+# pyxis takes --container-image as a registry image unless it starts with / or ./: a squashfs
+# file named bare (image.sqsh, dir/image.sqsh) is looked up on Docker Hub as library/image.sqsh.
+SQSH_AS_IMAGE = re.compile(r"pyxis: importing docker image(?: \.\.\.)?:? (?!/|\./|\.\./)"
+                           r"(?:docker://)?(?P<image>[^\s#]+\.(?:sqsh|squashfs))\b"
+                           r"|registry-1\.docker\.io/v2/library/(?P<hub>[^\s/]+\.(?:sqsh|squashfs))/"
+                           r"manifests/", IC)
 # enroot asked Docker Hub for a repository whose first component is a host name: the URI
 # used '/' after another registry where enroot wants '#' (Docker Hub names hold no dots).
 HUB_WITH_HOST = re.compile(r"registry-1\.docker\.io/v2/(?P<registry>[a-z0-9-]+(?:\.[a-z0-9-]+)+"
@@ -253,19 +263,27 @@ def read(message: str) -> list[Reading]:
         found.append(reading(FAMILY, "container.nv-host-libs-not-found", action.group(0),
                              action=action["action"], command=action["command"]))
     userns = USERNS.search(message)
-    if userns:
+    # EINVAL from enroot's user namespace is no disabled-namespace signal: enroot writes a uid
+    # above 2^31 negative into uid_map (enroot#195); a disabled namespace says EPERM/ENOSPC.
+    if userns and not re.match(r"Invalid argument", userns["why"] or "", IC):
         found.append(reading(FAMILY, "container.apptainer-userns-disabled", userns.group(0),
                              why=(userns["why"] or "").strip()))
     enospc = BUILD_ENOSPC.search(message)
     if enospc:  # the image is unpacked under APPTAINER_TMPDIR: that file system is too small
         found.append(reading(FAMILY, "container.apptainer-tmpdir-full", enospc.group(0),
-                             temp_dir=enospc["dir"]))
+                             temp_dir=enospc["dir"] or enospc["sandbox"],
+                             step="the SIF unpacked to a temporary sandbox" if enospc["sandbox"]
+                             else "the image built from its layers"))
     if SQUASHFS_ENOSPC.search(message) and re.search(r"pyxis|enroot", message, IC):
         # mksquashfs inside pyxis/enroot ran out of space where the image is unpacked
         target = SQUASHFS_TARGET.search(message)
         found.append(reading(FAMILY, "container.pyxis-runtime-path-full",
                              SQUASHFS_ENOSPC.search(message).group(0),
                              squashfs=target["path"] if target else ""))
+    if sqsh := SQSH_AS_IMAGE.search(message):
+        found.append(reading(FAMILY, "container.pyxis-sqsh-path-as-image", sqsh.group(0),
+                             file=sqsh["image"] or sqsh["hub"],
+                             write="./" + (sqsh["image"] or sqsh["hub"]) + " or an absolute path"))
     hub = HUB_WITH_HOST.search(message)
     if hub:
         found.append(reading(FAMILY, "container.enroot-registry-uri-without-hash", hub.group(0),

@@ -46,9 +46,30 @@ _VIRTUAL = ("veth", "br-", "virbr", "docker", "cni", "flannel", "cali")
 _GLOO_IFACE = re.compile(r"(?:\b(?P<expr>ifa|rp) != nullptr\.\s+)?Unable to find address for: "
                          r"(?P<value>[^\s'\"]+)")
 _ADDRESS = re.compile(r"^(?:\d{1,3}(?:\.\d{1,3}){3}|\[?[0-9a-f]*:[0-9a-f:]+\]?)$", re.I)
+# The GIDs NCCL names since 2.2x, on a failed QP transition ("local GID index 3, local GID
+# ::ffff:10.1.1.2, remote GID ...") or a failed completion ("localGid fe80::1 remoteGids ...").
+_GID = re.compile(r"(?:local GID index (?P<index>\d+), )?local ?GID (?P<local>[0-9a-f:.]+[0-9a-f])"
+                  r",? remote ?GIDs? ?(?P<remote>[0-9a-f:.]+[0-9a-f])", re.I)
+# Gloo's TCP pair connecting to a loopback address its peer advertised: the peer's host name
+# resolved to 127.x (Debian's /etc/hosts, a container on the host network).
+_GLOO_LOOPBACK = re.compile(r"pair\.cc:\d+\] (?:connect \[(?P<addr>127(?:\.\d{1,3}){3})\]:(?P<port>\d+)"
+                            r": Connection refused|timed out connecting: [^\n]*?remote=\[(?P<addr2>"
+                            r"127(?:\.\d{1,3}){3})\]:(?P<port2>\d+))")
 _PLUGIN = re.compile(r"NET/Plugin ?: (?:Plugin load \((?P<lib>libnccl-net[\w.-]*)\) returned \d+|"
                      r"No plugin found|Could not find: (?P<lib2>libnccl-net[\w.-]*))"
                      r"|Unable to load (?P<lib3>libnccl-net[\w.-]*)")
+
+
+def _gid_parts(text: str) -> dict[str, str]:
+    """The GID index and GIDs NCCL names, with what kind of address the local GID is."""
+    m = _GID.search(text)
+    if not m:
+        return {}
+    local = m["local"].lower()
+    kind = ("link-local (fe80::), not routed between subnets" if local.startswith("fe80:") else
+            "IPv4-mapped (RoCE v2 over IPv4)" if local.startswith("::ffff:") else "")
+    return {"gid_index": m["index"] or "", "local_gid": m["local"], "remote_gid": m["remote"],
+            "gid_kind": kind}
 
 
 def _warn_parts(message: str) -> list[tuple[str, str]]:
@@ -122,7 +143,8 @@ def read(message: str) -> list[Reading]:
         # peers never hear each other, the GID choice being the usual reason.
         elif (c := _COMPLETION.search(text)) and c["status"] == "12":
             if not link_fault:
-                add("comm.roce-gid-index", text, file=source, call="completion", status="12")
+                add("comm.roce-gid-index", text, file=source, call="completion", status="12",
+                    **_gid_parts(text))
         # NCCL_NET names a network no loaded plugin provides: the OFI plugin is missing (Slingshot).
         elif m := re.search(r"Error: network (AWS Libfabric|OFI) not found", text):
             add("comm.slingshot-no-ofi-plugin", text, file=source, network=m[1])
@@ -160,8 +182,10 @@ def read(message: str) -> list[Reading]:
                     not errno or "Cannot allocate memory" in errno):
                 add("comm.memlock-low", text, file=source, call=ibv["call"], errno=errno)
             # QP transition to RTR timing out or unreachable: the address vector (GID) is wrong.
+            # (No such device, ENODEV, is a device NCCL cannot use: not this cause.)
             elif ibv["call"] == "ibv_modify_qp" and re.search(r"timed out|unreachable|110", errno):
-                add("comm.roce-gid-index", text, file=source, call=ibv["call"], errno=errno)
+                add("comm.roce-gid-index", text, file=source, call=ibv["call"], errno=errno,
+                    **_gid_parts(text))
 
     # libibverbs' own lines: a provider library for absent NICs is missing (harmless), versus
     # providers that exist but cannot load against this libibverbs, or none at all.
@@ -197,6 +221,10 @@ def read(message: str) -> list[Reading]:
                 "NCCL's = exact-match prefix" if value.startswith("=") else
                 "an address, not an interface name" if _ADDRESS.match(value) else
                 "an interface name this node does not have")
+    # Gloo refused at a loopback address: the peer bound to what its host name resolved to.
+    if m := _GLOO_LOOPBACK.search(message):
+        add("comm.gloo-hostname-loopback", m.group(0), address=m["addr"] or m["addr2"],
+            port=m["port"] or m["port2"], why="the peer advertised a loopback address")
     # The OFI plugin was built against a newer libfabric than the one the loader found: its
     # FABRIC_x.y symbol version is missing, so the plugin never loads (NCCL falls back).
     if m := re.search(r"libfabric\.so\.1: version [`'](FABRIC_[\d.]+)' not found \(required by "

@@ -1,0 +1,58 @@
+"""The node's limits read from real texts (tests/fixtures/explain_symptoms/system.jsonl): the
+catalogue's patterns for a full disk under torch's zip writer, a thread pool refused by the
+process/pids/address-space limits, and shared CPU tensors running out of mappings; each with
+a text of the same words from another cause that must not be read as it."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsenv.doctor.explain.command import explain_text
+from tests.harness import symptoms
+
+ROWS = symptoms.rows("system")
+
+
+def _sure(text: str) -> list[str]:
+    _, _, sure, _ = explain_text(text)
+    return [m.id for m in sure]
+
+
+@pytest.mark.parametrize("mode", ["system.thread-limit", "system.shm-map-count"])
+def test_each_new_mode_names_its_symptoms(mode):
+    rows = [r for r in ROWS if r["mode"] == mode]
+    assert len({r["url"] for r in rows}) >= 2
+    for r in rows:
+        assert _sure(r["text"])[:1] == [mode], r["url"]
+
+
+def test_torchs_zip_writer_losing_its_position_is_a_full_disk():
+    for tail in ("YuanGongND/ast/issues/30", "pytorch/pytorch/issues/156955"):
+        assert _sure(symptoms.text(ROWS, tail))[:1] == ["system.disk-full"]
+    # torch.load of a corrupt or truncated file says another thing
+    corrupt = ("RuntimeError: PytorchStreamReader failed reading zip archive: failed finding "
+               "central directory")
+    assert "system.disk-full" not in _sure(corrupt)
+
+
+def test_a_thread_pool_refused_names_the_limit_not_a_transient_error():
+    openmp = "libgomp: Thread creation failed: Resource temporarily unavailable"
+    assert _sure(openmp)[:1] == ["system.thread-limit"]
+    localized = ("OpenBLAS blas_thread_init: pthread_create failed for thread 76 of 80: "
+                 "资源暂时不可用\nOpenBLAS blas_thread_init: RLIMIT_NPROC 4096 current, 6191435 max")
+    assert _sure(localized)[:1] == ["system.thread-limit"]
+    # EAGAIN from a non-blocking file lock or socket is no thread limit
+    for other in ("BlockingIOError: [Errno 11] Resource temporarily unavailable",
+                  "OSError: [Errno 11] Resource temporarily unavailable: '/data/x.h5'"):
+        assert "system.thread-limit" not in _sure(other)
+
+
+def test_only_torchs_shared_memory_files_are_the_map_count():
+    # a checkpoint mmapped whole (safetensors) larger than memory is another cause
+    checkpoint = ("RuntimeError: unable to mmap 23802932552 bytes from file "
+                  "<./flux1-dev.safetensors>: Cannot allocate memory (12)")
+    assert "system.shm-map-count" not in _sure(checkpoint)
+    full_shm = ("RuntimeError: unable to write to file </torch_18693_1954506235_0>: No space "
+                "left on device (28)")
+    assert "system.shm-map-count" not in _sure(full_shm)
+    assert _sure(full_shm)[:1] == ["system.shm-too-small"]
