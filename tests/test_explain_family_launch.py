@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from dsenv.doctor.explain.command import explain_text
 from dsenv.doctor.explain.families import launch
 from tests.harness import symptoms
 
@@ -97,3 +98,39 @@ def test_other_families_give_no_reading(text):
 
 def test_empty_text_gives_no_reading():
     assert launch.read("") == []
+
+
+def test_a_hangup_of_the_session_is_read_in_each_wording_and_no_other_signal_is():
+    # older torch, newer torch (Signals.SIGHUP), the forwarded signal, the SignalException
+    assert _parts(_text("open-mmlab/mmrotate/issues/210"),
+                  "launch.sighup-session-closed")["signal"] == "SIGHUP (1)"
+    newer = ("W0828 22:53:47.001000 139822188226368 torch/distributed/elastic/agent/server/"
+             "api.py:688] Received Signals.SIGHUP death signal, shutting down workers")
+    assert "launch.sighup-session-closed" in [r.mode for r in launch.read(newer)]
+    forwarded = _parts("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process "
+                       "30482 closing signal SIGHUP", "launch.sighup-session-closed")
+    assert forwarded["forwarded to"] == "30482"
+    raised = _parts(_text("zai-org/ChatGLM2-6B/issues/238"), "launch.sighup-session-closed")
+    assert raised["agent pid"] == "8665"
+    # SIGTERM (a scheduler's cancel, preemption, another rank's crash) is not a hangup
+    sigterm = ("WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, "
+               "shutting down workers\nWARNING:torch.distributed.elastic.multiprocessing.api:"
+               "Sending process 1 closing signal SIGTERM\ntorch.distributed.elastic."
+               "multiprocessing.api.SignalException: Process 2 got signal: 15")
+    assert "launch.sighup-session-closed" not in [r.mode for r in launch.read(sigterm)]
+    _, _, sure, _ = explain_text(sigterm)
+    assert "launch.sighup-session-closed" not in [m.id for m in sure]
+
+
+def test_the_agents_last_lines_after_a_long_run_name_the_hangup():
+    log = "\n".join([
+        " 12%|#         | 2905/25120 [2:12:37<17:37:09,  2.86s/it]WARNING:torch.distributed."
+        "elastic.agent.server.api:Received 1 death signal, shutting down workers",
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 2919043 closing "
+        "signal SIGHUP",
+        "Traceback (most recent call last):",
+        '  File "/usr/bin/torchrun", line 8, in <module>',
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 2918977 got "
+        "signal: 1"])
+    _, _, sure, _ = explain_text(log)
+    assert sure and sure[0].id == "launch.sighup-session-closed"

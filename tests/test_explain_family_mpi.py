@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dsenv.doctor.explain.command import explain_text
 from dsenv.doctor.explain.families import mpi
 from tests.harness import symptoms
 
@@ -158,3 +159,60 @@ def test_daemons_not_started_box_defers_to_the_failure_before_it():
         ["mpi.orted-lost"]
     assert parts("Host key verification failed.\n"
                  "ORTE was unable to reliably start one or more daemons.") == []
+
+
+def test_a_launcher_refusing_the_other_mpis_option_names_which_mpi_answered():
+    # Hydra (MPICH, Intel MPI) given Open MPI's options, Open MPI 4 and 5 given Hydra's, MPT
+    # given Open MPI's: whichever wording, the launcher, the option and whose option it is
+    cases = {"zhijian-liu/torchpack/issues/36": ("Hydra (MPICH or Intel MPI)",
+                                                 "allow-run-as-root", "Open MPI"),
+             "Cosmoglobe/Commander/issues/144": ("Open MPI", "-env", "MPICH or Intel MPI"),
+             "suny-downstate-medical-center/netpyne/issues/835": ("Open MPI", "--hosts",
+                                                                  "MPICH or Intel MPI"),
+             "GEOS-ESM/GEOSldas/issues/18": ("HPE/SGI MPT", "-map-by", "Open MPI"),
+             "Julia-Tempering/Pigeons.jl/issues/141": ("Hydra (MPICH or Intel MPI)",
+                                                       "merge-stderr-to-stdout", "Open MPI")}
+    for tail, want in cases.items():
+        (mode, got), = parts(row(tail)["text"])
+        assert mode == "mpi.launcher-other-mpi", tail
+        assert (got["launcher"], got["option"], got["option of"]) == want, tail
+    assert [m for m, _ in parts("mpiexec_mpt error: -map-by option not supported.")] == [
+        "mpi.launcher-other-mpi"]
+
+
+def test_an_option_no_other_mpi_owns_is_not_the_other_mpis_launcher():
+    # MPICH's singleton init handing Hydra its own pmi_args (an MPICH bug), Open MPI refusing
+    # its own -np (a flaky run), Open MPI 5 taking the application's -e for its own
+    assert parts("[mpiexec@trantor] match_arg (./utils/args/args.c:122): unrecognized "
+                 "argument pmi_args") == []
+    assert parts('/path/ompi-v3.1.x/bin/mpirun: Error: unknown option "-np"') == []
+    assert parts("An unrecognized option was included on the mpirun command line:\n\n"
+                 "  Option: -e\n\nPlease use the \"mpirun --help\" command") == []
+
+
+def test_a_memory_request_no_node_holds_is_the_request_exceeding_the_node():
+    # sbatch's first line alone (a workflow tool often shows only it) reads the same as the
+    # "Requested node configuration is not available" after it
+    (mode, got), = parts("sbatch: error: Memory specification can not be satisfied")
+    assert (mode, got["program"]) == ("slurm.request-exceeds-node", "sbatch")
+    assert got["reason"] == "Memory specification can not be satisfied"
+    readings = parts(row("SckyzO/slurm_exporter/issues/168")["text"])
+    assert {m for m, _ in readings} == {"slurm.request-exceeds-node"}
+
+
+def test_the_executable_box_names_a_known_program_and_nothing_else():
+    box = ("--------------------------------------------------------------------------\n"
+           "mpirun was unable to find the specified executable file, and therefore\n"
+           "did not launch the job.  This error was first reported for process\n"
+           "rank 0; it may have occurred for other processes as well.\n\n"
+           "Node:       {node}\nExecutable: {exe}\n"
+           "--------------------------------------------------------------------------")
+    (mode, got), = parts(box.format(node="gpu-07", exe="torchrun"))
+    assert mode == "env.scripts-not-on-path"
+    assert (got["program"], got["node"]) == ("torchrun", "gpu-07")
+    (mode, got), = parts(box.format(node="gpu-07", exe="/opt/ompi/bin/orted"))
+    assert mode == "launch.remote-paths-missing" and got["program"] == "/opt/ompi/bin/orted"
+    # an application binary off PATH on one workstation (q-e#32, MPI.jl#237): no cause here
+    assert parts(box.format(node="731-sc", exe="pw.x")) == []
+    _, _, sure, _ = explain_text(box.format(node="dsigler-31368s", exe="julia"))
+    assert sure == []

@@ -2,7 +2,8 @@
 (the variable it wanted, the host:port a client could not reach and the errno), torchrun's
 elastic rendezvous (RendezvousConnectionError / RendezvousTimeoutError, the store barrier's
 world_size and worker_count), the deepspeed runner (hostfile, pdsh, MPI discovery,
-`hostname -I`) and ssh's own failures (resolution, refused port, host key, public key).
+`hostname -I`), ssh's own failures (resolution, refused port, host key, public key) and the
+agent's death by a hangup of the session that started it.
 
 Each rule names the part it read and the catalogue mode that part means (doctor/modes/
 launch.toml), so a new torch wording, another port or another host still reads the same.
@@ -64,6 +65,12 @@ _REMOTE_PATH = re.compile(r"bash: line 0: cd: (\S+): No such file or directory"
                           r"|bash: (\S+/bin/python3?): No such file or directory"
                           r"|\b(orted|prted): command not found", FLAGS)
 _PDSH_CMD = re.compile(r"cmd = pdsh .*?-w (\S+) ((?:export \w+=[^;]*; )+)", FLAGS)
+# torchrun's agent taking a hangup as its death signal and forwarding it to the ranks (older
+# torch: "Received 1 death signal", newer: "Received Signals.SIGHUP death signal"), or the
+# SignalException it raises; never another signal (15 is SIGTERM: a scheduler, a crash).
+_SIGHUP = re.compile(r"Received (?:(1)|Signals\.(SIGHUP)) death signal"
+                     r"|Sending process (\d+) closing signal (SIGHUP)"
+                     r"|SignalException: Process (\d+) got (?:signal|sigval) ?: ?(1)\b", FLAGS)
 
 
 def read(message: str) -> list[Reading]:
@@ -87,6 +94,9 @@ def read(message: str) -> list[Reading]:
         add("launch.local-rank-arg", m, argument=m.group(1))
     if m := _LIBUV.search(message):
         add("launch.tcpstore-no-libuv", m, backend="libuv")
+    if m := _SIGHUP.search(message):  # the session that started the launcher hung up
+        add("launch.sighup-session-closed", m, signal="SIGHUP (1)",
+            forwarded_to=m.group(3) or "", agent_pid=m.group(5) or "")
     _read_rendezvous(message, add)
     _read_ssh(message, add)
     _read_runner(message, add)

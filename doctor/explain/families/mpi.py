@@ -12,7 +12,9 @@ the symbol its extension wanted from the MPI library it was built against.
 from __future__ import annotations
 
 import re
+from functools import cache
 
+from dsenv.data import load_table
 from dsenv.doctor.explain.families import Reading, reading
 
 FAMILY = "mpi"
@@ -44,6 +46,7 @@ _REASONS = (
     # No node of the partition can hold what one node was asked for (or -w contradicts -N/-n):
     # a request the cluster can never satisfy, refused at once.
     (r"Requested node configuration is not available|CPU count per node can not be satisfied"
+     r"|Memory specification can not be satisfied"
      r"|Node count specification invalid|More\s+processors\s+requested\s+than\s+permitted",
      "slurm.request-exceeds-node"),
     # --gpus/--gpus-per-* need select/cons_tres; the cluster's SelectType refuses the syntax.
@@ -169,6 +172,43 @@ _SINGLETON = re.compile(r"^\W*(?:\d+: *)?(?P<lead>[A-Za-z][\w ]*?)\s0 of 1\b", r
 # mpi4py's extension asking its MPI library for a symbol that library does not have.
 _MPI4PY = re.compile(r"mpi4py/MPI\.\S*?\.so: undefined symbol: (?P<symbol>\w+)")
 
+# A launcher refusing an option that is the other MPI's own (mpi.launcher-other-mpi): the
+# mpirun/mpiexec on PATH is not the MPI the command was written for. Hydra (MPICH, Intel MPI):
+# "[mpiexec@host] match_arg (utils/args/args.c:163): unrecognized argument mca"; Open MPI 4:
+# 'mpiexec: Error: unknown option "-env"'; Open MPI 5 (PRRTE): "An unrecognized option was
+# included on the mpiexec command line: Option: --hosts"; HPE/SGI MPT: "MPT ERROR: invalid
+# option: -map-by", "mpiexec_mpt error: -map-by option not supported".
+_REFUSED = (
+    ("Hydra (MPICH or Intel MPI)", "Open MPI",
+     re.compile(r"match_arg \([^)]*\): unrecognized argument (?P<opt>[\w-]+)")),
+    ("Open MPI", "MPICH or Intel MPI",
+     re.compile(r"\b(?:mpirun|mpiexec|orterun): Error: unknown option \"(?P<opt>-{1,2}[\w-]+)\"")),
+    ("Open MPI", "MPICH or Intel MPI",
+     re.compile(r"An unrecognized option was included on the (?:mpirun|mpiexec|prterun) command "
+                r"line:? Option: (?P<opt>-{1,2}[\w-]+)")),
+    ("HPE/SGI MPT", "Open MPI",
+     re.compile(r"MPT ERROR: invalid option: (?P<opt>-{1,2}[\w-]+)"
+                r"|mpiexec_mpt error: (?P<opt2>-{1,2}[\w-]+) option not supported")),
+)
+# Options only one family's launcher has (a typo or an option both share is not this cause).
+_OPTIONS = {
+    "Open MPI": {"allow-run-as-root", "mca", "gmca", "am", "oversubscribe", "x", "npernode",
+                 "npersocket", "pernode", "merge-stderr-to-stdout", "tag-output",
+                 "timestamp-output", "report-bindings", "display-map", "display-allocation",
+                 "bynode", "byslot", "bysocket", "bind-to-core", "map-by", "rank-by", "prefix",
+                 "output-filename", "use-hwthread-cpus", "cpus-per-proc", "cpus-per-rank"},
+    "MPICH or Intel MPI": {"env", "genv", "genvall", "genvlist", "genvnone", "envall",
+                           "envlist", "envnone", "f", "hosts", "ppn", "perhost", "rr", "iface",
+                           "launcher", "launcher-exec", "bootstrap", "bootstrap-exec",
+                           "configfile", "machine", "prepend-rank", "print-rank-map"},
+}
+# Open MPI's box when the program it was asked to start is on no PATH it searched: which
+# program it was says which cause (programs.toml: torchrun, deepspeed, orted ...); any other
+# name (an application binary, a misparsed option) is the text's own news, and nothing here
+# says whether the node that looked was another host.
+_NO_EXECUTABLE = re.compile(r"(?:mpirun|mpiexec|prterun) was unable to find the specified "
+                            r"executable file.*?Node: (?P<node>\S+) Executable: (?P<exe>\S+)")
+
 
 def _records(message: str):
     """(program, text, the whole record) of each Slurm record; Slurm's own phrases quoted
@@ -237,4 +277,27 @@ def read(message: str) -> list[Reading]:
     if m := _MPI4PY.search(message):
         found.append(reading(FAMILY, "mpi.mpi4py-other-mpi", m.group(0), program="mpi4py",
                              symbol=m["symbol"]))
+    found += _launcher(flat)
     return found
+
+
+def _launcher(flat: str) -> list[Reading]:
+    found = []
+    for launcher, other, pattern in _REFUSED:
+        m = pattern.search(flat)
+        option = m and (m["opt"] or m.groupdict().get("opt2") or "")
+        if option and option.lstrip("-") in _OPTIONS[other]:
+            found.append(reading(FAMILY, "mpi.launcher-other-mpi", m.group(0)[:200],
+                                 launcher=launcher, option=option, option_of=other))
+            break
+    if (m := _NO_EXECUTABLE.search(flat)) and (row := _programs().get(m["exe"].rpartition("/")[2])):
+        found.append(reading(FAMILY, row["mode"], m.group(0)[:200], program=m["exe"],
+                             node=m["node"], it_is=row["why"]))
+    return found
+
+
+@cache
+def _programs() -> dict[str, dict]:
+    """{executable name: its row of ../programs.toml} (the programs family's table)."""
+    rows = load_table("dsenv.doctor.explain", "programs.toml")["program"]
+    return {name: row for row in rows for name in row["names"]}
