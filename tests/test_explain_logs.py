@@ -474,3 +474,13 @@ def test_the_extensions_root_line_names_a_stale_lock_only_where_the_log_ends():
               "RuntimeError: Error building extension 'dsenv_probe'\n")
     _, _, sure, _ = explain_text(failed)
     assert "jit.stale-extension-lock" not in [m.id for m in sure]
+
+
+def test_hydras_mpiexec_lines_are_printed_by_mpi():
+    """MPICH's and Intel MPI's Hydra launcher (mpiexec) speaks for MPI, as Open MPI's mpirun
+    does (torchpack#36's "[mpiexec@host] main (ui/mpich/mpiexec.c:148): error parsing
+    parameters"); a line no MPI launcher printed is not MPI's."""
+    assert rank.component("[mpiexec@node1] main (ui/mpich/mpiexec.c:148): error parsing "
+                          "parameters")[0] == "mpi"
+    assert rank.component("mpiexec: Error: unknown option \"-env\"")[0] == "mpi"
+    assert rank.component("RuntimeError: CUDA error: out of memory") is None

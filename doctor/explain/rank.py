@@ -48,7 +48,7 @@ COMPONENTS = (
       "rocm", "env"}),
     ("slurm", re.compile(r"^(?:srun|slurmstepd|sbatch|salloc): ", re.M),
      {"job", "mpi", "launch", "system", "container", "slurm", "gpu"}),
-    ("mpi", re.compile(r"mpirun|prterun|\bPRTE\b|\bORTE\b|\bOMPI\b|PMIx|\bMPI_\w+"),
+    ("mpi", re.compile(r"mpirun|mpiexec|prterun|\bPRTE\b|\bORTE\b|\bOMPI\b|PMIx|\bMPI_\w+"),
      {"mpi", "launch", "slurm"}),
     ("torch.distributed", re.compile(r"torch\.distributed|c10d|DistNetworkError|ProcessGroup"
                                      r"|TCPStore|rendezvous|MASTER_ADDR|MASTER_PORT"),
