@@ -262,3 +262,44 @@ def test_a_tokenizer_json_newer_than_tokenizers_names_the_part():
         == "PyPreTokenizerTypeWrapper"
     # a tokenizer.json that is no JSON at all (an HTML page, a pointer file) is another failure
     assert huggingface.read("Exception: expected value at line 1 column 1") == []
+
+
+def test_hf_transfer_failing_mid_download_is_not_hf_transfer_missing():
+    parts = _parts(_text("HuggingFace-Download-Accelerator/issues/5"),
+                   "hf.hf-transfer-download-failed")
+    assert (parts["client"], parts["variable"]) == ("hf_transfer", "HF_HUB_ENABLE_HF_TRANSFER")
+    # the Rust error under hf_transfer.download() alone names it too (huggingface_hub#3008)
+    assert [r.mode for r in huggingface.read(_text("huggingface_hub/issues/3008"))] \
+        == ["hf.hf-transfer-download-failed"]
+    # healthy twins: the variable set without the package is the other mode; hf_transfer's
+    # progress and the client's notice that it is used are no failure
+    assert [r.mode for r in huggingface.read(
+        "ValueError: Fast download using 'hf_transfer' is enabled (HF_HUB_ENABLE_HF_TRANSFER=1) "
+        "but 'hf_transfer' package is not available in your environment.")] \
+        == ["hf.hf-transfer-missing"]
+    for text in ("model-00001-of-00004.safetensors: 100%|██████████| 4.98G/4.98G [00:31<00:00, "
+                 "160MB/s]", "Using hf_transfer for faster downloads (HF_HUB_ENABLE_HF_TRANSFER=1)"):
+        assert huggingface.read(text) == [], text
+
+
+def test_a_datasets_that_subclasses_pyarrow_PyExtensionType():
+    for url in ("torchtune/pull/2955", "xTuring/pull/292", "geoai/pull/220"):
+        parts = _parts(_text(url), "env.package-version-mismatch")
+        assert parts["found"] == "pyarrow without PyExtensionType", url
+    # pyarrow's deprecation warning of the same class (pyarrow 14-20) is no failure
+    assert huggingface.read(
+        "FutureWarning: pyarrow.PyExtensionType is deprecated and will refuse deserialization by "
+        "default. Instead, please derive from pyarrow.ExtensionType") == []
+
+
+def test_xet_writing_to_a_full_disk_is_not_the_xet_hosts():
+    full = "RuntimeError: Data processing error: CAS service error : IO Error: No space left " \
+           "on device (os error 28)"
+    assert "hf.xet-transfer-blocked" not in [r.mode for r in huggingface.read(full)]
+    # the twin: the same error with a transfer that broke off stays the Xet mode's
+    broke = full.replace("IO Error: No space left on device (os error 28)",
+                         "Error : single flight error: Real call failed: CasObjectError("
+                         "InternalIOError(Custom { kind: Other, error: reqwest::Error { kind: "
+                         "Decode, source: hyper::Error(Body, Custom { kind: UnexpectedEof, error: "
+                         "IncompleteBody }) } }))")
+    assert [r.mode for r in huggingface.read(broke)] == ["hf.xet-transfer-blocked"]

@@ -155,3 +155,15 @@ def test_tools_older_than_python():
     assert first_cause(text_of("python", "pip/issues/12358")) == "env.setuptools-too-old-for-python"
     # another attribute of pkgutil (the code's own misuse) is not it
     assert python.read("AttributeError: module 'pkgutil' has no attribute 'iter_modulez'") == []
+
+
+def test_transformers_asking_for_accelerate_before_device_map():
+    for url in ("Comfy-Org/ComfyUI/issues/6685", "ComfyUI-HunyuanVideoWrapper/issues/398",
+                "QwenLM/Qwen3/issues/173"):
+        assert symptoms.parts(python, text_of("python", url), "env.package-missing") \
+            == {"package": "accelerate"}, url
+        assert first_cause(text_of("python", url)) == "env.package-missing", url
+    # healthy twin: bitsandbytes' hint with the same words had another cause in its thread
+    assert python.read("ImportError: Using `bitsandbytes` 8-bit quantization requires "
+                       "Accelerate: `pip install accelerate` and the latest version of "
+                       "bitsandbytes") == []

@@ -91,6 +91,17 @@ _XET = re.compile(r"CAS service error[^\n]*|cas_client/src/\w+\.rs|https?://[\w-
                   r"\S*[^\n]*?(?:InvalidCertificate|UnknownIssuer|dns error|ConnectFailed|"
                   r"ConnectError|timed out)")
 _REQWEST = re.compile(r"\breqwest::(?:E|e)rror\b")
+# hf_xet's own I/O failing on a full disk says nothing about its hosts (the cache's folder is
+# full: cache.home-quota's words, left to the catalogue).
+_XET_DISK_FULL = re.compile(r"No space left on device|os error 28\b|Disk quota exceeded")
+# hf_transfer (HF_HUB_ENABLE_HF_TRANSFER=1): huggingface_hub's wrapper around a failed Rust
+# download, or the Rust error under hf_transfer.download() itself.
+_HF_TRANSFER_FAILED = re.compile(r"An error occurred while downloading using `?hf_transfer`?"
+                                 r"|hf_transfer\.download\([\s\S]{0,300}?Exception: Error while "
+                                 r"(?:downloading|removing corrupted file)[^\n]*")
+# pyarrow 21 removed PyExtensionType, which datasets releases before 2.15 subclass at import
+# (and before 0.17 pyarrow had none): datasets and pyarrow from releases that do not go together.
+_PYARROW_EXTENSION = re.compile(r"module 'pyarrow' has no attribute 'PyExtensionType'")
 _XET_WHY = re.compile(r"InvalidCertificate\(\w+\)|Invalid certificate\(\w+\)|dns error|Name or "
                       r"service not known|Request failed after \d+ retries|timed out", re.I)
 
@@ -201,13 +212,22 @@ def read(message: str) -> list[Reading]:
     if m := re.search(r"Fast download using 'hf_transfer' is enabled", message):
         add("hf.hf-transfer-missing", m[0], variable="HF_HUB_ENABLE_HF_TRANSFER")
         return found
+    if m := _HF_TRANSFER_FAILED.search(message):
+        add("hf.hf-transfer-download-failed", m[0][-160:], client="hf_transfer",
+            variable="HF_HUB_ENABLE_HF_TRANSFER")
+        return found
+    if m := _PYARROW_EXTENSION.search(message):
+        add("env.package-version-mismatch", m[0], requires="datasets and pyarrow of one era",
+            found="pyarrow without PyExtensionType")
+        return found
     # hf_xet's own transfers (its Rust client, its CAS hosts) failing where huggingface.co
     # answered: the Xet hosts are blocked, unresolvable or re-signed by a proxy.
     why = _XET_WHY.search(message)
     xet_host = next((h for h in hosts if h.endswith(".xethub.hf.co")), "")
     # hf_xet's Rust client (reqwest) failing on a Xet host; the failure's words may be on
     # another line of a pasted record (kodit#145)
-    if m := _XET.search(message) or (xet_host and (why or _REQWEST.search(message))):
+    if (m := _XET.search(message) or (xet_host and (why or _REQWEST.search(message)))) \
+            and not _XET_DISK_FULL.search(message):
         add("hf.xet-transfer-blocked", m[0][:160], client="hf_xet", xet_host=xet_host,
             failure=why[0] if why else "")
         return found

@@ -21,8 +21,12 @@ from dsenv.doctor.explain.families import Reading, reading
 FAMILY = "python"
 
 # transformers' backend checks (requires_backends) and its flash-attention check.
+# transformers' own check of accelerate before device_map/low_cpu_mem_usage (absent, or older
+# than the release it names: is_accelerate_available takes a minimum); bitsandbytes' hint with
+# the same words is its own (its thread's cause was no visible GPU).
 BACKEND = re.compile(r"requires the (?P<name>[\w-]+) library but it was not found in your "
-                     r"environment|the package (?P<pkg>\w+) seems to be not installed")
+                     r"environment|the package (?P<pkg>\w+) seems to be not installed"
+                     r"|`device_map` requires (?P<acc>Accelerate): `pip install '?accelerate")
 NO_MODULE = re.compile(r"No module named '(?P<name>[\w]+)(?:\.[\w.]+)?'")
 # Import names of the training stack whose absence is the environment's, not the code's
 # (mpi4py: DeepSpeed's MPI discovery has its own mode, launch.ds-mpi-discovery-fallback;
@@ -82,7 +86,8 @@ def read(message: str) -> list[Reading]:
         found.append(reading(FAMILY, "env.build-without-torch", module.group(0),
                              package="torch", built_in="an isolated build environment"))
     elif absent or (module and module["name"] in STACK):
-        name = absent["name"] or absent["pkg"] if absent else module["name"]
+        name = (absent["name"] or absent["pkg"] or absent["acc"].lower()) if absent \
+            else module["name"]
         found.append(reading(FAMILY, "env.package-missing", (absent or module).group(0),
                              package=name))
     if gone := _numpy_name(message):
