@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from dsenv.facts.gpu.inventory import Gpu, visible_gpus
 from dsenv.facts.python import deepspeed_info as dsi
 from dsenv.facts.python.torch_info import read_torch_build, torch_build
@@ -200,6 +202,31 @@ def test_accelerator_cpu_node_info(make_ctx, run_one):
     result = run_one("deepspeed.accelerator", seed_gpus(make_ctx(), []))
     assert result.status == Status.INFO
     assert "Setting accelerator to CPU" in result.summary and "DS_ACCELERATOR=cpu" in result.summary
+
+
+def cuda_torch_site(tmp_path):
+    """fake_site with a CUDA build of torch (version.py says cuda = '12.1')."""
+    prefix = fake_site(tmp_path)
+    version = prefix / "lib" / PYDIR / "site-packages" / "torch" / "version.py"
+    version.write_text("__version__ = '2.3.0+cu121'\ncuda = '12.1'\nhip = None\n")
+    return prefix
+
+
+@pytest.mark.parametrize("target,status", [("login", Status.INFO), ("compute", Status.WARN)])
+def test_accelerator_cuda_torch_without_gpu_names_no_gpu_at_build(tmp_path, make_ctx, run_one,
+                                                                  target, status):
+    """DeepSpeed picks cpu where a CUDA torch sees no GPU: ops built there are the CPU
+    accelerator's (DeepSpeed#5553): the finding carries the catalogue's fix."""
+    ctx = seed_gpus(with_prefix(make_ctx(target=target), cuda_torch_site(tmp_path)), [])
+    result = run_one("deepspeed.accelerator", ctx)
+    assert (result.status, result.mode) == (status, "deepspeed.no-gpu-at-build")
+    assert "CUDA 12.1" in result.summary and "DS_ACCELERATOR=cuda" in result.fix
+
+
+def test_accelerator_cuda_torch_with_gpu_is_ok(tmp_path, make_ctx, run_one):
+    ctx = seed_gpus(with_prefix(make_ctx(), cuda_torch_site(tmp_path)), [V100])
+    result = run_one("deepspeed.accelerator", ctx)
+    assert result.status == Status.OK and not result.mode
 
 
 def test_accelerator_explicit_cpu_ok(make_ctx, run_one):

@@ -171,11 +171,12 @@ def test_any_cuda_toolkit_header_is_the_toolkit_without_headers():
     assert (mode, got["header"]) == ("toolkit.cuda-headers-missing", "curand_kernel.h")
     assert parts("fatal error: cub/cub.cuh: No such file or directory")[0][0] == \
         "toolkit.cuda-headers-missing"
-    # NCCL's and cuDNN's headers come with those libraries, not with the toolkit: nccl.h
-    # has its own mode, cudnn.h none yet.
+    # NCCL's and cuDNN's headers come with those libraries, not with the toolkit: each has
+    # its own mode.
     assert [m for m, _ in parts("fatal error: nccl.h: No such file or directory")] == \
         ["toolkit.nccl-headers-missing"]
-    assert not parts("fatal error: cudnn.h: No such file or directory")
+    assert [m for m, _ in parts("fatal error: cudnn.h: No such file or directory")] == \
+        ["toolkit.cudnn-headers-missing"]
 
 
 def test_a_name_the_stack_package_lacks_is_a_version_mismatch():
@@ -285,3 +286,22 @@ def test_extension_built_without_an_arch_to_compile_for():
     assert (mode, got["torch build"]) == ("toolkit.no-gpu-for-arch-list", "cpu")
     # the same source line in a traceback that ends elsewhere is not this failure
     assert not parts("    arch_list[-1] += '+PTX'\nKeyError: 'TORCH_CUDA_ARCH_LIST'")
+
+
+def test_cudnn_header_or_library_not_found_is_cudnn_not_where_the_build_looks():
+    mode, got = parts(row("TransformerEngine/issues/918")["text"])[0]
+    assert (mode, got["header"]) == ("toolkit.cudnn-headers-missing", "cudnn.h")
+    mode, got = parts(row("TransformerEngine/issues/954")["text"])[0]
+    assert (mode, got["cmake variable"]) == ("toolkit.cudnn-headers-missing", "cudnn_LIBRARY")
+    cmake = "-- Could NOT find CUDNN (missing: CUDNN_LIBRARY_PATH CUDNN_INCLUDE_PATH)"
+    assert [m for m, _ in parts(cmake)] == ["toolkit.cudnn-headers-missing"]
+
+
+@pytest.mark.parametrize("text", [
+    # cudnn-frontend is a git submodule of the project: the checkout, not the environment.
+    "utils.h:11:10: fatal error: cudnn_frontend.h: No such file or directory",
+    # cuDNN found: the build goes on.
+    "-- Found CUDNN: /usr/lib/x86_64-linux-gnu/libcudnn.so (found version \"9.1.0\")",
+])
+def test_cudnn_frontend_or_a_found_cudnn_is_not_it(text):
+    assert "toolkit.cudnn-headers-missing" not in [m for m, _ in parts(text)]

@@ -255,3 +255,53 @@ def test_a_cuda_collect_env_beside_no_kernel_image_is_still_torch():
     rocm = ("ROCM used to build PyTorch: 6.4.43482-0f2d60242\nRuntimeError: CUDA error: invalid "
             "device function")
     assert not parts(rocm)
+
+
+def test_driver_api_error_34_is_the_stub_libcuda():
+    # numba's CudaAPIError and Warp's "(CUDA error 34)" are the driver API's numbers.
+    mode, got = parts(row("numba/numba/issues/9732")["text"])[0]
+    assert (mode, got["code"]) == ("gpu.libcuda-stub-loaded", "34")
+    assert got["loaded"] == "/usr/local/cuda-11.8/targets/x86_64-linux/lib/stubs/libcuda.so"
+    mode, got = parts(row("NVIDIA/warp/issues/219")["text"])[0]
+    assert (mode, got["code"]) == ("gpu.libcuda-stub-loaded", "34")
+    assert parts("CUDA API Error at line 28: CUDA driver is a stub library")[0][0] == \
+        "gpu.libcuda-stub-loaded"
+
+
+@pytest.mark.parametrize("text", [
+    # Other driver errors in the same frames, and torch's old runtime 34 (cudaErrorNotReady).
+    "numba.cuda.cudadrv.driver.CudaAPIError: [100] Call to cuInit results in CUDA_ERROR_NO_DEVICE",
+    "Warp CUDA error: Failed to get driver entry point 'cuDeviceGetUuid' (CUDA error 1)",
+    "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=50 error=34 : ...",
+])
+def test_other_numbers_are_not_the_stub(text):
+    assert "gpu.libcuda-stub-loaded" not in [m for m, _ in parts(text)]
+
+
+def test_error_803_with_a_compat_libcuda_on_the_path():
+    mode, got = parts(row("vllm-project/vllm/pull/33116")["text"])[0]
+    assert (mode, got["code"], got["compat library"]) == \
+        ("gpu.compat-libcuda-mismatch", "803", "cuda compat")
+    mode, got = parts(row("ggml-org/llama.cpp/issues/17542")["text"])[0]
+    assert (mode, got["compat library"]) == ("gpu.compat-libcuda-mismatch", "cuda-compat-12.9")
+    text = ("LD_LIBRARY_PATH=/usr/local/cuda-12.9/compat:/usr/lib64\nCUDA: Check failed: e == "
+            "cudaSuccess (803 vs. 0) : system has unsupported display driver / cuda driver "
+            "combination")
+    assert parts(text)[0][1]["compat library"].endswith("/usr/local/cuda-12.9/compat")
+
+
+@pytest.mark.parametrize("text, modes", [
+    # A bare 803: also a driver update not rebooted into, or a driver too old: not named.
+    ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
+     "before calling NumCudaDevices() that might have already set an error? Error 803: system "
+     "has unsupported display driver / cuda driver combination", []),
+    # NVML saying the library and the module differ: a driver updated without a reboot.
+    ("Failed to initialize NVML: Driver/library version mismatch\nError 803: system has "
+     "unsupported display driver / cuda driver combination /usr/local/cuda/compat",
+     ["gpu.driver-library-mismatch"]),
+    # 804 stays forward compatibility on a GPU without it.
+    ("Error 804: forward compatibility was attempted on non supported HW",
+     ["gpu.forward-compat-unsupported"]),
+])
+def test_error_803_without_the_compat_library_is_not_this_mode(text, modes):
+    assert [m for m, _ in parts(text)] == modes

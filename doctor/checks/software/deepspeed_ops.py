@@ -238,6 +238,15 @@ def accelerator(ctx: Context):
                 *evidence)
         if explicit is not None:
             return ok("cpu (DS_ACCELERATOR=cpu)", *evidence)
+        if torch.gpu_build and gpus is not None:
+            # A GPU build of torch where no GPU is visible: DeepSpeed picks cpu, so ops built
+            # here (pip install with DS_BUILD_OPS=1, a JIT warm-up) are the CPU accelerator's.
+            summary = (f"no GPU visible with {build}: DeepSpeed picks cpu here, so ops built "
+                       "here (DS_BUILD_OPS=1 pip install, ds_report) are the CPU "
+                       "accelerator's, not fused_adam and the GPU ops")
+            if ctx.is_compute:
+                return mode_finding(warn, "deepspeed.no-gpu-at-build", summary, *evidence)
+            return mode_fact("deepspeed.no-gpu-at-build", summary, *evidence)
         return info("no GPU visible: DeepSpeed will warn \"Setting accelerator to CPU\" and "
                     "pick cpu (export DS_ACCELERATOR=cpu to choose it quietly)", *evidence)
     return info(f"DS_ACCELERATOR={choice.name}: an accelerator dsenv does not judge", *evidence)

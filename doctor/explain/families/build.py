@@ -60,6 +60,10 @@ GCC_MIN = re.compile(r"current installed version of g\+\+ \(([\d.]+)\) is less t
                      r"|unrecognized command[- ]line option [`'‘](-std=c\+\+17)", FLAGS)
 GCC_MAX = re.compile(r"unsupported GNU version! gcc versions later than (\d+)", FLAGS)
 HEADER = re.compile(r"fatal error: ([\w/.+-]+\.(?:h|hpp|cuh)): No such file or directory", FLAGS)
+# cuDNN's own headers (not cudnn_frontend.h: a git submodule of the project being built) and
+# CMake's FindCUDNN finding no cuDNN: cuDNN is not where the build looks.
+CUDNN_HEADER = re.compile(r"cudnn(?:_version|_backend)?\.h$")
+CUDNN_CMAKE = re.compile(r"Could (?:not|NOT) find (cudnn_LIBRARY|cudnn_INCLUDE_DIR|CUDNN)\b")
 EXTENSION = re.compile(r"Error building extension '(\w+)'", FLAGS)
 FAILED_OBJECT = re.compile(r"^FAILED: (\S+)", FLAGS)
 KILLED = re.compile(r"Killed signal terminated program ([\w+]+)|'([\w+]+)' died due to "
@@ -174,13 +178,14 @@ SIMPLE = (
     (PTX_ISA, "toolkit.ptxas-older-than-ptx", ("ptx_isa", "newest_isa_this_ptxas_knows")),
     (PTXAS_MISSING, "toolkit.ptxas-not-found", ()),
     (PY_LINK, "toolkit.python-headers-missing", ("library",)),
+    (CUDNN_CMAKE, "toolkit.cudnn-headers-missing", ("cmake_variable",)),
     (TWO_CUDA, "toolkit.multiple-cuda-installs", ("nvcc", "nvcc_headers", "toolkit",
                                                   "toolkit_headers")),
 )
 # The CUDA toolkit's own headers: the runtime and its math libraries (cuda*, cu<lib>*: cuBLAS,
 # cuRAND and its device API curand_kernel.h, cuSPARSE, cuSOLVER, cuFFT), NVTX, NVRTC, and the
 # CUB/Thrust folders it ships. NCCL's nccl.h and cuDNN's cudnn.h come with those libraries
-# (nccl.h: toolkit.nccl-headers-missing).
+# (toolkit.nccl-headers-missing, toolkit.cudnn-headers-missing).
 CUDA_HEADER = re.compile(r"^(?:(?:cub|thrust|cuda)/.+|cuda\w*\.h|cu(?:blas|rand|sparse|solver|fft)"
                          r"\w*\.h|nvToolsExt\.h|nvtx3/.+|nvrtc\.h)$")
 
@@ -263,6 +268,7 @@ def _compile_readings(message: str) -> list[Reading]:
         mode = ("toolkit.python-headers-missing" if name in ("Python.h", "pyconfig.h")
                 else "toolkit.cuda-headers-missing" if CUDA_HEADER.match(path)
                 else "toolkit.nccl-headers-missing" if name == "nccl.h"
+                else "toolkit.cudnn-headers-missing" if CUDNN_HEADER.match(name)
                 else "deepspeed.async-io-no-libaio" if name == "libaio.h" else "")
         if mode:
             found.append(reading(FAMILY, mode, header.group(0), header=name, **where))

@@ -40,8 +40,14 @@ KINDS = (
      r"|cudaErrorUnsupportedPtxVersion|CUDA_ERROR_UNSUPPORTED_PTX_VERSION"),
     ("system-not-ready", r"system not yet initialized|cudaErrorSystemNotReady"
      r"|CUDA_ERROR_SYSTEM_NOT_READY"),
+    # The libcuda loaded is not the running kernel driver's (a forward-compat libcuda beside a
+    # driver it was not made for, most often): CUDA's cudaErrorSystemDriverMismatch.
+    ("driver-mismatch", r"system has unsupported display driver ?/ ?cuda driver combination"
+     r"|cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"),
     ("compat", r"forward compatibility was attempted on non supported HW"
      r"|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"),
+    # The toolkit's stub libcuda.so (for linking only) loaded instead of the driver's.
+    ("stub", r"CUDA driver is a stub library|cudaErrorStubLibrary|CUDA_ERROR_STUB_LIBRARY"),
     ("unknown", r"CUDA unknown error|cudaErrorUnknown|CUDA_ERROR_UNKNOWN"
      r"|error=\d+ : unknown error|cuda runtime error \(\d+\) : unknown error"),
 )
@@ -50,13 +56,23 @@ KIND_TEXT = [(kind, re.compile(pattern, IC)) for kind, pattern in KINDS]
 # Numbers whose meaning changed in the renumbering (10, 30, 38, 39, 48) are left to the text.
 CODES = {35: "insufficient-driver", 46: "devices-unavailable", 98: "no-kernel-image",
          100: "no-device", 101: "invalid-device", 209: "no-kernel-image", 214: "ecc", 222: "ptx",
-         802: "system-not-ready", 804: "compat", 999: "unknown"}
+         802: "system-not-ready", 803: "driver-mismatch", 804: "compat", 999: "unknown"}
 # A number is read only inside a frame that says it is a CUDA error code.
 CODE_FRAME = re.compile(
     r"cuda runtime error \((\d+)\)|CUDA Runtime Error\((\d+)\)|Cuda failure:? (\d+)"
     r"|cudaSuccess \((\d+) vs\. 0\)|THCudaCheck FAIL[^\n]*? error=(\d+)"
     r"|cudaGetDevice\w*\(\)[^\n]*? Error (\d+):|Return value (\d+) from '(?:cu\w+)"
     r"|code=(\d+)\(cuda\w+\)", IC)
+# The driver API's numbers in the frames of its Python wrappers (numba's CudaAPIError, Warp's
+# "(CUDA error N)", a cu* call's "Return value N"): there 34 is CUDA_ERROR_STUB_LIBRARY (the
+# runtime's old table had another error at 34, so torch's frames are not read for it).
+DRIVER_FRAME = re.compile(r"CudaAPIError: \[(\d+)\]|Warp CUDA error[^\n]*?\(CUDA error (\d+)\)"
+                          r"|Return value (\d+) from '(?:cu\w+)", IC)
+DRIVER_CODES = {34: "stub"}
+# What says a forward-compat libcuda is on the path: the package, its folder, the words for it.
+COMPAT_LIB = re.compile(r"\S*cuda[ -]compat[\w.-]*|\S*/compat/libcuda\S*|\S*/cuda[\w.-]*/compat\b"
+                        r"|\bcompat (?:path|librar(?:y|ies)|libs?)\b", IC)
+STUB_PATH = re.compile(r"(?:/[\w.+-]+)*/stubs/libcuda\.so\b", IC)
 
 # A CUDA error quoted with its text (NCCL's "Cuda failure '...'", torch's "CUDA error: ..."):
 # when the first one is not a kind read here, later CUDA errors are its consequences.
@@ -142,7 +158,8 @@ SIMPLE = {"insufficient-driver": "gpu.driver-too-old",
           "ecc": "gpu.ecc-uncorrectable", "ptx": "gpu.ptx-newer-than-driver",
           "system-not-ready": "gpu.fabric-manager-not-running",
           "compat": "gpu.forward-compat-unsupported",
-          "unknown": "gpu.cuda-unknown-error-driver"}
+          "driver-mismatch": "gpu.compat-libcuda-mismatch",
+          "unknown": "gpu.cuda-unknown-error-driver", "stub": "gpu.libcuda-stub-loaded"}
 
 
 def _kind(message: str) -> tuple[str, str, str] | None:
@@ -156,6 +173,10 @@ def _kind(message: str) -> tuple[str, str, str] | None:
         code = next(g for g in m.groups() if g)
         if int(code) in CODES:
             found.append((m.start(), CODES[int(code)], m.group(0), code))
+    for m in DRIVER_FRAME.finditer(message):
+        code = next(g for g in m.groups() if g)
+        if int(code) in DRIVER_CODES:
+            found.append((m.start(), DRIVER_CODES[int(code)], m.group(0), code))
     if not found:
         return None
     first = QUOTED.search(message)
@@ -289,6 +310,18 @@ def read(message: str) -> list[Reading]:
         if not CONTAINER.search(message):
             found.append(reading(FAMILY, "gpu.no-visible-gpu", kind[1], error=kind[1],
                                  code=kind[2]))
+    elif kind[0] == "driver-mismatch":
+        # 803 alone is also a driver updated without a reboot (NVML's "Driver/library version
+        # mismatch", read below) or one too old for the runtime: named only where the message
+        # shows the forward-compat libcuda on the path.
+        compat = COMPAT_LIB.search(message)
+        if compat and not NVML_MISMATCH.search(message):
+            found.append(reading(FAMILY, SIMPLE["driver-mismatch"], kind[1], error=kind[1],
+                                 code=kind[2], compat_library=compat.group(0)))
+    elif kind[0] == "stub":
+        path = STUB_PATH.search(message)
+        found.append(reading(FAMILY, SIMPLE["stub"], kind[1], error=kind[1], code=kind[2],
+                             loaded=path.group(0) if path else ""))
     elif kind[0] == "invalid-device" or kind[0] in SIMPLE:
         found.append(reading(FAMILY, SIMPLE[kind[0]], kind[1], error=kind[1], code=kind[2]))
     image = TRITON_IMAGE.search(message)
