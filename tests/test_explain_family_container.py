@@ -261,3 +261,38 @@ def test_enroots_einval_user_namespace_is_no_disabled_namespace():
     assert "container.apptainer-userns-disabled" not in dict(parts(text))
     disabled = "ERROR  : Failed to create user namespace: user namespace disabled"
     assert "container.apptainer-userns-disabled" in dict(parts(disabled))
+
+
+def test_enroot_runtime_folder_refused():
+    """enroot's runtime path under XDG_RUNTIME_DIR: /run/user/UID that no login session made
+    (enroot#13), /run/enroot after XDG_RUNTIME_DIR fell back to /run (enroot#23), also through
+    pyxis; other tools' mkdir refusals elsewhere, and Go runtimes' wording, are not it."""
+    got = parts(row("enroot/issues/13")["text"])
+    assert got == [("container.enroot-runtime-path-not-writable", {
+        "directory": "/run/user/140196", "variable": "ENROOT_RUNTIME_PATH", "via": "",
+        "why": "XDG_RUNTIME_DIR names /run/user/UID, which no login session created on this node"})]
+    pyxis = ("slurmstepd: error: pyxis: printing contents of log file ...\n"
+             "slurmstepd: error: pyxis:     mkdir: cannot create directory '/run/enroot': "
+             "Permission denied\n")
+    (mode, p), = parts(pyxis)
+    assert mode == "container.enroot-runtime-path-not-writable"
+    assert p["directory"] == "/run/enroot" and p["via"] == "pyxis" and "unset" in p["why"]
+    _, _, sure, _ = explain_text(row("enroot/issues/23")["text"])
+    assert sure[0].id == "container.enroot-runtime-path-not-writable"
+    # healthy twins: another folder, another errno, a Go runtime's wording
+    for text in ("mkdir: cannot create directory '/run/lock/x': Permission denied",
+                 "mkdir: cannot create directory '/run/enroot': File exists",
+                 "ERRO[0000] mkdir /run/user/0/runc: permission denied",
+                 "mkdir: cannot create directory 'pool': Permission denied"):
+        assert not [m for m, _ in parts(text) if m == "container.enroot-runtime-path-not-writable"]
+        ids = [m.id for m in explain_text(text)[2] + explain_text(text)[3]]
+        assert "container.enroot-runtime-path-not-writable" not in ids, (text, ids)
+
+
+def test_enroot_hook_without_nvidia_container_cli():
+    """enroot's 98-nvidia.sh says "Command not found: nvidia-container-cli" (pyxis#101), Docker's
+    hook "couldn't find binary nvidia-container-cli" (nvidia-docker#973): the same missing
+    libnvidia-container-tools; another command not found is not it."""
+    (mode, p), = parts(row("pyxis/issues/101")["text"])
+    assert mode == "container.nvidia-toolkit-broken" and p["missing"] == "nvidia-container-cli"
+    assert not parts("[ERROR] Command not found: mksquashfs, see https://example.invalid")

@@ -231,3 +231,15 @@ def test_gloo_refused_at_a_loopback_address_reads_the_address():
     assert "comm.gloo-hostname-loopback" not in _modes(routable)
     _, _, sure, _ = explain_text(routable)
     assert "comm.gloo-hostname-loopback" not in [m.id for m in sure]
+
+
+def test_c10ds_ipv6_notice_is_no_bootstrap_failure():
+    """c10d's warning that a client socket could not be made for IPv6 (errno 97) is a notice:
+    torch goes on over IPv4 and the runs of vidur#49 and codellama#215 finished; NCCL's own
+    bootstrap WARN with the same words (the corpus's nccl#210) stays the failure."""
+    notice = ("[W socket.cpp:601] [c10d] The client socket cannot be initialized to connect to "
+              "[localhost]:29500 (errno: 97 - Address family not supported by protocol).")
+    assert "comm.no-bootstrap-interface" not in [r.mode for r in nccl.read(notice)]
+    warn = ("node1:1234:1234 [0] misc/socket.cc:386 NCCL WARN socketCreate: Address family not "
+            "supported by protocol")
+    assert "comm.no-bootstrap-interface" in [r.mode for r in nccl.read(warn)]

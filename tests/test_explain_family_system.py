@@ -56,3 +56,15 @@ def test_only_torchs_shared_memory_files_are_the_map_count():
                 "left on device (28)")
     assert "system.shm-map-count" not in _sure(full_shm)
     assert _sure(full_shm)[:1] == ["system.shm-too-small"]
+
+
+def test_ray_object_store_larger_than_dev_shm():
+    """Ray (started by vLLM, SGLang, GPUStack) refusing an object store larger than the
+    container's /dev/shm is system.shm-too-small (gpustack#5014, #4339); a start that fits is not."""
+    rows = [r for r in ROWS if "gpustack/gpustack/issues/" in r["url"]]
+    assert len({r["url"] for r in rows}) == 2
+    for r in rows:
+        assert _sure(r["text"])[:1] == ["system.shm-too-small"], r["url"]
+    for text in ("INFO worker.py:1673 -- Started a local Ray instance.",
+                 "The configured object store size (2.00 GB) fits in /dev/shm size (64.00 GB)"):
+        assert "system.shm-too-small" not in _sure(text), text

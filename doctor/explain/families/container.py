@@ -60,8 +60,10 @@ EXISTS = re.compile(r"file creation failed: (?P<path>\S+): file exists", IC)
 # Docker's daemon has no driver for --gpus, or no runtime called nvidia.
 NO_GPU_DRIVER = re.compile(r"could not select device driver \"(?P<driver>[^\"]*)\" with "
                            r"capabilities: \[\[(?P<caps>[^\]]*)", IC)
+# (enroot's 98-nvidia.sh hook: "[ERROR] Command not found: nvidia-container-cli, see ...")
 NO_HOOK = re.compile(r"(?P<binary>nvidia-container-(?:runtime-hook|runtime|cli))\W{0,8}: executable "
-                     r"file not found in \$PATH|couldn't find binary (?P<cli>nvidia-container-cli)", IC)
+                     r"file not found in \$PATH|(?:couldn't find binary|Command not found:) "
+                     r"(?P<cli>nvidia-container-cli)", IC)
 # Docker before 23 says "Unknown runtime specified nvidia", later releases "unknown or invalid
 # runtime name: nvidia" (3dgrut#71, AirSLAM#113)
 NO_RUNTIME = re.compile(r"(?:Unknown runtime specified|unknown or invalid runtime name:) "
@@ -84,6 +86,11 @@ BUILD_ENOSPC = re.compile(r"(?P<dir>/\S*?/)(?:bundle|build|oci)-temp-\S*[^\n]*?n
 SQUASHFS_ENOSPC = re.compile(r"Write failed because No space left on device|Failed to write to "
                              r"output filesystem", IC)
 SQUASHFS_TARGET = re.compile(r"Creating [0-9.]+ filesystem on (?P<path>[^,\s]+)", IC)
+# enroot's runtime folder (ENROOT_RUNTIME_PATH, default ${XDG_RUNTIME_DIR}/enroot) refused by
+# the shell's mkdir: XDG_RUNTIME_DIR unset (enroot falls back to /run: /run/enroot) or naming a
+# /run/user/UID that no login session created (a Slurm step, an AD/LDAP account).
+RUNTIME_MKDIR = re.compile(r"mkdir: cannot create directory [\u2018'`\"]?(?P<dir>/run/(?:enroot(?:/[^\s'\u2019`\"]*)?|"
+                           r"user/(?P<uid>\d+)))[\u2019'`\"]?: Permission denied", IC)
 # pyxis takes --container-image as a registry image unless it starts with / or ./: a squashfs
 # file named bare (image.sqsh, dir/image.sqsh) is looked up on Docker Hub as library/image.sqsh.
 SQSH_AS_IMAGE = re.compile(r"pyxis: importing docker image(?: \.\.\.)?:? (?!/|\./|\.\./)"
@@ -280,6 +287,14 @@ def read(message: str) -> list[Reading]:
         found.append(reading(FAMILY, "container.pyxis-runtime-path-full",
                              SQUASHFS_ENOSPC.search(message).group(0),
                              squashfs=target["path"] if target else ""))
+    if runtime_dir := RUNTIME_MKDIR.search(message):
+        found.append(reading(FAMILY, "container.enroot-runtime-path-not-writable",
+                             runtime_dir.group(0), directory=runtime_dir["dir"],
+                             why=("XDG_RUNTIME_DIR names /run/user/UID, which no login session "
+                                  "created on this node") if runtime_dir["uid"] else
+                             "XDG_RUNTIME_DIR unset: enroot fell back to /run",
+                             variable="ENROOT_RUNTIME_PATH",
+                             via="pyxis" if "pyxis" in message.lower() else ""))
     if sqsh := SQSH_AS_IMAGE.search(message):
         found.append(reading(FAMILY, "container.pyxis-sqsh-path-as-image", sqsh.group(0),
                              file=sqsh["image"] or sqsh["hub"],

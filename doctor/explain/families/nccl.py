@@ -132,7 +132,12 @@ def read(message: str) -> list[Reading]:
             # A container (Docker names its host after the container id) that cannot even
             # create a socket has no network at all: container.py names that; a subnet
             # mismatch stays this mode (NCCL names the address it was asked to reach).
-            if not ("Address family not supported" in text and docker_host(message)):
+            # c10d's own "[c10d] The IPv6 network addresses of (host, port) cannot be
+            # retrieved (... errno: 97 ...)" is a notice: torch goes on with IPv4 (vidur#49,
+            # codellama#215); only NCCL's WARN line (or torch's "Last error:") is the failure.
+            c10d_notice = text == message and "c10d" in message
+            if not ("Address family not supported" in text and docker_host(message)) \
+                    and not c10d_notice:
                 add("comm.no-bootstrap-interface", text, file=source, call="bootstrap socket")
         # An interface name NCCL_SOCKET_IFNAME asked for matched nothing: "no socket interface
         # found", or a garbage address family from an empty interface list.
