@@ -134,3 +134,27 @@ def test_the_agents_last_lines_after_a_long_run_name_the_hangup():
         "signal: 1"])
     _, _, sure, _ = explain_text(log)
     assert sure and sure[0].id == "launch.sighup-session-closed"
+
+
+def test_a_refused_bind_below_1024_is_a_privileged_port_not_a_busy_one():
+    parts = _parts(_text("KimMeen/Time-LLM/issues/158"), "launch.privileged-port")
+    assert (parts["port"], parts["errno"]) == ("98", "13 EACCES")
+    assert _parts(_text("zlin0/wedefense/issues/47"), "launch.privileged-port")["port"] == "374"
+    newer = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+             "local network address. port: 520, useIpv6: false, code: -13, name: EACCES, "
+             "message: permission denied")
+    assert _parts(newer, "launch.privileged-port")["port"] == "520"
+    for row in ("KimMeen/Time-LLM/issues/158", "liucongg/ChatGLM-Finetuning/issues/140"):
+        _, _, sure, _ = explain_text(_text(row))
+        assert sure and sure[0].id == "launch.privileged-port"
+
+
+def test_a_refused_bind_on_a_high_port_names_neither_privilege_nor_a_busy_port():
+    high = ("RuntimeError: The server socket has failed to listen on any local network address. "
+            "The server socket has failed to bind to [::]:29500 (errno: 13 - Permission denied).")
+    assert "launch.privileged-port" not in [r.mode for r in launch.read(high)]
+    _, _, sure, _ = explain_text(high)
+    assert "launch.port-in-use" not in [m.id for m in sure]
+    busy = ("The server socket has failed to bind to [::]:980 (errno: 98 - Address already in "
+            "use).")
+    assert [r.mode for r in launch.read(busy)] == ["launch.port-in-use"]

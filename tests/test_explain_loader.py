@@ -370,3 +370,39 @@ def test_who_lacks_an_undefined_symbol_decides_its_cause(text, shape, mode):
     found, = loader.parse(text)
     assert (found.shape, found.mode) == (shape, mode)
 
+
+
+# cuDNN's "Could not load library X. Error: <path>: undefined symbol": the library (or one it
+# asks for by dlsym) was found and loaded, an older copy off LD_LIBRARY_PATH answered first
+# (pytorch#119989: CUDA 12.3's cuDNN 8; dorado#166: CUDA 8.0's libnvrtc asked for nvrtcGetCUBIN)
+SHADOWED = [
+    "Could not load library libcudnn_cnn_train.so.8. Error: /usr/local/cuda-12.3/lib64/"
+    "libcudnn_cnn_train.so.8: undefined symbol: _ZN5cudnn3cnn34layerNormFwd_execute_internal_"
+    "implERKNS_7backend11VariantPackEP11CUstream_stRNS0_18LayerNormFwdParamsERKNS1_20NormForward"
+    "OperationEmb, version libcudnn_cnn_infer.so.8",
+    "Could not load library libcudnn_cnn_infer.so.8. Error: /usr/local/Cluster-Apps/cuda/8.0/"
+    "lib64/libnvrtc.so: undefined symbol: nvrtcGetCUBIN",
+]
+
+
+@pytest.mark.parametrize("text", SHADOWED)
+def test_a_cudnn_load_failing_on_a_symbol_is_an_older_copy_not_a_missing_cudnn(text):
+    from dsenv.doctor.explain import rank
+    best = rank.confident(rank.rank(text))
+    assert best and best[0].id == "torch.ld-library-path-shadows-cuda"
+
+
+def test_a_dlsym_into_the_library_itself_is_not_an_unlinked_module():
+    found, = [f for f in loader.parse(SHADOWED[1]) if f.kind == "undefined-symbol"]
+    assert (found.shape, found.mode) == ("", "torch.ld-library-path-shadows-cuda")
+    # a module outside the wheels that was never linked against it stays "unlinked"
+    unlinked, = loader.parse("ImportError: /opt/ds/ops/cpu_adam.so: undefined symbol: "
+                             "curandCreateGenerator")
+    assert unlinked.shape == "unlinked"
+
+
+def test_a_cudnn_that_cannot_be_opened_is_still_missing():
+    from dsenv.doctor.explain import rank
+    text = ("Could not load library libcudnn_cnn_infer.so.8. Error: libcudnn_cnn_infer.so.8: "
+            "cannot open shared object file: No such file or directory")
+    assert rank.confident(rank.rank(text))[0].id == "loader.cudnn-missing"

@@ -243,8 +243,10 @@ def _undefined_shape(sym: str, ver: str, by: str, text: str, row: dict | None) -
     if abi:
         return abi
     # only where the library's row says what an unlinked module is (the CUDA toolkit libraries)
+    # ... and not when the module named is that library itself (a dlsym into an older copy:
+    # cuDNN asking CUDA 8's libnvrtc.so for nvrtcGetCUBIN)
     if not ver and not PROVIDED.search(by) and "undefined-symbol.unlinked" in (row or {}).get(
-            "modes", {}):
+            "modes", {}) and not (row and row["_match"].match(re.split(r"[/\\]", by)[-1])):
         return "unlinked"
     return ""
 # A compiled module named by its path: site-packages/<pkg>/..., torch_extensions/<build>/<op>.

@@ -43,6 +43,12 @@ _BIND = re.compile(r"failed to bind to (\S+?) \(errno: 98|port: (\d+), useIpv6: 
                    # accelerate checks the port before it starts torch's store
                    r"|launch distributed communication on port `?(\d+)`?, but another process "
                    r"is utilizing it", FLAGS)
+# The bind refused with EACCES (errno 13; newer torch: "code: -13, name: EACCES"): below 1024
+# only root may bind, so the port number tells a privileged port from another refusal.
+_BIND_DENIED = re.compile(r"failed to bind to \S*?:(\d+) \(errno: 13\b"
+                          r"|port: (\d+), useIpv6: \S+ code: -13\b"
+                          r"|Permission denied\W+The server socket has failed to bind to \S*?:(\d+)",
+                          FLAGS)
 _RDZV_CONN = re.compile(r"RendezvousConnectionError|connection to the C10d store has failed", FLAGS)
 _RDZV_TIMEOUT = re.compile(r"RendezvousTimeoutError|Timed out after \d+ seconds waiting for "
                            r"clients\. (\d+)/(\d+) clients joined", FLAGS)
@@ -114,6 +120,11 @@ def _read_rendezvous(message: str, add) -> None:
     if m := _RDZV_CONN.search(message):  # torchrun's agent never reached its C10d store
         client = _CLIENT.search(message)
         add("launch.rdzv-wrong-interface", m, endpoint=_endpoint(client))
+        return
+    if m := _BIND_DENIED.search(message):  # the server side: the port is not this user's
+        port = m.group(1) or m.group(2) or m.group(3)
+        if int(port) < 1024:  # a privileged port; a high one refused is another story
+            add("launch.privileged-port", m, port=port, errno="13 EACCES")
         return
     if m := _BIND.search(message):  # the server side: the port is someone else's
         port = m.group(2) or m.group(3) or (m.group(1) or "").rpartition(":")[2]
