@@ -303,3 +303,14 @@ def test_xet_writing_to_a_full_disk_is_not_the_xet_hosts():
                          "Decode, source: hyper::Error(Body, Custom { kind: UnexpectedEof, error: "
                          "IncompleteBody }) } }))")
     assert [r.mode for r in huggingface.read(broke)] == ["hf.xet-transfer-blocked"]
+
+
+def test_a_tokenizer_model_sentencepiece_cannot_parse_names_the_file():
+    # both wordings (sentencepiece >= 0.2 names the file; older ones the failed ParseFromArray)
+    new = _parts(_text("Langchain-Chatchat/issues/3103"), "hf.tokenizer-model-unreadable")
+    assert new["file"] == "chatglm3-6b/tokenizer.model"
+    old = _parts(_text("zai-org/ChatGLM3/issues/88"), "hf.tokenizer-model-unreadable")
+    assert old["file"] == "tokenizer.model"
+    # a healthy load that only mentions the tokenizer's file gives no reading
+    healthy = "[INFO|tokenization_utils_base.py:2287] >> loading file tokenizer.model\nsentencepiece loaded"
+    assert not [r for r in huggingface.read(healthy) if r.mode == "hf.tokenizer-model-unreadable"]

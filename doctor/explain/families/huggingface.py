@@ -139,6 +139,10 @@ _FSSPEC_NEWER = re.compile(r"Invalid pattern: '\*\*' can only be an entire path 
 # newer pre-tokenizer and normalizer options): serde names the Python wrapper it could not fill.
 _TOKENIZER_JSON = re.compile(r"data did not match any variant of untagged enum "
                              r"(?P<part>Model|Py\w*?)Wrapper(?: at line \d+ column \d+)?")
+# SentencePiece refusing the file it was given as tokenizer.model (sentencepiece >= 0.2 names the
+# file; older releases name only the failed ParseFromArray): not a SentencePiece model at all.
+_SPM_UNREADABLE = re.compile(r"could not parse ModelProto from (?P<file>\S+)"
+                             r"|sentencepiece_processor\.cc\(\d+\) \[model_proto->ParseFromArray\(")
 
 
 def _cache_refused(message: str) -> re.Match | None:
@@ -278,6 +282,11 @@ def read(message: str) -> list[Reading]:
     if m := re.search(r"Error while deserializing header: (MetadataIncompleteBuffer|"
                       r"HeaderTooLarge|InvalidHeaderDeserialization)", message):
         add("cache.hf-truncated-download", m[0], header=m[1])
+        return found
+    # tokenizer.model is no SentencePiece model: cut short, a pointer or an error page, or a
+    # tiktoken file (Llama 3 and later) loaded by code written for Llama 2.
+    if m := _SPM_UNREADABLE.search(message):
+        add("hf.tokenizer-model-unreadable", m[0][:160], file=m["file"] or "tokenizer.model")
         return found
     # The Hub answered: gated (401/403 with the gated wording), rate limit, server error.
     if re.search(r"GatedRepoError|Cannot access gated repo for url|trying to access a gated repo"
