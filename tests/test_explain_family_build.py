@@ -47,6 +47,11 @@ def test_refused_arch_is_too_new_or_retired_by_the_toolkit_release():
         "toolkit.arch-too-old-for-nvcc"
     assert parts("nvcc fatal   : Unsupported gpu architecture 'compute_100'")[0][0] == \
         "toolkit.arch-too-new-for-nvcc"
+    # "compute_1." is an older DeepSpeed op builder cutting Blackwell's 12.0 to "1.": no arch
+    # nvcc retired or lacks, so neither toolkit mode reads it (nor an arch ".1").
+    assert parts("nvcc fatal   : Unsupported gpu architecture 'compute_1.'") == []
+    assert parts("-gencode=arch=compute_1.,code=sm_1.\n"
+                 "nvcc fatal   : Unsupported gpu architecture 'compute_1.'") == []
 
 
 def test_cuda_home_forms():

@@ -275,3 +275,33 @@ def test_ray_and_verl_refusing_rocr_visible_devices():
                  "ValueError: Please don't set ROCR_VISIBLE_DEVICES when HIP/CUDA_VISIBLE_DEVICES "
                  "is set."):
         assert [m for m, _ in parts(text)] == ["rocm.visible-devices-conflict"]
+
+
+def test_clang_without_the_hip_runtime():
+    for tail in ("legacy-rocm-build/pull/4025", "legacy-rocm-build/issues/3380"):
+        assert [m for m, _ in parts(row(tail)["text"])] == ["rocm.hip-runtime-not-found"]
+    # the device libraries missing is the sister mode, not this one
+    assert [m for m, _ in parts("clang: error: cannot find ROCm device library; provide its path "
+                                "via '--rocm-path' or '--rocm-device-lib-path', or pass "
+                                "'-nogpulib' to build without ROCm device library")] == [
+        "rocm.device-libs-not-found"]
+    # a HIP runtime *error* at run time is no compile missing the runtime
+    assert parts("RuntimeError: HIP error: out of memory") == []
+
+
+def test_dkms_stopping_on_a_left_over_version_folder():
+    mode, got = parts(row("legacy-rocm-build/issues/3608")["text"])[0]
+    assert (mode, got["module"], got["version"], got["folder"]) == (
+        "rocm.dkms-stale-module-tree", "amdgpu", "6.7.0-1756574.22.04",
+        "/var/lib/dkms/amdgpu/6.7.0-1756574.22.04")
+    mode, got = parts(row("legacy-rocm-build/issues/3701")["text"])[0]
+    assert got["version"] == "6.7.0-1787201.22.04"
+    # a healthy dkms status names no folder
+    assert parts("amdgpu/6.16.6-2255209.24.04, 6.17.0-8-generic, x86_64: installed") == []
+
+
+def test_lazy_tensile_library_under_a_path_with_spaces():
+    text = ("rocBLAS error: Could not load C:\\Program Files\\AMD\\ROCm\\6.1\\bin\\/rocblas/library/"
+            "TensileLibrary_lazy_gfx1103.dat\n\nrocBLAS error: Could not initialize Tensile library")
+    mode, got = parts(text)[0]
+    assert (mode, got["gfx"]) == ("gpu.rocm-gfx-unsupported", "gfx1103")

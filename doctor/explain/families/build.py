@@ -25,7 +25,9 @@ LAST_CUDA = {"2.0": "8.0", "2.1": "8.0", "3.0": "10.2", "3.2": "10.2", "3.5": "1
              "3.7": "11.8", "5.0": "12.9", "5.2": "12.9", "5.3": "12.9", "6.0": "12.9",
              "6.1": "12.9", "6.2": "12.9", "7.0": "12.9", "7.2": "12.9", "10.1": "12.9"}
 
-ARCH = re.compile(r"Unsupported gpu architecture [`'‘\"]?compute_(\d+)([a-z]?)"
+# (a two-digit number at least: a "compute_1." is an older DeepSpeed's op builder cutting a
+# two-digit major such as 12.0 to "1.", not an arch nvcc dropped or does not know yet)
+ARCH = re.compile(r"Unsupported gpu architecture [`'‘\"]?compute_(\d{2,})([a-z]?)(?![\d.])"
                   r"|Value [`'‘]?sm_(\d+)([a-z]?)['’] is not defined for option", FLAGS)
 TRITON_PTXAS = re.compile(r"Internal Triton PTX codegen error|PTXASError|triton/backends/nvidia/bin/"
                           r"ptxas", FLAGS)

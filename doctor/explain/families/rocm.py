@@ -39,7 +39,7 @@ NO_CODE_OBJECT = re.compile(
 # form naming the per-arch file it could not load.
 TENSILE = re.compile(r"Cannot read [^\n]*?TensileLibrary\S*: (?:No such file or directory|Illegal seek)"
                      r" for GPU arch ?: ?(?P<gfx>gfx\w+)"
-                     r"|Could not load \S*TensileLibrary_lazy_(?P<lazy>gfx\w+)\.dat", IC)
+                     r"|Could not load [^\n]*?TensileLibrary_lazy_(?P<lazy>gfx\w+)\.dat", IC)
 GFX = re.compile(r"\bgfx(?P<target>[0-9a-f]{3,4})\b(?P<features>(?::[\w+-]+)*)", IC)
 OVERRIDE = re.compile(r"HSA_OVERRIDE_GFX_VERSION=?(?P<value>[0-9.]*)", IC)
 
@@ -90,6 +90,16 @@ EXECSTACK = re.compile(r"(?P<lib>lib(?:amdhip64|hiprtc|rccl|hsa-runtime64|MIOpen
 # clang's AMDGPU toolchain without the amdgcn bitcode libraries at its ROCm path.
 DEVICE_LIBS = re.compile(r"cannot find ROCm (?:device library[.;] ?[Pp]rovide|installation\.\s+Provide)"
                          r" its path via", IC)
+
+# clang's HIP driver without the HIP runtime (include/hip, libamdhip64) where HIP_PATH, --rocm-path
+# or its own install path says ROCm is: an unset or stale HIP_PATH, or no HIP development package.
+HIP_RUNTIME = re.compile(r"clang[\w+.-]*: error: cannot find HIP runtime\b|cannot find HIP runtime[.;] ?"
+                         r"[Pp]rovide its path via", IC)
+# dkms taking a leftover /var/lib/dkms/<module>/<old version> folder (no dkms.conf left in it)
+# for a source tree: every dkms command, and so amdgpu-dkms's install, stops there.
+DKMS_STALE = re.compile(r"Could not locate dkms\.conf file\.?\s*File:\s*(?P<tree>/var/lib/dkms/"
+                        r"(?P<module>[\w.-]+)/(?P<version>[^/\s]+))/source/dkms\.conf does not exist",
+                        IC)
 
 # WSL's runtime (librocdxg) refusing a GPU that ROCm on WSL does not support.
 WSL_UNSUPPORTED = re.compile(r"ROCR: unsupported GPU", IC)
@@ -230,6 +240,14 @@ def read(message: str) -> list[Reading]:
     devlibs = DEVICE_LIBS.search(message)
     if devlibs:  # the compile found no device libraries where ROCM_PATH says ROCm is
         found.append(reading(FAMILY, "rocm.device-libs-not-found", devlibs.group(0)))
+    runtime = HIP_RUNTIME.search(message)
+    if runtime:  # the compile found no HIP runtime where HIP_PATH/--rocm-path says ROCm is
+        found.append(reading(FAMILY, "rocm.hip-runtime-not-found", runtime.group(0)))
+    stale = DKMS_STALE.search(message)
+    if stale:  # a left-over module version folder stops dkms (and the driver's install)
+        found.append(reading(FAMILY, "rocm.dkms-stale-module-tree", stale.group(0),
+                             folder=stale["tree"], module=stale["module"],
+                             version=stale["version"]))
     ds = DS_ROCM_VERSION.search(message)
     if ds:  # DeepSpeed's setup found no ROCm version file where it looks
         found.append(reading(FAMILY, "rocm.deepspeed-rocm-version-undetected", ds.group(0),
