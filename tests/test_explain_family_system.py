@@ -68,3 +68,21 @@ def test_ray_object_store_larger_than_dev_shm():
     for text in ("INFO worker.py:1673 -- Started a local Ray instance.",
                  "The configured object store size (2.00 GB) fits in /dev/shm size (64.00 GB)"):
         assert "system.shm-too-small" not in _sure(text), text
+
+
+def test_thread_creation_refused_outside_blas_is_the_thread_limit():
+    # Ray's gRPC and boost threads, Python's threading and bash's fork retry word the same EAGAIN
+    # (vllm#6295, ray#36936, django_bgRemoverML#25, VTool-R1#9: a thread limit raised or capped)
+    urls = ("vllm-project/vllm/issues/6295", "ray-project/ray/issues/36936",
+            "FarjaalAhmad/django_bgRemoverML/issues/25", "VTool-R1/VTool-R1/issues/9")
+    rows = [r for r in ROWS if r["url"].endswith(urls)]
+    assert len(rows) == 4
+    for r in rows:
+        assert _sure(r["text"])[:1] == ["system.thread-limit"], r["url"]
+    # healthy twins: EAGAIN on a socket or a lock, and a Ray start, are no thread limit
+    for text in ("BlockingIOError: [Errno 11] Resource temporarily unavailable",
+                 "OSError: [Errno 11] Resource temporarily unavailable: '/tmp/lockfile'",
+                 "recv failed: Resource temporarily unavailable",
+                 "INFO worker.py:1771 -- Started a local Ray instance.",
+                 "INFO: started new thread for the data loader"):
+        assert "system.thread-limit" not in _sure(text), text
