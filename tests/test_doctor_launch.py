@@ -206,6 +206,43 @@ def test_a_free_port_is_ok_and_a_word_is_no_port(tmp_path):
     assert bad["status"] == "fail" and "not a TCP port" in bad["summary"]
 
 
+def _bind_errno_as_nobody(port: int) -> int:
+    """The errno of a real bind of 127.0.0.1:port by uid 65534 (0: bound), in a forked child."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 255
+        try:
+            os.setuid(65534)
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", port))
+            code = 0
+        except OSError as exc:
+            code = exc.errno if exc.errno and exc.errno < 250 else 250
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_a_privileged_port_refused_to_a_user_names_the_mode():
+    from dsenv.doctor.checks.job.launch import refused_port
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop to uid 65534 for a real non-root bind")
+    start = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+    if not start.exists() or int(start.read_text()) <= 98:
+        pytest.skip("this kernel lets any user bind port 98")
+    code = _bind_errno_as_nobody(98)
+    assert code == 13, code  # EACCES, from the kernel
+    error = OSError(code, os.strerror(code))
+    found = refused_port(98, "127.0.0.1", error, ["MASTER_PORT=98"], "export MASTER_PORT=29500")
+    assert found.status is Status.FAIL and found.mode == "launch.privileged-port", found
+    assert "below 1024" in found.summary and "29500" in str(found.evidence)
+    # the healthy twin: the same user binds a high port
+    assert _bind_errno_as_nobody(free_port()) == 0
+    # a refusal on a high port (a security module, a sandbox) is not the privileged-port rule
+    other = refused_port(40000, "127.0.0.1", error, [], "export MASTER_PORT=29500")
+    assert other.status is Status.FAIL and other.mode != "launch.privileged-port"
+
+
 def test_port_of_another_host_or_on_a_login_node_is_not_checked_here(make_ctx, run_one):
     ctx = make_ctx(env={"MASTER_ADDR": "192.0.2.10"}, target="compute")
     result = run_one("launch.port", ctx)

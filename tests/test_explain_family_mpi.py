@@ -216,3 +216,23 @@ def test_the_executable_box_names_a_known_program_and_nothing_else():
     assert parts(box.format(node="731-sc", exe="pw.x")) == []
     _, _, sure, _ = explain_text(box.format(node="dsigler-31368s", exe="julia"))
     assert sure == []
+
+
+def test_psec_munge_component_box_is_the_other_pmix_build():
+    # the box PMIx prints when the ranks' PMIx cannot open the munge credential plugin that
+    # Slurm's PMIx server uses (open-mpi/ompi#12571: an enroot container; EESSI's module)
+    for tail in ("open-mpi/ompi/issues/12571", "EESSI/compatibility-layer/issues/216"):
+        text = row(tail)["text"]
+        assert parts(text)[0] == ("mpi.pmix-psec-munge", {"program": "Open MPI"})
+        _, _, sure, _ = explain_text(text)
+        assert sure and sure[0].id == "mpi.pmix-psec-munge", [m.id for m in sure]
+    # healthy twin: the same box for another framework's component is not this cause
+    other = row("open-mpi/ompi/issues/12571")["text"].replace("psec", "gds").replace(
+        "Component: munge", "Component: ds21")
+    assert all(r.mode != "mpi.pmix-psec-munge" for r in mpi.read(other))
+    _, _, sure, _ = explain_text(other)
+    assert all(m.id != "mpi.pmix-psec-munge" for m in sure)
+    # a munge daemon that is not running (the plugin loaded, the credential failed) is not it
+    daemon = ("[n1:00085] psec: munge init\n[n1:00085] psec: munge failed to create credential: "
+              "Socket communication error\nThe PMIx server's listener thread failed to start.")
+    assert all(r.mode != "mpi.pmix-psec-munge" for r in mpi.read(daemon))

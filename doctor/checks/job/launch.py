@@ -8,6 +8,7 @@ variables it will not carry to the other hosts. The rules are DeepSpeed's own
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shlex
@@ -180,9 +181,19 @@ def master_port(ctx: Context):
     other = {a: e for a, e in errors.items() if e is not None}
     if other:
         address, error = next(iter(other.items()))
-        return fail(f"port {port} cannot be bound on {address}: {error}", _port_fix(ctx),
-                    *evidence)
+        return refused_port(port, address, error, evidence, _port_fix(ctx))
     return ok(f"port {port} is free on this node", *evidence)
+
+
+def refused_port(port: int, address: str, error: OSError, evidence: list[str], here: str):
+    """The verdict on a bind refused for another reason than a listener: EACCES below 1024 is
+    Linux's privileged-port rule (only root, or CAP_NET_BIND_SERVICE, binds there)."""
+    if error.errno == errno.EACCES and port < 1024:
+        return mode_finding(fail, "launch.privileged-port",
+                            f"port {port} is privileged (below 1024): this user's bind on "
+                            f"{address} is refused ({error}), as rank 0's TCPStore will be",
+                            *evidence, here=here)
+    return fail(f"port {port} cannot be bound on {address}: {error}", here, *evidence)
 
 
 # -- DeepSpeed's pdsh runner -----------------------------------------------------------------------

@@ -124,6 +124,9 @@ _OMPI = (
                 r"(?:.*?(?P<n>\d+) singletons will be started)?"), "mpi.srun-singletons"),
     (re.compile(r"(?P<launcher>mpirun|mpiexec|prterun|orterun) has detected an attempt to run as "
                 r"root"), "mpi.run-as-root"),
+    # PMIx's component help text: the ranks' PMIx cannot open psec/munge, the credential
+    # plugin Slurm's PMIx server uses (another PMIx build on the application's side).
+    (re.compile(r"(?:Framework: psec )?Component: munge\b"), "mpi.pmix-psec-munge"),
     # PMIx's own error log names the source file: the ds12 store's process-shared locks.
     (re.compile(r"PMIX ERROR: (?P<error>[\w-]+) in file (?P<file>\S*gds_ds12_lock\w*\.c)"),
      "mpi.pmix-gds-ds12"),
