@@ -29,6 +29,7 @@ def first_cause(text: str) -> str:
     ("python", "DeepSpeed/issues/1927", "env.scripts-not-on-path", "ds_report"),  # bash
     ("build", "second.pytorch/issues/7", "jit.cuda-home-missing", "nvcc"),  # dash
     ("build", "CCNet/issues/56", "jit.cuda-home-missing", "nvcc"),  # a script run by dash
+    ("launch", "DeepSpeed/issues/6565", "launch.numactl-missing", "numactl"),  # subprocess
 ])
 def test_users_texts_name_the_program_and_its_mode(table, url_end, mode, program):
     text = symptoms.text(symptoms.rows(table), url_end)
