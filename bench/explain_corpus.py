@@ -8,7 +8,9 @@ first failure line that has one) is the mode the corpus gives for it (``mode``, 
 in the mode's row.) It is *wrong* when explain gives another cause, *quiet* when it gives none. Environment
 messages should be named; NOT-ENVIRONMENT ones should stay quiet (a cause there is wrong).
 Two tables: every environment message, and those whose text can name the cause (no
-``evidence`` field: see the corpus README).
+``evidence`` field: see the corpus README). An answer that lists the causes several threads
+settled for the same words (doctor/explain/alternatives.toml) is *narrowed* when the corpus
+cause is among them (neither named nor wrong: recall counts named only), *wrong* when not.
 
     python bench/explain_corpus.py [--misses] [--corpus FILE]
 
@@ -34,8 +36,14 @@ CORPUS = Path(__file__).resolve().parents[1] / "tests/fixtures/explain_corpus/me
 
 
 def first_cause(text: str) -> str:
+    return answer(text)[0]
+
+
+def answer(text: str) -> tuple[str, tuple[str, ...]]:
+    """(the first cause explain gives or "", the causes of a shared-words answer or ())."""
     _, _, sure, _ = explain_text(text)
-    return sure[0].id if sure else ""
+    return (sure[0].id if sure else "",
+            tuple(m.id for m in sure if m.shared) if sure and sure[0].shared else ())
 
 
 def gpu_log_rows() -> list[dict]:
@@ -66,11 +74,12 @@ def main() -> int:
     start = time.perf_counter()
     for row in rows:
         want = row["mode"] or row["proposed_mode"]
-        got = first_cause(row["message"])
+        got, shared = answer(row["message"])
         env = row["family"] != "NOT-ENVIRONMENT"
         named = catalogue.same_cause(got, want)
-        verdict = ("named" if named else "wrong" if got else "quiet") if env else (
-            "wrong" if got else "quiet")
+        narrowed = any(catalogue.same_cause(s, want) for s in shared)
+        verdict = ("narrowed" if narrowed else "wrong" if shared else "named" if named
+                   else "wrong" if got else "quiet") if env else ("wrong" if got else "quiet")
         for name, tally in tables.items():
             if name != "every message" and row.get("evidence"):
                 continue
@@ -78,22 +87,24 @@ def main() -> int:
                 if fam:
                     tally[fam][verdict] += 1
         if (env and verdict != "named") or (not env and got):
-            misses.append((row["id"], row["family"], want, got or "-",
+            misses.append((row["id"], row["family"], want,
+                           "|".join(shared) if shared else got or "-",
                            (row.get("evidence") or "")[:12], row["url"]))
     took = time.perf_counter() - start
     for name, tally in tables.items():
         print(f"{name}:")
-        print(f"{'family':<22} {'n':>4} {'named':>6} {'recall':>7} {'wrong':>6} {'wrong%':>7}")
+        print(f"{'family':<22} {'n':>4} {'named':>6} {'recall':>7} {'narrowed':>9} {'wrong':>6} "
+              f"{'wrong%':>7}")
         order = sorted(tally, key=lambda f: (f == "all environment", f == "NOT-ENVIRONMENT", f))
         for fam in order:
             c = tally[fam]
             n = sum(c.values())
             if fam == "NOT-ENVIRONMENT":
-                print(f"{fam:<22} {n:>4} {'quiet':>6} {c['quiet'] / n:>7.1%} {c['wrong']:>6} "
-                      f"{c['wrong'] / n:>7.1%}")
+                print(f"{fam:<22} {n:>4} {'quiet':>6} {c['quiet'] / n:>7.1%} {'':>9} "
+                      f"{c['wrong']:>6} {c['wrong'] / n:>7.1%}")
                 continue
-            print(f"{fam:<22} {n:>4} {c['named']:>6} {c['named'] / n:>7.1%} {c['wrong']:>6} "
-                  f"{c['wrong'] / n:>7.1%}")
+            print(f"{fam:<22} {n:>4} {c['named']:>6} {c['named'] / n:>7.1%} {c['narrowed']:>9} "
+                  f"{c['wrong']:>6} {c['wrong'] / n:>7.1%}")
         print()
     print(f"{len(rows)} messages in {took:.2f} s")
     if args.misses:

@@ -14,7 +14,7 @@ import sys
 import textwrap
 
 from dsenv.doctor import catalogue
-from dsenv.doctor.explain import here, logread, rank
+from dsenv.doctor.explain import alternatives, here, logread, rank
 from dsenv.errors import UsageError
 
 MAX_LINES_TRIED = 40  # distinct failure lines scored, from the root on
@@ -87,8 +87,10 @@ def _explain(text: str):
     for line in reading.candidates[:MAX_LINES_TRIED]:
         around = "" if reading.single else reading.context(line)
         chained = "" if reading.single else reading.chained(line)
-        matches = rank.rank(reading.message(line), around, chained)
-        sure = rank.confident(matches)
+        message = reading.message(line)
+        matches = rank.rank(message, around, chained)
+        sure = alternatives.narrow(rank.confident(matches), matches, message,
+                                   f"{around}\n{chained}")
         if sure and not _goes_on(sure[0]):
             if survived is not None:
                 return reading, line, sure + [m for m in survived[1] if m.id not in
@@ -120,7 +122,9 @@ def _hint_near_root(reading):
         line = reading.lines[index]
         if line.kind not in ("other", "warning") or not line.text.strip():
             continue
-        sure = rank.confident(rank.rank(_with_last(reading.lines, index), reading.context(line)))
+        message, around = _with_last(reading.lines, index), reading.context(line)
+        matches = rank.rank(message, around)
+        sure = alternatives.narrow(rank.confident(matches), matches, message, around)
         if sure and not _goes_on(sure[0]):
             return line, sure
     return None
@@ -191,16 +195,50 @@ def _print(matches, reading, line, args) -> int:
     root = reading.root if reading and not reading.single else None
     read = line if reading and not reading.single else None
     found = _look_here(matches, args) if args.here else {}
+    group = alternatives.group(matches[0].shared) if matches[0].shared else None
     if args.json:
+        shared = {} if group is None else {"shared": {
+            "id": group.id, "what": group.what, "modes": [m.id for m in matches if m.shared],
+            "which": group.which, "sources": list(group.sources)}}
         print(json.dumps({
             "schema": "dsenv.explain/1", "root": _line_json(root), "read": _line_json(read),
-            "matches": [_match_json(m, found.get(id(m))) for m in matches]}, indent=2))
+            **shared, "matches": [_match_json(m, found.get(id(m))) for m in matches]},
+            indent=2))
         return 0
+    members = [m for m in matches if m.shared]
+    if group is not None:
+        print(render_group(group, members, read, root, found if args.here else None))
+        read = root = None  # said once, above the members
     for index, match in enumerate(matches):
-        if index:
+        if index or group is not None:
             print()
-        print(render(match, read, root, found.get(id(match))))
+        label = f"[{index + 1} of {len(members)}] " if match.shared else ""
+        print(label + render(match, read, root, found.get(id(match))))
     return 0
+
+
+def render_group(group, members, read=None, root=None, found=None) -> str:
+    """The head of an answer whose line several causes share: what the words establish, the
+    line read, what tells the causes apart, and (with --here) which this node shows."""
+    lines = [f"{len(members)} known causes share these words ({group.id}): {group.what}; the "
+             "text alone cannot tell which"]
+    para = _para
+    if read is not None:
+        lines.append(para("read", f"line {read.number}: {read.text.strip()[:300]}"))
+        if root is not None and root is not read:
+            lines.append(para("root", f"line {root.number} (no known cause): "
+                                      f"{root.text.strip()[:300]}"))
+    lines.append(para("causes", ", ".join(m.id for m in members)))
+    lines.append(para("which", group.which))
+    if found is not None:
+        lines.append(para("here", here.which_here(members, found)))
+    lines += [para("seen" if i == 0 else "", src) for i, src in enumerate(group.sources)]
+    return "\n".join(lines)
+
+
+def _para(label: str, text: str) -> str:
+    return textwrap.fill(text, width=96, initial_indent=f"  {label:<8}",
+                         subsequent_indent=" " * 10)
 
 
 def _look_here(matches, args) -> dict[int, list[str]]:
@@ -277,10 +315,7 @@ def sources(m: rank.Match) -> tuple[str, ...]:
 
 
 def render(match: rank.Match, read=None, root=None, here: list[str] | None = None) -> str:
-    def para(label: str, text: str) -> str:
-        return textwrap.fill(text, width=96, initial_indent=f"  {label:<8}",
-                             subsequent_indent=" " * 10)
-
+    para = _para
     lines = [f"{match.id}: {title(match)}"]
     if read is not None:
         lines.append(para("read", f"line {read.number}: {read.text.strip()[:300]}"))

@@ -85,3 +85,24 @@ def look(match: rank.Match, ctx: Context, results: dict[str, Result]) -> list[st
         lines.append(f"fix here: {result.fix}")
         lines += [line for line in result.evidence if line.startswith("here: ")]
     return lines
+
+
+def which_here(members: list[rank.Match], found: dict[int, list[str]]) -> str:
+    """One sentence: which of several causes that share a text this node shows, from what
+    ``look`` found for each (``found``: id(match) -> its lines)."""
+    def said(m: rank.Match, *statuses: Status) -> bool:
+        return any(line.startswith(VERDICT[s]) for line in found.get(id(m), ())
+                   for s in statuses)
+
+    present = [m.id for m in members if said(m, Status.FAIL)]
+    healthy = [m.id for m in members if said(m, Status.OK, Status.INFO)]
+    unseen = [m.id for m in members if m.id not in present and m.id not in healthy]
+    if len(present) == 1:
+        return f"of these causes, this node shows {present[0]}"
+    if present:
+        return f"this node shows several of them: {', '.join(present)}"
+    parts = [f"not found here: {', '.join(healthy)}"] if healthy else []
+    if unseen:
+        parts.append(f"not decided here: {', '.join(unseen)}")
+    return ("none of them is present on this node (" + "; ".join(parts) + "): run "
+            "`dsenv explain --here` on the node and in the environment that failed")

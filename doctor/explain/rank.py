@@ -93,6 +93,7 @@ class Match:
     context: list[str] = field(default_factory=list)  # patterns seen only around it
     why: list[str] = field(default_factory=list)  # the evidence, in words
     parsed: list[str] = field(default_factory=list)  # what a family parser extracted
+    shared: str = ""  # the group of causes whose words the line shares (alternatives.py)
 
     @property
     def id(self) -> str:

@@ -1,0 +1,95 @@
+"""Words several causes share: when the text cannot tell which, say so and list them.
+
+Some error texts were settled as different causes in different threads: "We couldn't connect
+to 'https://huggingface.co'" on a compute node without internet, behind a site proxy, and
+during an outage of the Hub. Naming the likeliest one would be wrong as often as not, so when
+the best cause of a line belongs to such a group (alternatives.toml), the line holds the
+group's shared words, and no member's telling evidence is in the line or around it, the answer
+is the group: every member, the ranked best first, each with its cause, fix and check, and what
+tells them apart. Telling evidence (a ProxyError, a 503) names its member alone.
+
+Each group's members have verbatim texts with the shared words from threads that settled each
+cause (tests/fixtures/explain_shared/, checked against this table by tests/test_explain_shared.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from dsenv.data import load_table
+from dsenv.doctor import catalogue
+from dsenv.doctor.explain import rank
+
+FLAGS = re.IGNORECASE | re.MULTILINE
+
+
+@dataclass(frozen=True)
+class Group:
+    id: str
+    what: str  # what the shared words do establish
+    words: tuple[str, ...]  # the shared words (regexes)
+    modes: tuple[str, ...]  # the member causes, in the order they are listed
+    tells: dict  # member id -> regexes that single it out
+    which: str  # how to find out which it is
+    sources: tuple[str, ...]  # threads that settled each member for these words
+
+    def says(self, text: str) -> bool:
+        return any(re.search(p, text, FLAGS) for p in self.words)
+
+    def told(self, text: str) -> list[tuple[str, str]]:
+        """(member, pattern) for each member whose telling evidence ``text`` holds."""
+        return [(member, p) for member in self.modes for p in self.tells.get(member, ())
+                if re.search(p, text, FLAGS)]
+
+
+@cache
+def groups() -> tuple[Group, ...]:
+    rows = load_table("dsenv.doctor.explain", "alternatives.toml")["group"]
+    return tuple(Group(r["id"], r["what"], tuple(r["words"]), tuple(r["modes"]),
+                       {k: tuple(v) for k, v in r.get("tells", {}).items()}, r["which"],
+                       tuple(r["sources"])) for r in rows)
+
+
+def group(group_id: str) -> Group | None:
+    return next((g for g in groups() if g.id == group_id), None)
+
+
+def narrow(sure: list[rank.Match], ranked: list[rank.Match], message: str,
+           around: str = "") -> list[rank.Match]:
+    """``sure`` (a line's confident matches, best first) as the answer: unchanged, one member
+    a telling pattern singles out, or the best's group (each member's match carries
+    ``shared``, the group id)."""
+    if not sure or sure[0].mode is None:
+        return sure
+    best = sure[0]
+    for g in groups():
+        if best.id not in g.modes or not g.says(message):
+            continue
+        told = g.told(message) or g.told(around)
+        if told:
+            member, pattern = told[0]
+            if any(m == best.id for m, _ in told):
+                return sure
+            chosen = _match(member, ranked, best.score)
+            chosen.why.append(f"tells it apart from {best.id}: {pattern!r}")
+            return [chosen] + [m for m in sure if m.id != member]
+        members = [best] + [_match(m, ranked, best.score) for m in g.modes if m != best.id]
+        for m in members:
+            m.shared = g.id
+            if m is not best:
+                m.why.append(f"shares these words with {best.id} ({g.id})")
+        return members + [m for m in sure if m.id not in g.modes]
+    return sure
+
+
+def _match(mode_id: str, ranked: list[rank.Match], score: float) -> rank.Match:
+    """The ranked match of ``mode_id``, else a new one at ``score``: the shared words are its
+    evidence as much as the best's."""
+    for m in ranked:
+        if m.id == mode_id:
+            m.score = max(m.score, score)
+            return m
+    mode = catalogue.mode(mode_id)
+    return rank.Match(score, mode=mode, matched=[], why=[])

@@ -1,0 +1,172 @@
+"""Words several causes share (doctor/explain/alternatives.toml, issue 23): where threads
+settled the same error text as different causes, `dsenv explain` lists the causes and what
+tells them apart instead of naming one.
+
+The table is checked against real texts (tests/fixtures/explain_shared/rows.jsonl: for each
+group, a verbatim text with the shared words from a thread that settled each member): every
+member has one, from its own thread, and explain answers each with the group; a member's
+telling evidence names that member alone (the healthy twin: the answer is one cause again);
+a text without the shared words is no group's (the probe finds nothing)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor import catalogue
+from dsenv.doctor.explain import alternatives
+from dsenv.doctor.explain.command import explain_text
+from tests.harness.cli import dsenv, explain
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ROWS = [json.loads(line) for line in
+        (FIXTURES / "explain_shared" / "rows.jsonl").read_text().splitlines() if line.strip()]
+SYMPTOMS = [json.loads(line) for path in sorted((FIXTURES / "explain_symptoms").glob("*.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+def answer(text: str) -> tuple[str, list[str]]:
+    """(the group id or "", the causes explain gives, first first)."""
+    _, _, sure, _ = explain_text(text)
+    return (sure[0].shared if sure else ""), [m.id for m in sure]
+
+
+def test_the_table_names_catalogue_modes_and_compiles():
+    assert alternatives.groups()
+    for g in alternatives.groups():
+        assert len(g.modes) >= 2 and len(set(g.modes)) == len(g.modes), g.id
+        assert all(catalogue.mode(m) is not None and catalogue.mode(m).id == m for m in g.modes)
+        assert set(g.tells) <= set(g.modes), g.id
+        for p in (*g.words, *(p for ps in g.tells.values() for p in ps)):
+            re.compile(p)
+        assert g.which and all(s.startswith("https://") for s in g.sources), g.id
+    ids = [g.id for g in alternatives.groups()]
+    assert len(ids) == len(set(ids))
+
+
+def test_every_member_has_a_settled_thread_with_the_shared_words():
+    """Each member's row holds the words and none of any member's telling evidence; the
+    group's sources are exactly its rows' threads, one thread per row."""
+    by_group = collections.defaultdict(lambda: collections.defaultdict(set))
+    for row in ROWS:
+        g = alternatives.group(row["group"])
+        assert g is not None and row["mode"] in g.modes, row["url"]
+        assert g.says(row["text"]) and not g.told(row["text"]), row["url"]
+        by_group[g.id][row["mode"]].add(row["url"])
+    for g in alternatives.groups():
+        missing = [m for m in g.modes if not by_group[g.id][m]]
+        assert not missing, f"{g.id}: no settled thread with the shared words for {missing}"
+        urls = [u for urls in by_group[g.id].values() for u in urls]
+        assert len(urls) == len(set(urls)), f"{g.id}: one thread settled two causes?"
+        assert set(g.sources) == set(urls), g.id
+
+
+def test_rows_come_from_threads_the_measured_sets_do_not_hold():
+    held = {json.loads(line)["url"] for name in ("explain_corpus", "explain_holdout")
+            for line in (FIXTURES / name / "messages.jsonl").read_text().splitlines()
+            if line.strip()}
+    assert not {r["url"] for r in ROWS} & held
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['group']}:{r['mode']}@{r['url'][19:]}")
+def test_explain_answers_a_shared_text_with_its_group(row):
+    group, causes = answer(row["text"])
+    g = alternatives.group(row["group"])
+    assert group == g.id and set(g.modes) <= set(causes), causes
+    assert row["mode"] in causes
+
+
+def test_telling_evidence_names_its_member_alone():
+    """Each telling pattern is grounded in that member's own symptoms (a real text that holds
+    it); the group's shared text with that symptom chained above it (transformers raises its
+    OSError from the request's exception) is answered with the member alone."""
+    symptoms = collections.defaultdict(list)
+    for s in SYMPTOMS:
+        symptoms[s["mode"]].append(s["text"])
+    told = 0
+    for g in alternatives.groups():
+        shared = next(r["text"] for r in ROWS if r["group"] == g.id)
+        for member, patterns in g.tells.items():
+            for p in patterns:
+                texts = [t for t in symptoms[member] if re.search(p, t, alternatives.FLAGS)]
+                assert texts, f"{g.id}: no symptom of {member} holds {p!r}"
+                for text in texts:
+                    group, causes = answer(f"{text}\n\nThe above exception was the direct cause "
+                                           f"of the following exception:\n\n{shared}")
+                    assert not group and causes[0] == member, (member, causes)
+                    told += 1
+    assert told
+
+
+def test_a_text_without_the_shared_words_is_no_groups():
+    # the member's own specific words (a 503 from the Hub) name it; a code error names nothing
+    group, causes = answer("requests.exceptions.HTTPError: 503 Server Error: Service "
+                           "Unavailable for url: https://huggingface.co/api/models/gpt2")
+    assert not group and causes[:1] == ["hf.hub-transient-outage"]
+    assert answer("ValueError: too many values to unpack (expected 2)") == ("", [])
+
+
+HUB_UNREACHABLE = ("OSError: We couldn't connect to 'https://huggingface.co' to load this file, "
+                   "couldn't find it in the cached files and it looks like gpt2 is not the path "
+                   "to a directory containing a file named config.json.")
+
+
+def test_the_answer_says_what_tells_the_causes_apart():
+    done = dsenv("explain", HUB_UNREACHABLE)
+    assert done.returncode == 0, explain(done)
+    g = alternatives.group("hub-unreachable")
+    head = done.stdout.split("\n\n", 1)[0]
+    assert head.startswith(f"{len(g.modes)} known causes share these words (hub-unreachable)")
+    assert "the text alone cannot tell which" in head and "which" in head
+    assert all(m in head for m in g.modes) and all(s in head for s in g.sources)
+    for i, m in enumerate(g.modes, 1):
+        assert f"[{i} of {len(g.modes)}] {m}: " in done.stdout
+    data = json.loads(dsenv("explain", "--json", HUB_UNREACHABLE).stdout)
+    assert data["shared"]["id"] == "hub-unreachable"
+    assert data["shared"]["modes"] == [m["id"] for m in data["matches"]] == list(g.modes)
+
+
+CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens, the connect is refused
+OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")  # conftest's
+
+
+@pytest.mark.parametrize("case, env, shows", [
+    # a job's node that reaches nothing: the node without internet
+    ("no internet", {"HF_ENDPOINT": CLOSED}, "cache.hf-online-on-offline-node"),
+    # the job's environment sends the Hub through a proxy that does not answer
+    ("proxy down", {"HF_ENDPOINT": "https://192.0.2.1", "HTTPS_PROXY": CLOSED,
+                    "https_proxy": CLOSED}, "hf.proxy-required"),
+    # the healthy twin: offline mode set, the loaders never reach out
+    ("offline set", {"HF_ENDPOINT": CLOSED, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                     "TRANSFORMERS_OFFLINE": "1"}, None),
+])
+def test_here_says_which_cause_this_node_shows(tmp_path, case, env, shows):
+    """--here runs each member's check in this job (a Slurm allocation, as the environment
+    says): cache.offline tells a node without internet from a proxy that does not answer."""
+    env = {"SLURM_JOB_ID": "7", "HF_HOME": str(tmp_path / "hf"), "NO_PROXY": "",
+           "no_proxy": "", **env}
+    done = dsenv("explain", "--here", "--env", sys.executable, HUB_UNREACHABLE, env=env,
+                 drop=OFFLINE)
+    assert done.returncode == 0, explain(done)
+    head = " ".join(done.stdout.split("\n\n", 1)[0].split())
+    if shows:
+        assert f"here of these causes, this node shows {shows}" in head, head
+    else:
+        assert ("here none of them is present on this node (not found here: "
+                "cache.hf-online-on-offline-node, hf.proxy-required)") in head, head
+
+
+def test_here_without_a_check_that_decides_says_so(tmp_path):
+    """A login node (no allocation): the check only reports facts, so nothing is decided
+    there and the answer sends the user to the node that failed."""
+    done = dsenv("explain", "--here", "--env", sys.executable, HUB_UNREACHABLE,
+                 env={"HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": CLOSED},
+                 drop=("SLURM_JOB_ID", *OFFLINE))
+    head = " ".join(done.stdout.split("\n\n", 1)[0].split())
+    assert "none of them is present on this node" in head and "on the node and in the " \
+        "environment that failed" in head, head
