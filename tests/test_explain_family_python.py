@@ -167,3 +167,89 @@ def test_transformers_asking_for_accelerate_before_device_map():
     assert python.read("ImportError: Using `bitsandbytes` 8-bit quantization requires "
                        "Accelerate: `pip install accelerate` and the latest version of "
                        "bitsandbytes") == []
+
+
+def _modes(text: str) -> dict[str, dict[str, str]]:
+    return {r.mode: dict(r.parts) for r in python.read(text)}
+
+
+# Verbatim from https://github.com/triton-lang/triton/issues/5471 (bitsandbytes before 0.45.1
+# imports triton.ops, which triton 3.2 removed) and https://github.com/huggingface/peft/issues/
+# 2116 (peft 0.13 imports huggingface_hub.errors, which hub 0.19.4 does not have yet).
+TRITON_OPS = """File ~/.local/lib/python3.13/site-packages/bitsandbytes/__init__.py:15
+      6 from . import research, utils
+---> 15 from .nn import modules
+ModuleNotFoundError: No module named 'triton.ops'"""
+HUB_ERRORS = """File /dccstor/geofm-finetuning/francescmartiescofet/masters-thesis/.pixi/envs/default/lib/python3.12/site-packages/peft/utils/loftq_utils.py:26
+     [24] import torch
+     [25] from huggingface_hub import snapshot_download
+     [26] from huggingface_hub.errors import HFValidationError
+     [27] from huggingface_hub.utils import LocalEntryNotFoundError
+     [28] from safetensors import SafetensorError, safe_open
+
+ModuleNotFoundError: No module named 'huggingface_hub.errors'"""
+
+
+def test_a_submodule_of_an_installed_package_is_two_releases_apart_not_missing():
+    got = _modes(TRITON_OPS)
+    assert got == {"env.package-version-mismatch": {
+        "package": "triton", "module": "triton.ops", "importer": "bitsandbytes"}}
+    assert first_cause(TRITON_OPS) == "env.package-version-mismatch"
+    got = _modes(HUB_ERRORS)
+    assert got == {"hf.hub-version-api-removed": {
+        "package": "huggingface_hub", "module": "huggingface_hub.errors", "importer": "peft"}}
+    assert first_cause(HUB_ERRORS) == "hf.hub-version-api-removed"
+    # the line alone, as mlx-examples#994 and bitsandbytes#328 posted it
+    assert first_cause("ModuleNotFoundError: No module named 'huggingface_hub.utils._errors'") \
+        == "hf.hub-version-api-removed"
+    assert first_cause("ModuleNotFoundError: No module named 'triton.ops.matmul_perf_model'") \
+        == "env.package-version-mismatch"
+    # healthy twins: the package itself absent is still missing; a namespace (google.protobuf:
+    # protobuf missing), pip's unrelated "apex", a Megatron source tree, DeepSpeed's ops built
+    # on first use, and a module of the user's own code are not a version mismatch
+    assert set(_modes("ModuleNotFoundError: No module named 'triton'")) == {"env.package-missing"}
+    for text in ("No module named 'google.protobuf'", "No module named 'apex.amp'",
+                 "No module named 'megatron.core'", "No module named 'deepspeed.ops.adam'",
+                 "No module named 'mymodels.llama'"):
+        assert "env.package-version-mismatch" not in _modes(text), text
+
+
+# Verbatim from https://github.com/dstackai/dstack/pull/1851: trl's SFTTrainer (a release
+# newer than the installed transformers) passes processing_class to its base, Trainer.
+TRL_OVER_OLD_TRANSFORMERS = """[rank0]: Traceback (most recent call last):
+[rank0]:   File "/workflow/trl/examples/scripts/sft.py", line 95, in <module>
+[rank0]:     trainer = SFTTrainer(
+[rank0]:   File "/opt/conda/envs/workflow/lib/python3.10/site-packages/huggingface_hub/utils/_deprecation.py", line 101, in inner_f
+[rank0]:     return f(*args, **kwargs)
+[rank0]:   File "/opt/conda/envs/workflow/lib/python3.10/site-packages/transformers/utils/deprecation.py", line 165, in wrapped_func
+[rank0]:     return func(*args, **kwargs)
+[rank0]:   File "/opt/conda/envs/workflow/lib/python3.10/site-packages/trl/trainer/sft_trainer.py", line 409, in __init__
+[rank0]:     super().__init__(
+[rank0]: TypeError: Trainer.__init__() got an unexpected keyword argument 'processing_class'"""
+
+
+def test_a_keyword_one_package_passes_another_that_refuses_it():
+    got = _modes(TRL_OVER_OLD_TRANSFORMERS)["env.package-version-mismatch"]
+    assert got == {"caller": "trl", "api": "Trainer.__init__", "keyword": "processing_class"}
+    assert first_cause(TRL_OVER_OLD_TRANSFORMERS) == "env.package-version-mismatch"
+    # the keyword written in the package's own call (transformers calling accelerate)
+    text = ('  File "/x/lib/python3.10/site-packages/transformers/trainer.py", line 1990, in '
+            '_wrap_model\n    if self.accelerator.unwrap_model(model, keep_torch_compile=False) '
+            'is not model:\nTypeError: Accelerator.unwrap_model() got an unexpected keyword '
+            "argument 'keep_torch_compile'")
+    assert _modes(text)["env.package-version-mismatch"]["caller"] == "transformers"
+    # healthy twins: the user's own code passing the keyword (bollossom/GAC#3), and a package
+    # frame that only forwards the caller's **kwargs (the user's argument), are the code's
+    own = """Traceback (most recent call last):
+  File "main.py", line 151, in <module>
+    parallel_model =  msresnet18(num_classes=100,T=6)
+  File "/home/GAC-main/CODE/CIFAR/models/MS_ResNet.py", line 164, in _resnet
+    model = ResNet(block, layers, **kwargs)
+TypeError: __init__() got an unexpected keyword argument 'T'"""
+    forwarded = ('  File "/x/site-packages/transformers/modeling_utils.py", line 3832, in '
+                 'from_pretrained\n    model = cls(config, *model_args, **model_kwargs)\n'
+                 "TypeError: LlamaForCausalLM.__init__() got an unexpected keyword argument "
+                 "'use_flash_attn'")
+    for text in (own, forwarded):
+        assert "env.package-version-mismatch" not in _modes(text), text
+        assert first_cause(text) == "", text

@@ -9,7 +9,11 @@ by the build family, families/build.py; which torch xFormers was built for, by t
   that binary needs);
 - a build that cannot import torch inside pip's or uv's isolated build environment;
 - a name NumPy removed (1.24's aliases, 2.0's expired names) that a package still uses;
-- setuptools/pip older than the interpreter (Python 3.12 removed pkgutil.ImpImporter).
+- setuptools/pip older than the interpreter (Python 3.12 removed pkgutil.ImpImporter);
+- one package of the stack calling another as another release has it: a submodule of an
+  installed package that is not there (``No module named 'triton.ops'``: the package is
+  importable, the module moved or is not added yet), and a keyword a package's own frame
+  passes to a callee that refuses it.
 """
 
 from __future__ import annotations
@@ -75,6 +79,71 @@ def _numpy_name(message: str) -> tuple[str, str] | None:
             return m.group(0), f"np.{name} (removed in NumPy 1.24)"
     return None
 
+# A submodule of a package of the stack that is not there while the package is: the module
+# moved or was removed (triton 3.2's triton.ops that bitsandbytes < 0.45.1 imports,
+# huggingface_hub 0.25's utils._errors) or is not added yet (huggingface_hub.errors before
+# 0.23): the importing package and the imported one are from releases that do not go together.
+# Not: google (a namespace: google.protobuf is protobuf missing), apex (pip's unrelated "apex"
+# package), megatron (a source tree on the path), deepspeed.ops (ops built on first use).
+SUBMODULE = re.compile(r"No module named [`'‘](?P<root>\w+)\.(?P<sub>[\w.]+)['’`]")
+NOT_MOVED = frozenset({"google", "apex", "megatron"})
+HUB = "huggingface_hub"
+
+
+def moved_module(message: str, stack: frozenset[str]) -> Reading | None:
+    for m in SUBMODULE.finditer(message):
+        root, sub = m["root"], m["sub"]
+        if root not in stack | {HUB} or root in NOT_MOVED \
+                or (root == "deepspeed" and sub.startswith("ops")):
+            continue
+        mode = "hf.hub-version-api-removed" if root == HUB else "env.package-version-mismatch"
+        return reading(FAMILY, mode, m.group(0), package=root, module=f"{root}.{sub}",
+                       importer=_frame_package(message[:m.start()]))
+    return None
+
+
+# The innermost traceback frame above an exception: a file in an installed package
+# (site-packages, dist-packages) names the package whose code made the failing call.
+FRAME = re.compile(r"""File "?(?P<path>[^"\n]*?[/\\](?:site|dist)-packages[/\\](?P<pkg>\w+)"""
+                   r"""[/\\][^"\n:]*?\.py)"?(?:, line |:)\d+""")
+# Packages of the training stack whose own frames calling another's API with a keyword that
+# API refuses means two releases apart (a wrapper such as huggingface_hub's deprecation
+# decorator only forwards).
+CALLERS = frozenset({
+    "transformers", "accelerate", "trl", "peft", "deepspeed", "diffusers", "datasets",
+    "optimum", "unsloth", "lightning", "pytorch_lightning", "llamafactory", "axolotl", "swift",
+    "sentence_transformers", "vllm", "bitsandbytes"})
+REFUSED = re.compile(r"TypeError: (?P<callee>[\w.]*\w)\(\) got an unexpected keyword argument "
+                     r"[`'‘](?P<kw>\w+)['’`]")
+SUPER_INIT = re.compile(r"\bsuper\([^)]*\)\.__init__\(")
+
+
+def _frame_package(before: str) -> str:
+    frames = list(FRAME.finditer(before))
+    return frames[-1]["pkg"] if frames else ""
+
+
+def refused_keyword(message: str) -> Reading | None:
+    """A keyword the innermost frame, in an installed package of the stack, passes itself
+    (written in the source line the traceback shows, or a ``super().__init__(`` of a class
+    built on another package's) and the callee refuses. Not when the frame forwards the
+    caller's ``**kwargs`` (the user's argument), nor when the frame is the user's code."""
+    for m in REFUSED.finditer(message):
+        before = message[:m.start()]
+        frames = list(FRAME.finditer(before))
+        if not frames:
+            continue
+        frame = frames[-1]
+        source = before[frame.end():]
+        if frame["pkg"] not in CALLERS or FRAME.search(source):
+            continue
+        literal = re.search(rf"\b{m['kw']}\s*=", source)
+        parent = SUPER_INIT.search(source) and m["callee"].endswith("__init__")
+        if literal or parent:
+            return reading(FAMILY, "env.package-version-mismatch", m.group(0),
+                           caller=frame["pkg"], api=m["callee"], keyword=m["kw"])
+    return None
+
 
 def read(message: str) -> list[Reading]:
     if not message:
@@ -85,6 +154,8 @@ def read(message: str) -> list[Reading]:
     if module and module["name"] == "torch" and ISOLATED_BUILD.search(message):
         found.append(reading(FAMILY, "env.build-without-torch", module.group(0),
                              package="torch", built_in="an isolated build environment"))
+    elif moved := moved_module(message, STACK):
+        found.append(moved)
     elif absent or (module and module["name"] in STACK):
         name = (absent["name"] or absent["pkg"] or absent["acc"].lower()) if absent \
             else module["name"]
@@ -96,6 +167,8 @@ def read(message: str) -> list[Reading]:
         found.append(reading(FAMILY, "env.setuptools-too-old-for-python", imp.group(0),
                              removed="pkgutil.ImpImporter (Python 3.12)",
                              importer="pkg_resources" if "pkg_resources" in message else ""))
+    if refused := refused_keyword(message):
+        found.append(refused)
     bnb = BITSANDBYTES.search(message)
     if bnb:
         found.append(reading(FAMILY, "loader.bitsandbytes-cuda-binary", bnb.group(0),
