@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsenv.doctor.explain.families import build, programs
+from dsenv.doctor.explain.families import build, programs, python
 from tests.harness import symptoms
 
 ROWS = symptoms.rows("build")
@@ -22,10 +22,13 @@ def parts(text: str) -> list[tuple[str, dict[str, str]]]:
 
 @pytest.mark.parametrize("symptom", ROWS, ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
 def test_each_symptom_reads_as_its_mode(symptom):
-    """By the build family, or for a program missing from PATH (nvcc) by the programs one."""
-    readings = build.read(symptom["text"]) or programs.read(symptom["text"])
+    """By the build family, or for a program missing from PATH (nvcc) by the programs one, or
+    for a package of the stack another one no longer matches (triton.ops gone under
+    bitsandbytes) by the python one."""
+    text = symptom["text"]
+    readings = build.read(text) or programs.read(text) or python.read(text)
     assert symptom["mode"] in [r.mode for r in readings], [r.mode for r in readings]
-    assert all(r.family in ("build", "programs") and r.text for r in readings)
+    assert all(r.family in ("build", "programs", "python") and r.text for r in readings)
 
 
 def test_refused_arch_is_too_new_or_retired_by_the_toolkit_release():

@@ -484,3 +484,22 @@ def test_hydras_mpiexec_lines_are_printed_by_mpi():
                           "parameters")[0] == "mpi"
     assert rank.component("mpiexec: Error: unknown option \"-env\"")[0] == "mpi"
     assert rank.component("RuntimeError: CUDA error: out of memory") is None
+
+
+def test_the_frame_above_an_exception_survives_python_311_carets():
+    """Python 3.11+ underlines the failing expression ("    ^^^^^^"); the message read for an
+    exception still holds the frame it was raised in (which package made the call), the caret
+    line skipped (cpython#108541, verbatim), as without carets (DeepSpeed#5677's 3.11 frame
+    with them removed reads the same)."""
+    text = symptoms.text(symptoms.rows("python"), "cpython/issues/108541")
+    reading = logread.find_root(text)
+    message = reading.message(reading.root)
+    assert message.startswith('File "D:\\Python\\Docs\\euler\\Lib\\site-packages\\pkg_resources'
+                              '\\__init__.py", line 2191'), message
+    assert "^" not in message and message.endswith("Did you mean: 'zipimporter'?")
+    with_carets = symptoms.text(symptoms.rows("build"), "DeepSpeed/issues/5677")
+    without = "\n".join(x for x in with_carets.splitlines() if x.strip().strip("^~"))
+    assert with_carets != without
+    read = [logread.find_root(t) for t in (with_carets, without)]
+    assert read[0].message(read[0].root) == read[1].message(read[1].root)
+    assert "site-packages/deepspeed/ops/adam/cpu_adam.py" in read[0].message(read[0].root)

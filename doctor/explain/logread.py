@@ -89,6 +89,8 @@ _CHAINED = re.compile(r"^\s*(?:The above exception was the direct cause of the f
 CHAIN_SPAN = 200  # lines after a failure searched for the exceptions chained onto it
 _FRAME_FILE = re.compile(r'^\s+File "')
 _EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b:")
+_CARETS = re.compile(r"^\s*[\^~]+\s*$")  # Python 3.11+ marks the failing expression
+CARETS = 2  # caret lines skipped at most above an exception
 _WHERE = re.compile(r'", line \d+, in ')
 # A line that starts a record of its own: NCCL's host:pid:tid [dev], a log level, a timestamp.
 _NEW_RECORD = re.compile(r"^\S+:\d+:\d+ \[\d+\]|^\s*\[?(?:INFO|WARNING|ERROR|DEBUG)\b"
@@ -171,9 +173,13 @@ class Reading:
         index = line.number - 1
         before: list[str] = []
         if _EXCEPTION.match(line.text):
-            for prev in reversed(self.lines[max(0, index - 2):index]):
+            # the frame and its source line; Python 3.11's caret lines under the source line
+            # ("    ^^^^^^") are skipped, not counted, or they would push the frame out
+            for prev in reversed(self.lines[max(0, index - 2 - CARETS):index]):
+                if _CARETS.match(prev.text):
+                    continue
                 if prev.kind != "other" or not (prev.text[:1].isspace() or _WHERE.search(
-                        prev.text)):
+                        prev.text)) or len(before) == 2:
                     break
                 before.insert(0, prev.text.strip())
         after: list[str] = []
