@@ -9,8 +9,10 @@ in the mode's row.) It is *wrong* when explain gives another cause, *quiet* when
 messages should be named; NOT-ENVIRONMENT ones should stay quiet (a cause there is wrong).
 Two tables: every environment message, and those whose text can name the cause (no
 ``evidence`` field: see the corpus README). An answer that lists the causes several threads
-settled for the same words (doctor/explain/alternatives.toml) is *narrowed* when the corpus
-cause is among them (neither named nor wrong: recall counts named only), *wrong* when not.
+settled for the same words (doctor/explain/alternatives.toml) counts as named when its first
+cause is the corpus's (the column "in group" says how many named answers came so, flagged as
+words several causes share), *narrowed* when a later one is (neither named nor wrong), *wrong*
+when none is.
 
     python bench/explain_corpus.py [--misses] [--corpus FILE]
 
@@ -77,15 +79,16 @@ def main() -> int:
         got, shared = answer(row["message"])
         env = row["family"] != "NOT-ENVIRONMENT"
         named = catalogue.same_cause(got, want)
-        narrowed = any(catalogue.same_cause(s, want) for s in shared)
-        verdict = ("narrowed" if narrowed else "wrong" if shared else "named" if named
-                   else "wrong" if got else "quiet") if env else ("wrong" if got else "quiet")
+        listed = any(catalogue.same_cause(s, want) for s in shared)
+        verdict = ("named" if named else "narrowed" if listed else "wrong" if got
+                   else "quiet") if env else ("wrong" if got else "quiet")
         for name, tally in tables.items():
             if name != "every message" and row.get("evidence"):
                 continue
             for fam in (row["family"], "all environment" if env else None):
                 if fam:
                     tally[fam][verdict] += 1
+                    tally[fam]["in group"] += bool(verdict == "named" and shared)
         if (env and verdict != "named") or (not env and got):
             misses.append((row["id"], row["family"], want,
                            "|".join(shared) if shared else got or "-",
@@ -93,18 +96,18 @@ def main() -> int:
     took = time.perf_counter() - start
     for name, tally in tables.items():
         print(f"{name}:")
-        print(f"{'family':<22} {'n':>4} {'named':>6} {'recall':>7} {'narrowed':>9} {'wrong':>6} "
-              f"{'wrong%':>7}")
+        print(f"{'family':<22} {'n':>4} {'named':>6} {'recall':>7} {'in group':>9} {'narrowed':>9} "
+              f"{'wrong':>6} {'wrong%':>7}")
         order = sorted(tally, key=lambda f: (f == "all environment", f == "NOT-ENVIRONMENT", f))
         for fam in order:
             c = tally[fam]
-            n = sum(c.values())
+            n = sum(c.values()) - c["in group"]
             if fam == "NOT-ENVIRONMENT":
-                print(f"{fam:<22} {n:>4} {'quiet':>6} {c['quiet'] / n:>7.1%} {'':>9} "
+                print(f"{fam:<22} {n:>4} {'quiet':>6} {c['quiet'] / n:>7.1%} {'':>9} {'':>9} "
                       f"{c['wrong']:>6} {c['wrong'] / n:>7.1%}")
                 continue
-            print(f"{fam:<22} {n:>4} {c['named']:>6} {c['named'] / n:>7.1%} {c['narrowed']:>9} "
-                  f"{c['wrong']:>6} {c['wrong'] / n:>7.1%}")
+            print(f"{fam:<22} {n:>4} {c['named']:>6} {c['named'] / n:>7.1%} {c['in group']:>9} "
+                  f"{c['narrowed']:>9} {c['wrong']:>6} {c['wrong'] / n:>7.1%}")
         print()
     print(f"{len(rows)} messages in {took:.2f} s")
     if args.misses:

@@ -167,15 +167,15 @@ def test_corpus_recall_and_wrong_cause_rate():
 
 
 def verdict(text: str, want: str) -> str:
-    """As bench/explain_corpus.py counts: named, narrowed (the causes of a shared-words answer
-    include it: doctor/explain/alternatives.py), wrong or quiet."""
+    """As bench/explain_corpus.py counts: named (the first cause given), narrowed (a later
+    cause of a shared-words answer: doctor/explain/alternatives.py), wrong or quiet."""
     _, _, sure, _ = explain_text(text)
-    if sure and sure[0].shared:
-        return "narrowed" if any(catalogue.same_cause(m.id, want) for m in sure if m.shared) \
-            else "wrong"
     if not sure:
         return "quiet"
-    return "named" if catalogue.same_cause(sure[0].id, want) else "wrong"
+    if catalogue.same_cause(sure[0].id, want):
+        return "named"
+    listed = any(catalogue.same_cause(m.id, want) for m in sure if m.shared and sure[0].shared)
+    return "narrowed" if listed else "wrong"
 
 
 def label(row: dict) -> str:

@@ -166,7 +166,10 @@ def test_stdin_and_files_read_the_same():
     text = make_log(200)
     done = subprocess.run([sys.executable, "-m", "dsenv", "explain", "-"], text=True,
                           input=text, capture_output=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.startswith("loader.ext-built-for-other-cuda:")
+    # two causes share a missing libcudart.so.12 (doctor/explain/alternatives.toml)
+    assert done.returncode == 0 and done.stdout.startswith(
+        "2 known causes share these words (cuda-runtime-soname-missing)")
+    assert "[1 of 2] loader.ext-built-for-other-cuda:" in done.stdout
     assert "read    line 102: ImportError: [address=0.0.0.0:44627" in done.stdout
 
 
