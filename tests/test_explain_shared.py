@@ -6,7 +6,8 @@ The table is checked against real texts (tests/fixtures/explain_shared/rows.json
 group, a verbatim text with the shared words from a thread that settled each member): every
 member has one, from its own thread, and explain answers each with the group; a member's
 telling evidence names that member alone (the healthy twin: the answer is one cause again);
-a text without the shared words is no group's (the probe finds nothing)."""
+a text whose parts a family parser compares keeps its ranked cause; a text without the
+shared words is no group's (the probe finds nothing)."""
 
 from __future__ import annotations
 
@@ -101,6 +102,24 @@ def test_telling_evidence_names_its_member_alone():
                     assert not group and causes[0] == member, (member, causes)
                     told += 1
     assert told
+
+
+def test_a_text_whose_parts_the_parsers_compare_keeps_its_cause():
+    """``decided``: torch's "The current PyTorch install supports CUDA capabilities sm_37 ..."
+    lets the gpu family compare the GPU's arch with the build's list; a text with it keeps the
+    ranked cause (grounded in a member's own symptom, read above the group's shared text)."""
+    checked = 0
+    for g in alternatives.groups():
+        if not g.decided:
+            continue
+        shared = next(r["text"] for r in ROWS if r["group"] == g.id)
+        for s in SYMPTOMS:
+            if s["mode"] in g.modes and any(re.search(p, s["text"], alternatives.FLAGS)
+                                            for p in g.decided):
+                group, causes = answer(f"{s['text']}\n{shared}")
+                assert not group and causes[0] == s["mode"], (s["url"], causes)
+                checked += 1
+    assert checked
 
 
 def test_a_text_without_the_shared_words_is_no_groups():

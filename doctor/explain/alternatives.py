@@ -6,7 +6,9 @@ during an outage of the Hub. Naming the likeliest one would be wrong as often as
 the best cause of a line belongs to such a group (alternatives.toml), the line holds the
 group's shared words, and no member's telling evidence is in the line or around it, the answer
 is the group: every member, the ranked best first, each with its cause, fix and check, and what
-tells them apart. Telling evidence (a ProxyError, a 503) names its member alone.
+tells them apart. Telling evidence (a ProxyError) names its member alone; a text whose parts a
+family parser compares (torch's list of the capabilities it was built for) keeps its ranked
+cause.
 
 Each group's members have verbatim texts with the shared words from threads that settled each
 cause (tests/fixtures/explain_shared/, checked against this table by tests/test_explain_shared.py).
@@ -32,6 +34,7 @@ class Group:
     words: tuple[str, ...]  # the shared words (regexes)
     modes: tuple[str, ...]  # the member causes, in the order they are listed
     tells: dict  # member id -> regexes that single it out
+    decided: tuple[str, ...]  # regexes of texts whose parts the parsers read: the best stands
     which: str  # how to find out which it is
     sources: tuple[str, ...]  # threads that settled each member for these words
 
@@ -48,8 +51,9 @@ class Group:
 def groups() -> tuple[Group, ...]:
     rows = load_table("dsenv.doctor.explain", "alternatives.toml")["group"]
     return tuple(Group(r["id"], r["what"], tuple(r["words"]), tuple(r["modes"]),
-                       {k: tuple(v) for k, v in r.get("tells", {}).items()}, r["which"],
-                       tuple(r["sources"])) for r in rows)
+                       {k: tuple(v) for k, v in r.get("tells", {}).items()},
+                       tuple(r.get("decided", ())), r["which"], tuple(r["sources"]))
+                 for r in rows)
 
 
 def group(group_id: str) -> Group | None:
@@ -67,6 +71,8 @@ def narrow(sure: list[rank.Match], ranked: list[rank.Match], message: str,
     for g in groups():
         if best.id not in g.modes or not g.says(message):
             continue
+        if any(re.search(p, text, FLAGS) for p in g.decided for text in (message, around)):
+            return sure  # torch's supported-capabilities line: the gpu family compared them
         told = g.told(message) or g.told(around)
         if told:
             member, pattern = told[0]
