@@ -51,6 +51,32 @@ def test_list_reading_compares_the_numbers():
     assert parts(text)[0][0] == "gpu.too-old-for-torch"
 
 
+def test_warning_without_the_list_reads_the_arch_alone():
+    # Only torch's first line pasted (exllamav2#786): a GPU below Volta that a build flags was
+    # dropped by it (cu128+ wheels), so it is the GPU's age; a newer GPU is the build's top.
+    old = row("turboderp-org/exllamav2/issues/786")["text"]
+    mode, got = parts(old)[0]
+    assert (mode, got["arch"], got["build supports"]) == ("gpu.too-old-for-torch", "sm_61", "")
+    new = ("NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the "
+           "current PyTorch installation.")
+    assert parts(new)[0][0] == "gpu.torch-build-lacks-arch"
+
+
+def test_warning_wrapped_across_lines_is_read():
+    # A pasted log wrapping torch's line after "current" (Whisper-WebUI#653) is the same warning.
+    mode, got = parts(row("jhj0517/Whisper-WebUI/issues/653")["text"])[0]
+    assert (mode, got["arch"]) == ("gpu.too-old-for-torch", "sm_61")
+    assert got["build supports"].startswith("sm_70 sm_75 sm_80")
+
+
+def test_arch_in_the_list_is_not_the_failure():
+    # The healthy twin: the build lists the GPU's arch, so the warning is not this failure.
+    text = ("Tesla P100-PCIE-16GB with CUDA capability sm_60 is not compatible with the current\n"
+            "PyTorch installation.\nThe current PyTorch install supports CUDA capabilities "
+            "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90.")
+    assert not any(m.startswith("gpu.") for m, _ in parts(text))
+
+
 @pytest.mark.parametrize("cc, lo, hi, mode", [
     ("5.2", "7.5", "12.0", "gpu.too-old-for-torch"),  # below the build's floor
     ("12.0", "5.0", "9.0", "gpu.torch-build-lacks-arch"),  # a newer major than its top

@@ -86,3 +86,45 @@ def test_thread_creation_refused_outside_blas_is_the_thread_limit():
                  "INFO worker.py:1771 -- Started a local Ray instance.",
                  "INFO: started new thread for the data loader"):
         assert "system.thread-limit" not in _sure(text), text
+
+
+def test_enospc_inside_a_savers_frames_is_the_output_volume():
+    """ENOSPC in any wording raised in torch.save's or safetensors' own frames: the checkpoint's
+    volume is full (YuanGongND/ast#30, bghira/SimpleTuner#2353)."""
+    from dsenv.doctor.explain.families import system
+    for tail in ("YuanGongND/ast/issues/30", "bghira/SimpleTuner/issues/2353"):
+        text = symptoms.text(ROWS, tail)
+        assert _sure(text)[:1] == ["system.disk-full"], tail
+        got = [dict(r.parts) for r in system.read(text) if r.mode == "system.disk-full"]
+        assert got and got[0]["writer"] in ("torch.save", "safetensors"), tail
+    # safetensors >= 0.5's own wording alone
+    assert _sure("safetensors_rust.SafetensorError: Error while serializing: I/O error: No space "
+                 "left on device (os error 28)")[:1] == ["system.disk-full"]
+    # healthy twins: torch.save failing for another reason, and ENOSPC with no saver in sight
+    other = ('  File "/x/lib/python3.9/site-packages/torch/serialization.py", line 475, in _save\n'
+             "    zip_file.write_record(name, storage.data_ptr(), num_bytes)\n"
+             "TypeError: write_record(): incompatible function arguments.")
+    assert "system.disk-full" not in _sure(other)
+    assert not system.read("OSError: [Errno 28] No space left on device")
+    assert "system.disk-full" not in _sure("safetensors_rust.SafetensorError: Error while "
+                                           "serializing: I/O error: Operation not supported "
+                                           "(os error 95)")
+
+
+def test_pip_out_of_room_is_the_temporary_folder():
+    """pip's 'Could not install packages due to an OSError: [Errno 28]' is its TMPDIR (a small
+    tmpfs /tmp) filling with a wheel (pterodactyl/panel#3541, easydiffusion#1649,
+    AUTOMATIC1111/stable-diffusion-webui#16334)."""
+    from dsenv.doctor.explain.families import system
+    rows = [r for r in ROWS if r["mode"] == "system.tmp-full"]
+    assert len({r["url"] for r in rows}) >= 2
+    for r in rows:
+        assert _sure(r["text"])[:1] == ["system.tmp-full"], r["url"]
+    got = dict(system.read(rows[0]["text"])[0].parts)
+    assert (got["writer"], got["folder"]) == ("pip", "TMPDIR (default /tmp)")
+    # healthy twins: pip failing on another errno, a bare ENOSPC, and a successful install
+    for text in ("ERROR: Could not install packages due to an OSError: [Errno 13] Permission "
+                 "denied: '/usr/lib/python3/dist-packages/x'",
+                 "OSError: [Errno 28] No space left on device",
+                 "Successfully installed torch-2.3.0"):
+        assert "system.tmp-full" not in _sure(text), text

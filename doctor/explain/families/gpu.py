@@ -79,8 +79,14 @@ STUB_PATH = re.compile(r"(?:/[\w.+-]+)*/stubs/libcuda\.so\b", IC)
 QUOTED = re.compile(r"Cuda failure\s+'(?P<q>[^'\n]+)'|CUDA error:\s*(?P<c>[^\n]+)", IC)
 
 # torch's own words around a kernel or a driver problem.
-INCOMPATIBLE = re.compile(r"(?P<gpu>[^\n]*?) with CUDA capability sm_(?P<arch>\d+) is not "
-                          r"compatible with the current PyTorch installation", IC)
+# (a pasted log may wrap torch's long line anywhere after the GPU's name)
+INCOMPATIBLE = re.compile(r"(?P<gpu>[^\n]*?) with CUDA capability sm_(?P<arch>\d+) is\s+not\s+"
+                          r"compatible\s+with\s+the\s+current\s+PyTorch\s+installation", IC)
+# Without the build's list, the GPU's arch alone tells: torch wheels that lack an arch below
+# Volta (sm_70) are the ones that dropped it (cu128+ builds start at sm_70/sm_75; every older
+# wheel carried sm_60/sm_61), so such a GPU is below the build's floor; a newer GPU is above
+# the build's top.
+FLOOR_DROPPED = 70
 SUPPORTS = re.compile(r"PyTorch install supports CUDA capabilities(?P<list>(?:\s+\w+_\d+)+)", IC)
 TOO_OLD = re.compile(r"Found GPU\d+ (?P<gpu>[^\n]+?) which is of cuda capability "
                      r"(?P<cc>\d+\.\d+)[\s\S]{0,80}?no longer supports this GPU", IC)
@@ -206,7 +212,8 @@ def _arch_reading(message: str, text: str, error: str) -> Reading | None:
         arch = int(warn["arch"])
         parts = dict(gpu=warn["gpu"].split(":")[-1].strip(), arch=f"sm_{arch}",
                      build_supports=" ".join(listed["list"].split()) if listed else "")
-        if arches and arch < min(arches):  # below everything the wheel has: the GPU is too old
+        if (arches and arch < min(arches)) or (not arches and arch < FLOOR_DROPPED):
+            # below everything the wheel has: the GPU is too old
             return reading(FAMILY, "gpu.too-old-for-torch", warn.group(0), **parts)
         if arches and f"sm_{arch}" in listed["list"].split():
             return None  # the build has it: torch's warning is not this failure
