@@ -4,6 +4,8 @@ the mode its thread established; texts of other families and empty text give no 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dsenv.doctor.explain.families import gpu
@@ -331,3 +333,21 @@ def test_error_803_with_a_compat_libcuda_on_the_path():
 ])
 def test_error_803_without_the_compat_library_is_not_this_mode(text, modes):
     assert [m for m, _ in parts(text)] == modes
+
+
+def test_torchs_verdict_around_the_error_is_read_with_it():
+    """torch prints "sm_61 is not compatible ... supports sm_70 ..." once, at the first CUDA
+    call, away from the "no kernel image" error it explains (Whisper-WebUI#653, verbatim): the
+    family reads it from the lines around; with nothing around it the error alone is torch's
+    build; a verdict whose arch the build lists is not this failure."""
+    url, _, text = (Path(__file__).parent / "fixtures" / "explain"
+                    / "torch_sm61_warning_above_whisper_653.log").read_text().partition("\n")
+    error, _, around = text.partition("\n\n")
+    error = " ".join(error.split())  # as logread joins a wrapped message
+    assert "no kernel image" in error and "sm_61 is not compatible" in around
+    got = {r.mode: dict(r.parts) for r in gpu.read(error, around)}
+    assert got["gpu.too-old-for-torch"]["arch"] == "sm_61"
+    assert got["gpu.too-old-for-torch"]["build supports"].startswith("sm_70 sm_75")
+    assert [r.mode for r in gpu.read(error)] == ["gpu.torch-build-lacks-arch"]
+    listed = around.replace("sm_70 sm_75", "sm_61 sm_70 sm_75")
+    assert "gpu.too-old-for-torch" not in [r.mode for r in gpu.read(error, listed)]

@@ -243,7 +243,7 @@ def rank(message: str, around: str = "", chained: str = "") -> list[Match]:
         else:
             by_id[mode.id] = Match(linked_score, mode=mode, matched=[finding.text], why=[why])
             matches.append(by_id[mode.id])
-    for found in families.read(message):
+    for found in families.read(message, around):
         mode = catalogue.mode(found.mode)
         if mode is None:
             continue

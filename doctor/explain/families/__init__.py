@@ -4,7 +4,9 @@ refused, the Hub's host and status, the gfx target ROCm lacks ...) and maps the 
 catalogue mode they name (doctor/modes/*.toml), so that wordings and versions no catalogue
 pattern quotes are still understood.
 
-A family module has ``FAMILY`` (its name) and ``read(message) -> list[Reading]``; it imports
+A family module has ``FAMILY`` (its name) and ``read(message) -> list[Reading]``, or
+``read(message, around)`` when the lines around the failure can carry its parts (torch's "sm_61
+is not compatible" warning printed above the "no kernel image" error it explains); it imports
 nothing from the rest of explain. rank.py weighs a reading like a structural loader finding.
 The loader and linker family, which names libraries rather than modes, is ../loader.py.
 """
@@ -12,6 +14,7 @@ The loader and linker family, which names libraries rather than modes, is ../loa
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from functools import cache
 
@@ -48,10 +51,16 @@ def parsers() -> tuple:
     return tuple(found)
 
 
-def read(message: str) -> list[Reading]:
-    """Every family's readings of ``message``, each mode once (the first reading kept)."""
+@cache
+def _reads_around(parser) -> bool:
+    return len(inspect.signature(parser.read).parameters) > 1
+
+
+def read(message: str, around: str = "") -> list[Reading]:
+    """Every family's readings of ``message`` (and of ``around``, the lines near it, for the
+    parsers that take them), each mode once (the first reading kept)."""
     seen: dict[str, Reading] = {}
     for parser in parsers():
-        for r in parser.read(message):
+        for r in parser.read(message, around) if _reads_around(parser) else parser.read(message):
             seen.setdefault(r.mode, r)
     return list(seen.values())

@@ -196,8 +196,13 @@ def _kind(message: str) -> tuple[str, str, str] | None:
     return kind, text, code
 
 
-def _arch_reading(message: str, text: str, error: str) -> Reading | None:
-    """A GPU without kernels: which build lacks it, by what torch and the traceback say."""
+def _arch_reading(message: str, text: str, error: str, around: str = "") -> Reading | None:
+    """A GPU without kernels: which build lacks it, by what torch and the traceback say.
+    torch's verdict on the GPU is printed once, at the first CUDA call, often lines above the
+    error it explains: when the message lacks it, the lines around it are read for it."""
+    if around and not any(p.search(message) for p in (TOO_OLD, RANGE, INCOMPATIBLE)):
+        if any(p.search(around) for p in (TOO_OLD, RANGE, INCOMPATIBLE)):
+            return _arch_reading(f"{around}\n{message}", text, error)
     old = TOO_OLD.search(message)
     if old:  # torch's own verdict: the GPU is below the build's minimum capability
         return reading(FAMILY, "gpu.too-old-for-torch", old.group(0), gpu=old["gpu"].strip(),
@@ -274,7 +279,7 @@ def _release(version: str) -> str:
     return version.partition("+")[0]
 
 
-def read(message: str) -> list[Reading]:
+def read(message: str, around: str = "") -> list[Reading]:
     if not message:
         return []
     found: list[Reading] = []
@@ -305,7 +310,8 @@ def read(message: str) -> list[Reading]:
     if kind is None or kind[0] == "no-kernel-image":
         arch = None
         if kind is None or not NOT_TORCH_KERNELS.search(message):
-            arch = _arch_reading(message, kind[1] if kind else "", kind[1] if kind else "")
+            arch = _arch_reading(message, kind[1] if kind else "", kind[1] if kind else "",
+                                 around if kind else "")
         nvrtc = NVRTC_ARCH.search(message)
         if not arch and nvrtc and not CUPY.search(message):
             arch = reading(FAMILY, "gpu.torch-build-lacks-arch", nvrtc.group(0),
