@@ -1,11 +1,12 @@
-"""system: OS, Python, CPU, memory, /dev/shm, locked memory, open files, Slurm allocation,
-container."""
+"""system: OS, Python, CPU, memory, /dev/shm, the temporary folder, locked memory, open files,
+Slurm allocation, container."""
 
 from __future__ import annotations
 
 import os
 import platform
 import resource
+import shutil
 from pathlib import Path
 
 import psutil
@@ -16,7 +17,7 @@ from dsenv.doctor.catalogue import mode_fact, mode_finding
 from dsenv.doctor.checks.node.gpu import slurm_gpu_variables
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
-from dsenv.facts.host import cachefs, mounts
+from dsenv.facts.host import cachefs, mounts, tempdir
 from dsenv.facts.host import machine as host
 from dsenv.facts.python import target_env
 from dsenv.redact import show_variable
@@ -27,6 +28,10 @@ MIN_PYTHON = (3, 9)  # DeepSpeed's own floor
 SHM_WARN_BYTES = 1 * GIB  # NCCL and DataLoader workers keep their buffers here
 SHM_FAIL_BYTES = 256 << 20  # Docker's 64 MB default breaks NCCL's shared-memory transport
 LOW_MEMORY_BYTES = 16 * GIB
+# pip stages a wheel and builds sdists in the temporary folder: a CUDA torch or nvidia-* wheel
+# is 1-3 GB, and an Apptainer build stages whole layers there.
+TMP_WARN_BYTES = 4 * GIB
+TMP_FAIL_BYTES = 1 * GIB
 
 
 @check("system.os", "Operating system")
@@ -119,6 +124,47 @@ def dev_shm(ctx: Context):
         return mode_finding(warn, SHM, f"/dev/shm is {human}; multi-GPU jobs need several GiB",
                             here=fix)
     return ok(f"/dev/shm is {human}")
+
+
+@check("system.tmpdir", "Temporary folder room (TMPDIR)")
+def temp_folder_room(ctx: Context):
+    folder = tempdir.temp_folder(ctx)
+    if folder is None:
+        return skip("no temporary folder exists (TMPDIR, TEMP, TMP, /tmp, /var/tmp)")
+    evidence = [f"{v}: not a folder, so tempfile skips it" for v in folder.ignored]
+    if folder.free is None:
+        return skip(f"{folder.describe()}: its free space could not be read "
+                    f"(statvfs gave no answer in {tempdir.STATVFS_SECONDS:g} s)", *evidence)
+    room = f"{folder.free / GIB:.1f} GiB free of {folder.size / GIB:.1f} GiB"
+    evidence.insert(0, f"{folder.describe()}: {room}")
+    if folder.free >= TMP_WARN_BYTES:
+        return ok(f"{folder.path}: {room}", *evidence)
+    finding = fail if folder.free < TMP_FAIL_BYTES else warn
+    tmpfs = folder.mount is not None and folder.mount.fstype == "tmpfs"
+    return mode_finding(finding, "system.tmp-full",
+                        f"{folder.path} has {folder.free / GIB:.2f} GiB free"
+                        + (" (a tmpfs: RAM-backed)" if tmpfs else "")
+                        + ": pip's wheel downloads and builds, and other temporary files, "
+                        "fail with [Errno 28] No space left on device", *evidence,
+                        here=f"export TMPDIR={_roomy_folder(ctx)}")
+
+
+def _roomy_folder(ctx: Context) -> str:
+    """A folder on a file system with room for temporary files: the node's usual places."""
+    home = ctx.env.get("HOME") or os.path.expanduser("~")
+    user = ctx.env.get("USER") or "user"
+    for candidate in (f"/var/tmp/{user}", f"{home}/tmp"):
+        where = mounts.nearest_existing(ctx.path(candidate))
+        if where is not None and _free(where) >= TMP_WARN_BYTES:
+            return candidate
+    return "<a folder on a disk with several GiB free>"
+
+
+def _free(path: Path) -> int:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 0
 
 
 @check("system.noexec", "Build and cache folders allow exec")

@@ -1,0 +1,67 @@
+"""system.tmpdir: the temporary folder a job's programs write to has room (issue 23: the
+check of system.tmp-full, pip's "[Errno 28] No space left on device" while the disk has room).
+
+Built for real: a tmpfs of 64 MiB, 2 GiB and 8 GiB mounted in a private mount namespace as
+the job's TMPDIR; the probe that finds no temporary folder at all skips with the reason."""
+
+from __future__ import annotations
+
+import json
+
+from dsenv.verdicts.findings import Status
+from tests.harness.mountns import doctor_json, in_namespace, needs_namespace, result
+
+SCRIPT = """
+mkdir -p "$D/tmp"
+mount -t tmpfs -o size=$SIZE none "$D/tmp"
+TMPDIR="$D/tmp" "$PY" -m dsenv doctor --only system --json || true
+"""
+
+
+def _tmpdir(tmp_path, size: str) -> dict:
+    needs_namespace()
+    done = in_namespace(SCRIPT, env={"D": str(tmp_path), "SIZE": size}, timeout=120)
+    return result(doctor_json(done), "system.tmpdir")
+
+
+def test_a_small_tmpfs_as_tmpdir_fails_with_the_mode_and_a_folder_with_room(tmp_path):
+    found = _tmpdir(tmp_path, "64m")
+    assert found["status"] == "fail" and found["mode"] == "system.tmp-full", found
+    assert "0.06 GiB free" in found["summary"] and "a tmpfs: RAM-backed" in found["summary"]
+    assert found["evidence"][0].startswith(f"{tmp_path}/tmp (TMPDIR) on {tmp_path}/tmp (tmpfs)")
+    # the catalogue's fix, then a folder on this machine's disk, which has room
+    assert found["fix"].startswith("Point the temporary folder at a disk with room")
+    assert any(x.startswith("here: export TMPDIR=/var/tmp/") for x in found["evidence"]), found
+
+
+def test_a_tmpfs_under_four_gib_warns(tmp_path):
+    found = _tmpdir(tmp_path, "2g")
+    assert found["status"] == "warn" and found["mode"] == "system.tmp-full", found
+
+
+def test_a_tmpdir_with_room_is_ok(tmp_path):
+    found = _tmpdir(tmp_path, "8g")
+    assert found["status"] == "ok" and found["summary"].endswith("8.0 GiB free of 8.0 GiB")
+
+
+def test_no_temporary_folder_skips_with_the_reason(make_ctx, run_one, tmp_path):
+    # a node root with no /tmp, no /var/tmp, and TMPDIR set to a folder that is not there
+    ctx = make_ctx(env={"TMPDIR": "/scratch/gone"}, root=tmp_path / "empty")
+    (tmp_path / "empty").mkdir()
+    found = run_one("system.tmpdir", ctx)
+    assert found.status == Status.SKIP and "no temporary folder exists" in found.summary
+
+
+def test_explain_here_finds_the_cause_present_in_the_job(tmp_path):
+    """pip's ENOSPC (pterodactyl/panel#3541's line) explained inside the job whose TMPDIR is
+    the small tmpfs: the check runs there and finds the cause."""
+    needs_namespace()
+    text = ("ERROR: Could not install packages due to an OSError: [Errno 28] No space left on "
+            "device")
+    script = ('mkdir -p "$D/tmp"; mount -t tmpfs -o size=64m none "$D/tmp"\n'
+              'TMPDIR="$D/tmp" "$PY" -m dsenv explain --here --json "$TEXT" || true\n')
+    done = in_namespace(script, env={"D": str(tmp_path), "TEXT": text}, timeout=120)
+    first = json.loads(done.stdout)["matches"][0]
+    assert first["id"] == "system.tmp-full" and first["check"] == "system.tmpdir"
+    assert any(x.startswith("on this node system.tmpdir finds: FAIL") for x in first["here"])
+    assert "the cause is present here" in first["here"]
