@@ -313,3 +313,18 @@ def test_cudnn_header_or_library_not_found_is_cudnn_not_where_the_build_looks():
 ])
 def test_cudnn_frontend_or_a_found_cudnn_is_not_it(text):
     assert "toolkit.cudnn-headers-missing" not in [m for m, _ in parts(text)]
+
+
+def test_an_ops_missing_so_is_its_failed_build_and_an_unlinkable_one_the_shared_cache():
+    """No .so at all: the op's build failed earlier (Qwen-VL#188's import after ninja's FAILED);
+    a .so whose torch symbols do not resolve: a binary built for another torch in a shared
+    cache (jit.extensions-dir-shared); the build tag is optional (HairCLIPv2#10's path)."""
+    missing = row("QwenLM/Qwen-VL/issues/188")["text"].splitlines()[-1]
+    assert parts(missing)[0] == ("jit.op-build-failed-earlier", {
+        "build tag": "py310_cu117", "op": "fused_adam", "error": "cannot open shared object file"})
+    untagged = row("wtybest/HairCLIPv2/issues/10")["text"]
+    assert parts(untagged)[0][1]["op"] == "fused" and not parts(untagged)[0][1]["build tag"]
+    unlinkable = ("ImportError: /root/.cache/torch_extensions/py310_cu118/fused_adam/fused_adam.so"
+                  ": undefined symbol: _ZN3c104cuda9SetDeviceEi")
+    assert [m for m, _ in parts(unlinkable)] == ["jit.extensions-dir-shared"]
+    assert parts("Loading extension module fused_adam...") == []

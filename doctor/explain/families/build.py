@@ -113,8 +113,10 @@ FEATURE = re.compile(r"requires `(?P<req>(?:accelerate|peft|bitsandbytes|torch|t
                      r"datasets|deepspeed)\s*[<>=!~]=?\s*[\w.]+)`")
 CIRCULAR = re.compile(r"partially initialized module|circular import", FLAGS)
 GONE_MODULE = re.compile(r"No module named '(transformers\.deepspeed|torch\._six)'", FLAGS)
-EXT_SO = re.compile(r"torch_extensions/([^/\s]+)/(\w+)/\2\.so: (undefined symbol|cannot open "
-                    r"shared object)", FLAGS)
+EXT_SO = re.compile(r"torch_extensions/([^/\s]+)/(\w+)/\2\.so: (undefined symbol)", FLAGS)
+# The op's .so is not there at all: its build failed before the import (Qwen-VL#188, sgmse#27).
+EXT_NO_SO = re.compile(r"torch_extensions/(?:([^/\s]+)/)?(\w+)/\2\.so: (cannot open shared "
+                       r"object file): No such file or directory", FLAGS)
 EXT_DENIED = re.compile(r"Permission denied: ?'([^'\n]*torch_extensions[^'\n]*)'", FLAGS)
 BATON = re.compile(r"file_baton\.py\"?,? (?:line \d+,? )?in wait|wait \([^)\n]*file_baton\.py",
                    FLAGS)
@@ -169,6 +171,7 @@ SIMPLE = (
     (DS_IMPORT, "deepspeed.version-too-old", ("name", "module")),
     # An op's binary in the shared cache that this environment's torch cannot link.
     (EXT_SO, "jit.extensions-dir-shared", ("build_tag", "op", "error")),
+    (EXT_NO_SO, "jit.op-build-failed-earlier", ("build_tag", "op", "error")),
     (EXT_DENIED, "jit.extensions-dir-not-writable", ("path",)),
     (NINJA, "jit.ninja-missing", ()),
     # DS_BUILD_OPS with no torch in the build: before (and instead of) any op failure.
