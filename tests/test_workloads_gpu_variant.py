@@ -107,7 +107,11 @@ def test_phase_clock_splits_timed_steps_only():
     split = clock.summary(2)
     assert split["micro_steps"] == 2 and split["source"] == "host clock"
     assert {"forward_ms", "backward_ms", "optimizer_ms", "wall_ms", "other_ms"} <= set(split)
-    assert split["wall_ms"] >= split["forward_ms"] + split["backward_ms"] + split["optimizer_ms"]
+    # the phases lie within the step's wall time; each of the four figures is rounded to a
+    # microsecond, so on these microsecond-long steps the sum may pass the wall by 2 us
+    # (a fresh-clone CI run saw 0.004 vs 0.001 + 0.001 + 0.003)
+    phases = split["forward_ms"] + split["backward_ms"] + split["optimizer_ms"]
+    assert split["wall_ms"] + 0.002 >= phases
 
 
 CLIP_RUN = textwrap.dedent("""
