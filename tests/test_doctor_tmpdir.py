@@ -7,9 +7,17 @@ the job's TMPDIR; the probe that finds no temporary folder at all skips with the
 from __future__ import annotations
 
 import json
+import time
 
 from dsenv.verdicts.findings import Status
-from tests.harness.mountns import doctor_json, in_namespace, needs_namespace, result
+from tests.harness.mountns import (
+    FUSE_MOUNT,
+    doctor_json,
+    in_namespace,
+    needs_fuse,
+    needs_namespace,
+    result,
+)
 
 SCRIPT = """
 mkdir -p "$D/tmp"
@@ -42,6 +50,22 @@ def test_a_tmpfs_under_four_gib_warns(tmp_path):
 def test_a_tmpdir_with_room_is_ok(tmp_path):
     found = _tmpdir(tmp_path, "8g")
     assert found["status"] == "ok" and found["summary"].endswith("8.0 GiB free of 8.0 GiB")
+
+
+def test_a_tmpdir_on_a_file_server_that_stopped_answering_costs_the_deadline(tmp_path):
+    """statfs on a FUSE mount that never answers it blocks in the kernel (as on a hard-mounted
+    file server that stopped answering): the check's child waits its deadline and is left
+    behind, the check says it could not read the room, and the doctor exits
+    (tests/harness/fusefs.py)."""
+    needs_fuse()
+    script = FUSE_MOUNT + ('fuse_mount "$D/hung" statfs-hangs\n'
+                           'TMPDIR="$D/hung" timeout 60 "$PY" -m dsenv doctor --only system '
+                           '--json || true\n')
+    start = time.monotonic()
+    done = in_namespace(script, env={"D": str(tmp_path)}, timeout=120)
+    found = result(doctor_json(done), "system.tmpdir")
+    assert found["status"] == "skip" and "`stat -f` gave no answer in 5 s" in found["summary"]
+    assert time.monotonic() - start < 45
 
 
 def test_no_temporary_folder_skips_with_the_reason(make_ctx, run_one, tmp_path):

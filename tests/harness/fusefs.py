@@ -8,7 +8,9 @@ the kernel return that error to flock()/lockf() unchanged (fs/fuse/file.c fuse_s
 cache folder on this mount fails the way those file systems fail, for real.
 
 Usage (root, inside ``unshare -m``): ``python tests/harness/fusefs.py MOUNTPOINT LOCKS`` with LOCKS
-``enosys``, ``enolck`` or ``local`` (the kernel's own local locks: a healthy twin). It mounts
+``enosys``, ``enolck`` or ``local`` (the kernel's own local locks: a healthy twin), or
+``statfs-hangs``: local locks, and statfs is never answered (a file server that stopped
+answering: statvfs on the mount blocks until the caller dies). It mounts
 (type ``fuse.dsenvtest``), prints ``ready`` and serves until unmounted. Files live in
 memory; only what a lock probe, a write test and a directory walk need is implemented.
 """
@@ -39,7 +41,7 @@ GETLK, SETLK, SETLKW, ACCESS, CREATE, INTERRUPT, DESTROY = 31, 32, 33, 34, 35, 3
 BATCH_FORGET = 42
 POSIX_LOCKS, FLOCK_LOCKS = 1 << 1, 1 << 10
 ROOT = 1
-LOCK_ERRORS = {"enosys": errno.ENOSYS, "enolck": errno.ENOLCK, "local": 0}
+LOCK_ERRORS = {"enosys": errno.ENOSYS, "enolck": errno.ENOLCK, "local": 0, "statfs-hangs": 0}
 
 
 class Node:
@@ -50,8 +52,8 @@ class Node:
 
 
 class Server:
-    def __init__(self, fd: int, lock_error: int):
-        self.fd, self.lock_error = fd, lock_error
+    def __init__(self, fd: int, lock_error: int, statfs_hangs: bool = False):
+        self.fd, self.lock_error, self.statfs_hangs = fd, lock_error, statfs_hangs
         self.nodes = {ROOT: Node(ROOT, stat.S_IFDIR | 0o777)}
         self.next_ino = ROOT + 1
 
@@ -138,6 +140,8 @@ class Server:
             self.reply(unique, struct.pack("<II", len(data), 0))
         elif opcode == READDIR:
             self.reply(unique, b"")  # listings are empty: nothing here needs them
+        elif opcode == STATFS and self.statfs_hangs:
+            pass  # never answered: the caller waits as on a hung file server
         elif opcode == STATFS:
             self.reply(unique, KSTATFS.pack(1 << 20, 1 << 19, 1 << 19, 1 << 16, 1 << 15, 4096,
                                             255, 4096, 0))
@@ -187,7 +191,7 @@ def main(argv: list[str]) -> int:
     target, mode = argv
     fd = mount(target, LOCK_ERRORS[mode])
     print("ready", flush=True)
-    Server(fd, LOCK_ERRORS[mode]).serve()
+    Server(fd, LOCK_ERRORS[mode], statfs_hangs=mode == "statfs-hangs").serve()
     return 0
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import platform
 import resource
-import shutil
 from pathlib import Path
 
 import psutil
@@ -134,7 +133,7 @@ def temp_folder_room(ctx: Context):
     evidence = [f"{v}: not a folder, so tempfile skips it" for v in folder.ignored]
     if folder.free is None:
         return skip(f"{folder.describe()}: its free space could not be read "
-                    f"(statvfs gave no answer in {tempdir.STATVFS_SECONDS:g} s)", *evidence)
+                    f"(`stat -f` gave no answer in {tempdir.STATVFS_SECONDS:g} s)", *evidence)
     room = f"{folder.free / GIB:.1f} GiB free of {folder.size / GIB:.1f} GiB"
     evidence.insert(0, f"{folder.describe()}: {room}")
     if folder.free >= TMP_WARN_BYTES:
@@ -150,21 +149,15 @@ def temp_folder_room(ctx: Context):
 
 
 def _roomy_folder(ctx: Context) -> str:
-    """A folder on a file system with room for temporary files: the node's usual places."""
+    """A folder on a file system with room for temporary files: the node's usual places (read
+    with the same deadline: a home on a hung file server cannot stall the check)."""
     home = ctx.env.get("HOME") or os.path.expanduser("~")
     user = ctx.env.get("USER") or "user"
     for candidate in (f"/var/tmp/{user}", f"{home}/tmp"):
         where = mounts.nearest_existing(ctx.path(candidate))
-        if where is not None and _free(where) >= TMP_WARN_BYTES:
+        if where is not None and (tempdir.room(ctx, str(where))[0] or 0) >= TMP_WARN_BYTES:
             return candidate
     return "<a folder on a disk with several GiB free>"
-
-
-def _free(path: Path) -> int:
-    try:
-        return shutil.disk_usage(path).free
-    except OSError:
-        return 0
 
 
 @check("system.noexec", "Build and cache folders allow exec")

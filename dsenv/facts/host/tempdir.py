@@ -2,14 +2,14 @@
 
 Python's tempfile (pip's downloads and sdist builds, Triton's and torch's scratch files) takes
 the first of TMPDIR, TEMP, TMP that is an existing folder, else /tmp (then /var/tmp); a
-program run in the job gets the same. The room is read with statvfs in a thread with a
-deadline: a temporary folder on a hung network file system cannot stall the doctor.
+program run in the job gets the same. The room is read by coreutils' `stat -f` in a child
+with a deadline: on a hung (hard-mounted) network file system statvfs blocks in the kernel
+uninterruptibly, which a thread would carry into this process's exit; a child is killed and
+left behind.
 """
 
 from __future__ import annotations
 
-import os
-import threading
 from dataclasses import dataclass
 
 from dsenv.facts.host import mounts
@@ -40,7 +40,7 @@ def temp_folder(node: Node) -> TempFolder | None:
     candidates = [(node.env[v], v) for v in VARIABLES if node.env.get(v)]
     for path, source in [*candidates, *((d, "default") for d in DEFAULTS)]:
         if node.path(path).is_dir():
-            free, size = _room(str(node.path(path)))
+            free, size = room(node, str(node.path(path)))
             return TempFolder(path, source, free, size, mounts.mount_for(node, node.path(path)),
                               tuple(ignored))
         if source != "default":
@@ -48,19 +48,12 @@ def temp_folder(node: Node) -> TempFolder | None:
     return None
 
 
-def _room(path: str) -> tuple[int | None, int | None]:
-    answer: list[os.statvfs_result] = []
-
-    def stat() -> None:
-        try:
-            answer.append(os.statvfs(path))
-        except OSError:
-            pass  # no answer: the check says it could not read the room
-
-    worker = threading.Thread(target=stat, daemon=True)
-    worker.start()
-    worker.join(STATVFS_SECONDS)
-    if not answer:
+def room(node: Node, path: str) -> tuple[int | None, int | None]:
+    """(bytes free to an unprivileged writer, size) of ``path``'s file system; (None, None)
+    when `stat -f` fails or gives no answer within STATVFS_SECONDS."""
+    done = node.run(["stat", "-f", "-c", "%a %S %b", path], timeout=STATVFS_SECONDS)
+    try:
+        available, block, blocks = (int(x) for x in done.stdout.split())
+    except ValueError:  # no stat, an error, or the deadline passed
         return None, None
-    stats = answer[0]
-    return stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize
+    return available * block, blocks * block
