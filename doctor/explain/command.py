@@ -222,12 +222,7 @@ def render_group(group, members, read=None, root=None, found=None) -> str:
     line read, what tells the causes apart, and (with --here) which this node shows."""
     lines = [f"{len(members)} known causes share these words ({group.id}): {group.what}; the "
              "text alone cannot tell which"]
-    para = _para
-    if read is not None:
-        lines.append(para("read", f"line {read.number}: {read.text.strip()[:300]}"))
-        if root is not None and root is not read:
-            lines.append(para("root", f"line {root.number} (no known cause): "
-                                      f"{root.text.strip()[:300]}"))
+    lines += read_lines(read, root)
     lines.append(para("causes", ", ".join(m.id for m in members)))
     lines.append(para("which", group.which))
     if found is not None:
@@ -236,7 +231,19 @@ def render_group(group, members, read=None, root=None, found=None) -> str:
     return "\n".join(lines)
 
 
-def _para(label: str, text: str) -> str:
+def read_lines(read, root) -> list[str]:
+    """The line explained and, when it is not the root error, the root."""
+    if read is None:
+        return []
+    lines = [para("read", f"line {read.number}: {read.text.strip()[:300]}")]
+    if root is not None and root is not read:
+        lines.append(para("root", f"line {root.number} (no known cause): "
+                                  f"{root.text.strip()[:300]}"))
+    return lines
+
+
+def para(label: str, text: str) -> str:
+    """One labelled paragraph of an answer, wrapped at 96 columns."""
     return textwrap.fill(text, width=96, initial_indent=f"  {label:<8}",
                          subsequent_indent=" " * 10)
 
@@ -315,13 +322,8 @@ def sources(m: rank.Match) -> tuple[str, ...]:
 
 
 def render(match: rank.Match, read=None, root=None, here: list[str] | None = None) -> str:
-    para = _para
     lines = [f"{match.id}: {title(match)}"]
-    if read is not None:
-        lines.append(para("read", f"line {read.number}: {read.text.strip()[:300]}"))
-        if root is not None and root is not read:
-            lines.append(para("root", f"line {root.number} (no known cause): "
-                                      f"{root.text.strip()[:300]}"))
+    lines += read_lines(read, root)
     if match.finding:
         lines.append(para("parsed", match.finding.describe()))
     for i, parts in enumerate(match.parsed):
