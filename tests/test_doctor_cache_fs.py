@@ -9,6 +9,7 @@ import errno
 import os
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -312,3 +313,50 @@ echo ---
     assert "sqlite3.OperationalError" in sqlite, sqlite  # SQLite itself cannot work there
     assert found["status"] == "fail" and "POSIX locks fail" in found["summary"], found
     assert "[Errno 38]" in found["summary"]
+
+
+# -- a file server that stopped answering ------------------------------------------------------
+
+HUNG_RUN = FUSE_MOUNT + """
+fuse_mount "$MNT" "$MODE"
+timeout -s KILL 60 "$PY" -m dsenv doctor --only cache --skip $SKIP --json > "$OUT" || true
+"""
+
+
+def _hung_run(tmp_path, mode: str) -> tuple[dict, float]:
+    """The cache checks with HF_HOME on a FUSE mount that never answers ``mode``'s requests
+    (tests/harness/fusefs.py): (the report's results by id, seconds the doctor took)."""
+    needs_fuse()
+    out = tmp_path / "report.json"
+    start = time.monotonic()
+    done = in_namespace(HUNG_RUN, timeout=120, env={
+        "MNT": str(tmp_path / "mnt"), "MODE": mode, "OUT": str(out), "SKIP": "cache.assets",
+        "HF_HOME": str(tmp_path / "mnt" / "hf"), "HOME": str(tmp_path / "home")})
+    seconds = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    report = doctor_json(subprocess.CompletedProcess((), 0, out.read_text(), ""))
+    return {r["id"]: r for r in report["results"]}, seconds
+
+
+def test_a_lock_manager_that_stopped_answering_warns_and_the_doctor_exits(tmp_path):
+    """flock() on the mount never returns (LOCK_NB or not: the kernel waits for the server).
+    The write-and-lock test runs in a child with the probe deadline (10 s): the doctor says the
+    file system stopped answering, in each check that writes there, once per mount, and exits
+    (a thread blocked there kept the first version from exiting at all: `timeout -s KILL`
+    ended it), and no check calls it a permission problem."""
+    found, seconds = _hung_run(tmp_path, "locks-hang")
+    for check in ("cache.flock", "cache.hf-dirs", "cache.hf-repos"):
+        assert found[check]["status"] == "warn", found[check]
+        assert "gave no answer" in found[check]["summary"], found[check]
+        assert "PermissionError" not in found[check]["summary"]
+    assert found["cache.hf-repos"]["fix"].startswith("use a hub cache on a node-local disk")
+    assert any("not tried: a test under" in e for e in found["cache.flock"]["evidence"])
+    assert seconds < 40, seconds  # one deadline for the mount, not one per folder
+
+
+def test_statfs_that_never_answers_leaves_writes_judged_and_room_unread(tmp_path):
+    found, seconds = _hung_run(tmp_path, "statfs-hangs")
+    dirs = found["cache.hf-dirs"]
+    assert dirs["status"] == "ok" and dirs["summary"].endswith(
+        "(free space not read: `stat -f` gave no answer)"), dirs
+    assert found["cache.flock"]["status"] == "ok" and seconds < 40, (found["cache.flock"], seconds)

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dsenv.doctor.context import Context
+from dsenv.facts.host.mounts import nearest_existing
 from dsenv.facts.python import target_env
 from dsenv.provision.record.activation import ACTIVATE_NAME
 from dsenv.verdicts.findings import FixAction
@@ -156,10 +157,6 @@ def may_create_in(parent: Path | None) -> str | None:
     if info.st_uid != os.geteuid() and not info.st_mode & stat.S_ISVTX:
         return f"{parent} belongs to uid {info.st_uid}: dsenv creates folders only in yours"
     return None
-
-
-def nearest_existing(path: Path) -> Path | None:
-    return next((p for p in (path, *path.parents) if p.exists()), None)
 
 
 def create_dirs(paths: list[Path], env: Mapping[str, str]) -> FixAction:

@@ -23,6 +23,7 @@ from pathlib import Path
 from dsenv import proc
 from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fa
+from dsenv.facts.host import mounts
 from dsenv.facts.toolchain import extensions
 from dsenv.provision.record.activation import sh_value
 from dsenv.redact import is_secret_name
@@ -118,7 +119,7 @@ def _make_folder(path: Path, mode: int) -> bool:
     if path.is_dir():
         return False
     missing = [p for p in (path, *path.parents) if not p.exists()]
-    why_not = fa.may_create_in(fa.nearest_existing(path))
+    why_not = fa.may_create_in(mounts.nearest_existing(path))
     if why_not:
         raise FixError(why_not)
     for folder in reversed(missing):

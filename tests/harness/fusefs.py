@@ -10,7 +10,9 @@ cache folder on this mount fails the way those file systems fail, for real.
 Usage (root, inside ``unshare -m``): ``python tests/harness/fusefs.py MOUNTPOINT LOCKS`` with LOCKS
 ``enosys``, ``enolck`` or ``local`` (the kernel's own local locks: a healthy twin), or
 ``statfs-hangs``: local locks, and statfs is never answered (a file server that stopped
-answering: statvfs on the mount blocks until the caller dies). It mounts
+answering: statvfs on the mount blocks until the caller dies), or ``locks-hang``: locks are
+forwarded and never answered (a lock manager that stopped answering: flock() blocks even with
+LOCK_NB, since the kernel waits for the server's reply). It mounts
 (type ``fuse.dsenvtest``), prints ``ready`` and serves until unmounted. Files live in
 memory; only what a lock probe, a write test and a directory walk need is implemented.
 """
@@ -41,7 +43,9 @@ GETLK, SETLK, SETLKW, ACCESS, CREATE, INTERRUPT, DESTROY = 31, 32, 33, 34, 35, 3
 BATCH_FORGET = 42
 POSIX_LOCKS, FLOCK_LOCKS = 1 << 1, 1 << 10
 ROOT = 1
-LOCK_ERRORS = {"enosys": errno.ENOSYS, "enolck": errno.ENOLCK, "local": 0, "statfs-hangs": 0}
+LOCK_ERRORS = {"enosys": errno.ENOSYS, "enolck": errno.ENOLCK, "local": 0, "statfs-hangs": 0,
+               "locks-hang": 0}
+NEVER_ANSWERED = {"statfs-hangs": frozenset({STATFS}), "locks-hang": frozenset({SETLK, SETLKW})}
 
 
 class Node:
@@ -52,8 +56,8 @@ class Node:
 
 
 class Server:
-    def __init__(self, fd: int, lock_error: int, statfs_hangs: bool = False):
-        self.fd, self.lock_error, self.statfs_hangs = fd, lock_error, statfs_hangs
+    def __init__(self, fd: int, lock_error: int, never: frozenset = frozenset()):
+        self.fd, self.lock_error, self.never = fd, lock_error, never
         self.nodes = {ROOT: Node(ROOT, stat.S_IFDIR | 0o777)}
         self.next_ino = ROOT + 1
 
@@ -85,9 +89,12 @@ class Server:
         name = body.split(b"\0", 1)[0]
         if opcode in (FORGET, BATCH_FORGET, INTERRUPT):
             return True  # no reply expected
+        if opcode in self.never:
+            return True  # never answered: the caller waits as on a hung file server
         if opcode == INIT:
             major, minor, readahead, flags = struct.unpack_from("<IIII", body)
-            wanted = POSIX_LOCKS | FLOCK_LOCKS if self.lock_error else 0
+            forward = self.lock_error or SETLK in self.never
+            wanted = POSIX_LOCKS | FLOCK_LOCKS if forward else 0
             self.reply(unique, INIT_OUT.pack(7, min(minor, 31), readahead, flags & wanted,
                                              16, 12, 65536, 1, 0, 0, 0))
         elif opcode == DESTROY:
@@ -140,8 +147,6 @@ class Server:
             self.reply(unique, struct.pack("<II", len(data), 0))
         elif opcode == READDIR:
             self.reply(unique, b"")  # listings are empty: nothing here needs them
-        elif opcode == STATFS and self.statfs_hangs:
-            pass  # never answered: the caller waits as on a hung file server
         elif opcode == STATFS:
             self.reply(unique, KSTATFS.pack(1 << 20, 1 << 19, 1 << 19, 1 << 16, 1 << 15, 4096,
                                             255, 4096, 0))
@@ -191,7 +196,7 @@ def main(argv: list[str]) -> int:
     target, mode = argv
     fd = mount(target, LOCK_ERRORS[mode])
     print("ready", flush=True)
-    Server(fd, LOCK_ERRORS[mode], statfs_hangs=mode == "statfs-hangs").serve()
+    Server(fd, LOCK_ERRORS[mode], NEVER_ANSWERED.get(mode, frozenset())).serve()
     return 0
 
 

@@ -27,11 +27,14 @@ OFFLINE_FIX = "export " + " ".join(f"{name}=1" for name in OFFLINE_VARIABLES)
 
 def _describe(role: str, source: str, state: hfcache.DirState) -> str:
     where = f"{role}: {state.path} (from {source})"
+    if state.hung:
+        return f"{where}, NOT tested: {state.error}"
     if not state.exists:
         where += f", missing (created on first use under {state.existing})"
     if state.error:
         return f"{where}, NOT writable: {state.error}"
-    free = f", {state.free_bytes / GIB:.0f} GiB free" if state.free_bytes is not None else ""
+    free = f", {state.free_bytes / GIB:.0f} GiB free" if state.free_bytes is not None else \
+        ", free space not read"
     return f"{where}, writable{free}"
 
 
@@ -62,14 +65,20 @@ def hf_dirs(ctx: Context):
     for role, path in dirs.items():
         if path not in seen:
             seen.add(path)
-            states.append((role, hfcache.inspect_dir(path)))
+            states.append((role, hfcache.inspect_dir(ctx, path)))
     evidence = [_describe(role, dirs.sources[role], state) for role, state in states]
+    hung = [(role, s) for role, s in states if s.hung]
+    if hung:  # not a permission problem: nothing could be tried there
+        role, state = hung[0]
+        return warn(f"creating a file in the {role} {state.path} gave no answer: the file "
+                    "system stopped answering (a hung network mount?), and downloads there "
+                    "hang the same way", _move_fix(role, dirs), *evidence)
     broken = [(role, s) for role, s in states if not s.writable]
     if broken:
         role, state = broken[0]
         home = ctx.env.get("HOME", "")
         if dirs.sources[role] == "default" and home and not hfcache.inspect_dir(
-                Path(home)).writable:
+                ctx, Path(home)).writable:
             # the default folders live under a HOME this user cannot write (HOME=/ for an
             # arbitrary uid in a pod): every tool's cache (~/.cache, ~/.config, ~/.triton) fails
             return mode_finding(fail, "cache.xdg-cache-not-writable",
@@ -99,7 +108,10 @@ def hf_dirs(ctx: Context):
                     f"{'them' if len(missing) > 1 else 'it'} on first use, with the default "
                     f"umask (`dsenv doctor --fix` creates mode {action.mode:04o} now)",
                     *evidence, action=action)
-    return ok(f"hub cache {dirs.hub}, datasets cache {dirs.datasets}: writable", *evidence)
+    unread = " (free space not read: `stat -f` gave no answer)" if all(
+        s.free_bytes is None for _, s in states) else ""
+    return ok(f"hub cache {dirs.hub}, datasets cache {dirs.datasets}: writable{unread}",
+              *evidence)
 
 
 SHARED_CACHE_SOURCE = ("source: https://github.com/huggingface/huggingface_hub/issues/2580, "
@@ -180,6 +192,12 @@ def hf_repos(ctx: Context):
             evidence.append(f"{name}: " + ", ".join(w.role for w in repo.writes) + " writable")
         evidence += [f"{name}: {w.describe()}" for w in repo.broken]
         evidence += [f"{name}: lock file {p} not writable by you" for p in repo.stuck_locks]
+    hung = [w for r in judged for w in r.hung]
+    if hung:  # not a permission problem: nothing could be tried there
+        return warn(f"creating a file in the {hung[0].role} {hung[0].path} gave no answer: the "
+                    "file system stopped answering (a hung network mount?), and a download "
+                    "there hangs the same way", "use a hub cache on a node-local disk: export "
+                    f"HF_HUB_CACHE={SUGGESTED['HF_HUB_CACHE']}", *evidence)
     bad = [r for r in judged if not r.ok]
     if bad:
         return _unwritable(ctx, bad, me, evidence)

@@ -8,21 +8,25 @@ MIOPEN_CUSTOM_CACHE_DIR (default ``~/.cache/miopen``), both SQLite.
 Each folder is tested for real in the folder itself, or in its nearest existing parent while
 it does not exist yet (it will be created there, on the same file system): a temporary file
 is created, ``fcntl.flock(LOCK_EX|LOCK_NB)`` and ``fcntl.lockf(LOCK_EX|LOCK_NB)`` are taken
-and released on it, and it is removed. The test runs in a thread with a deadline, so a
-hung network file system costs the doctor that deadline, not the run.
+and released on it, and it is removed. The test runs in a child (lockprobe.py) with a
+deadline: a hung network file system costs the doctor that deadline, not the run (a thread
+blocked in the kernel there would keep the doctor from exiting; a child is left behind;
+where this interpreter cannot be started again, the test falls back to a thread).
+Once a folder's test hung, later folders on the same mount are not tried: each would cost
+the deadline again.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
+import json
 import os
-import tempfile
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsenv.facts.host import mounts
+from dsenv.facts.host import lockprobe, mounts
 from dsenv.facts.node import Node
 
 
@@ -107,6 +111,10 @@ class FolderTest:
     error: str | None = None  # why not, or why the test gave no answer
     flock: int | None = None  # 0: works; else the errno; None: not tried
     lockf: int | None = None
+    hung: bool = False  # no answer within the deadline: a file system that stopped answering
+    exists: bool = False  # the cache folder itself
+    owner: int | None = None  # uid of the cache folder (None while it does not exist)
+    where_owner: int | None = None  # uid of ``where``
 
     def lock_error(self) -> str:
         """'flock: [Errno 38] Function not implemented (ENOSYS)'."""
@@ -118,54 +126,49 @@ class FolderTest:
         return "; ".join(parts)
 
 
-def _try(lock) -> int:
-    try:
-        lock()
-        return 0
-    except OSError as exc:
-        return exc.errno or -1
-
-
-def _create_and_lock(where: Path) -> FolderTest:
-    try:
-        fd, name = tempfile.mkstemp(dir=where, prefix=".dsenv-lock-test-")
-    except OSError as exc:
-        return FolderTest(where, False, f"{exc.strerror or exc} ({where})")
-    try:
-        flock = _try(lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB))
-        if not flock:
-            _try(lambda: fcntl.flock(fd, fcntl.LOCK_UN))
-        lockf = _try(lambda: fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB))
-        if not lockf:
-            _try(lambda: fcntl.lockf(fd, fcntl.LOCK_UN))
-    finally:
-        os.close(fd)
-        try:
-            os.unlink(name)
-        except OSError:
-            pass
-    return FolderTest(where, True, None, flock, lockf)
-
-
 def try_folder(node: Node, path: Path) -> FolderTest:
-    """Create, lock and remove a file in ``path`` (or its nearest existing parent); once per
-    folder and doctor run, with the probe timeout as deadline."""
-    where = mounts.nearest_existing(Path(path))
-    if where is None or not where.is_dir():
-        reason = f"{where} is not a folder" if where else "no parent folder exists"
-        return FolderTest(where, False, reason)
+    """Create, lock and remove a file in ``path`` (or its nearest existing parent), in a
+    child with the probe timeout as deadline; once per folder and doctor run."""
+    path = os.path.abspath(path)
+    point = mounts.point_of(node, path)
 
     def run() -> FolderTest:
-        box: list[FolderTest] = []
-        worker = threading.Thread(target=lambda: box.append(_create_and_lock(where)), daemon=True)
-        worker.start()
-        worker.join(node.probe_timeout)
-        if box:
-            return box[0]
-        return FolderTest(where, False, f"no answer within {node.probe_timeout:.0f} s "
-                          "creating and locking a file there (a hung file system?)")
+        if point in mounts.hung_points(node):
+            return FolderTest(None, False, f"not tried: a test under {point} gave no answer "
+                              "earlier (a hung file system?)", hung=True)
+        done = node.run([sys.executable, "-I", "-S", lockprobe.__file__, path])
+        if done.not_found:  # this interpreter cannot be started again (run as another user
+            return _in_thread(node, path)  # after a fork, an embedded Python): a thread
+        if done.timed_out:
+            mounts.hung_points(node).add(point)
+            return FolderTest(None, False, f"no answer within {node.probe_timeout:.0f} s "
+                              "creating and locking a file there (a hung file system?)",
+                              hung=True)
+        try:
+            return _answer(json.loads(done.stdout))
+        except (json.JSONDecodeError, AttributeError, TypeError):
+            return FolderTest(None, False, f"the lock test failed: {done.describe()}")
 
-    return node.memo(f"{__name__}.try_folder:{os.path.realpath(where)}", run)
+    return node.memo(f"{__name__}.try_folder:{path}", run)
+
+
+def _in_thread(node: Node, path: str) -> FolderTest:
+    """The same test in a thread with the deadline: it answers as the child does, but a
+    thread blocked on a hung file system keeps the process from exiting."""
+    box: list[dict] = []
+    worker = threading.Thread(target=lambda: box.append(lockprobe.create_and_lock(path)),
+                              daemon=True, name=f"lock test {path}")
+    worker.start()
+    worker.join(node.probe_timeout)
+    if not box:
+        return FolderTest(None, False, f"no answer within {node.probe_timeout:.0f} s creating "
+                          "and locking a file there (a hung file system?)", hung=True)
+    return _answer(box[0])
+
+
+def _answer(found: dict) -> FolderTest:
+    where = found.pop("where")
+    return FolderTest(Path(where) if where else None, **found)
 
 
 @dataclass(frozen=True)
@@ -186,21 +189,19 @@ class FolderState:
 
     def describe(self) -> str:
         parts = [self.folder.describe()]
-        if not self.exists:
+        if not self.exists and not self.test.hung:
             parts.append(f"missing, created on first use in {self.test.where}")
         if self.owner is not None:
             parts.append(f"owner uid {self.owner}")
-        parts.append("writable" if self.writable else f"NOT writable: {self.test.error}")
+        parts.append("writable" if self.writable else
+                     f"NOT tested: {self.test.error}" if self.test.hung else
+                     f"NOT writable: {self.test.error}")
         if self.mount is not None:
             parts.append(f"on {self.mount.describe()}")
         return ", ".join(parts)
 
 
 def inspect(node: Node, folder: CacheFolder) -> FolderState:
-    path = Path(folder.path)
-    try:
-        exists, owner = path.is_dir(), path.stat().st_uid
-    except OSError:
-        exists, owner = False, None
-    return FolderState(folder, try_folder(node, path), exists, owner if exists else None,
-                       mounts.mount_for(node, path))
+    test = try_folder(node, folder.path)
+    mount = None if test.hung else mounts.mount_for(node, folder.path)  # realpath: stats
+    return FolderState(folder, test, test.exists, test.owner if test.exists else None, mount)

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -22,6 +20,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from dsenv.envs.launchers import HUB_OFFLINE_VARIABLES, OFFLINE_VARIABLES
+from dsenv.facts.host import cachefs, tempdir
+from dsenv.facts.node import Node
 
 TRUE_VALUES = {"1", "ON", "YES", "TRUE"}  # huggingface_hub.constants.ENV_VARS_TRUE_VALUES
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -83,32 +83,19 @@ class DirState:
     writable: bool
     error: str | None  # why a write test failed
     free_bytes: int | None
+    hung: bool = False  # the write test gave no answer: the file system stopped answering
 
 
-def nearest_existing(path: Path) -> Path | None:
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
-    return None
-
-
-def inspect_dir(path: Path) -> DirState:
-    """Present? Writable (a real temp file created and removed)? Free space?"""
-    existing = nearest_existing(path)
-    if existing is None or not existing.is_dir():
-        reason = f"{existing} is not a folder" if existing else "no ancestor exists"
-        return DirState(path, False, existing, False, reason, None)
-    try:
-        with tempfile.NamedTemporaryFile(dir=existing, prefix=".dsenv-write-test-"):
-            pass
-        writable, error = True, None
-    except OSError as exc:
-        writable, error = False, f"{exc.strerror or exc} ({existing})"
-    try:
-        free = shutil.disk_usage(existing).free
-    except OSError:
-        free = None
-    return DirState(path, existing == path, existing, writable, error, free)
+def inspect_dir(node: Node, path: Path) -> DirState:
+    """Present? Writable (a real file created, locked and removed, in a child)? Free space
+    (`stat -f`, in a child)? Both with deadlines: a hung file server costs the doctor those,
+    and the doctor still exits."""
+    test = cachefs.try_folder(node, path)
+    free = None
+    if not test.hung and test.where is not None:
+        free, _size = tempdir.room(node, str(test.where))
+    error = None if test.created else (test.error or "no file could be created")
+    return DirState(Path(path), test.exists, test.where, test.created, error, free, test.hung)
 
 
 def is_true(value: str | None) -> bool:

@@ -75,15 +75,17 @@ class FolderWrite:
     where: Path | None  # the folder tried: ``path``, or the nearest existing one above it
     error: str | None  # None: a file was created and removed there
     owner: int | None  # uid of ``where``
+    hung: bool = False  # the test gave no answer: the file system stopped answering
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
     def describe(self) -> str:
-        place = str(self.path) if self.where == self.path else \
+        place = str(self.path) if self.where in (self.path, None) else \
             f"{self.path} (not there yet: created in {self.where})"
-        state = "writable" if self.ok else f"NOT writable: {self.error}"
+        state = "writable" if self.ok else \
+            f"NOT tested: {self.error}" if self.hung else f"NOT writable: {self.error}"
         return f"{self.role} {place}, owner {owner_name(self.owner)}: {state}"
 
 
@@ -102,6 +104,10 @@ class RepoWrites:
         return not self.broken and not self.stuck_locks
 
     @property
+    def hung(self) -> list[FolderWrite]:
+        return [w for w in self.writes if w.hung]
+
+    @property
     def present(self) -> bool:
         return any(w.where == w.path for w in self.writes)
 
@@ -116,7 +122,7 @@ def uid_of(path: Path | None) -> int | None:
 def _tried(node: Node, role: str, path: Path) -> FolderWrite:
     test = cachefs.try_folder(node, path)
     error = None if test.created else (test.error or "no file could be created")
-    return FolderWrite(role, path, test.where, error, uid_of(test.where))
+    return FolderWrite(role, path, test.where, error, test.where_owner, test.hung)
 
 
 def _stuck_locks(lock_dir: Path) -> tuple[Path, ...]:

@@ -127,6 +127,21 @@ def mount_table(node: Node) -> tuple[Mount, ...]:
     return ()
 
 
+def point_of(node: Node, path: str) -> str:
+    """The mount point ``path`` lies under, from the mount table and the path's text alone
+    (resolving symlinks would touch a file system that may be hung)."""
+    path = os.path.abspath(path)
+    points = [m.point.rstrip("/") or "/" for m in mount_table(node)]
+    inside = [p for p in points if path == p or p == "/" or path.startswith(p + "/")]
+    return max(inside, key=len, default="/")
+
+
+def hung_points(node: Node) -> set[str]:
+    """Mount points where a probe in a child got no answer in this run: later probes there
+    are not tried, each would cost its deadline again (cachefs, tempdir)."""
+    return node.memo(f"{__name__}.hung_points", set)
+
+
 def nearest_existing(path: Path) -> Path | None:
     for candidate in (path, *path.parents):
         if candidate.exists():

@@ -50,8 +50,14 @@ def temp_folder(node: Node) -> TempFolder | None:
 
 def room(node: Node, path: str) -> tuple[int | None, int | None]:
     """(bytes free to an unprivileged writer, size) of ``path``'s file system; (None, None)
-    when `stat -f` fails or gives no answer within STATVFS_SECONDS."""
+    when `stat -f` fails or gives no answer within STATVFS_SECONDS (or another probe on that
+    mount gave none)."""
+    point = mounts.point_of(node, path)
+    if point in mounts.hung_points(node):
+        return None, None
     done = node.run(["stat", "-f", "-c", "%a %S %b", path], timeout=STATVFS_SECONDS)
+    if done.timed_out:
+        mounts.hung_points(node).add(point)
     try:
         available, block, blocks = (int(x) for x in done.stdout.split())
     except ValueError:  # no stat, an error, or the deadline passed
