@@ -122,6 +122,29 @@ def test_a_text_whose_parts_the_parsers_compare_keeps_its_cause():
     assert checked
 
 
+def test_a_member_the_line_holds_evidence_against_is_left_out(monkeypatch):
+    """A group applies only to the causes the line could be: a member whose own evidence
+    against (the catalogue's `against`) is in the line is not listed at the best's score.
+    bitsandbytes' "Could not load bitsandbytes native library" is evidence against a missing
+    CUDA runtime (loader.cuda-lib-missing); a group of the two over libcudart's words leaves
+    the runtime out of that line and lists it for the bare loader line (the twin)."""
+    group = alternatives.Group(
+        "test-bnb", "a CUDA runtime library was not found",
+        (r"libcudart\.so\.[0-9.]+: cannot open shared object file",),
+        ("loader.bitsandbytes-cuda-binary", "loader.cuda-lib-missing"), {}, (), "-", ())
+    monkeypatch.setattr(alternatives, "groups", lambda: (group,))
+    bnb = ("Could not load bitsandbytes native library: libcudart.so.11.0: cannot open shared "
+           "object file: No such file or directory")
+    _, causes = answer(bnb)
+    assert causes[0] == "loader.bitsandbytes-cuda-binary"
+    assert "loader.cuda-lib-missing" not in causes and not answer(bnb)[0], causes
+    # the twin: without that evidence the words are the group's, both causes listed
+    bare = ("OSError: libcudart.so.11.0: cannot open shared object file: No such file or "
+            "directory\n  File \"bitsandbytes/cextension.py\", line 22")
+    group_id, causes = answer(bare)
+    assert group_id == "test-bnb" and "loader.cuda-lib-missing" in causes, causes
+
+
 def test_a_text_without_the_shared_words_is_no_groups():
     # the member's own specific words (a 503 from the Hub) name it; a code error names nothing
     group, causes = answer("requests.exceptions.HTTPError: 503 Server Error: Service "

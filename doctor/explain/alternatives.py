@@ -81,7 +81,13 @@ def narrow(sure: list[rank.Match], ranked: list[rank.Match], message: str,
             chosen = _match(member, ranked, best.score)
             chosen.why.append(f"tells it apart from {best.id}: {pattern!r}")
             return [chosen] + [m for m in sure if m.id != member]
-        members = [best] + [_match(m, ranked, best.score) for m in g.modes if m != best.id]
+        # a member the line holds evidence against (its `against` in the catalogue) is not
+        # one of the causes these words could be here
+        others = [m for m in g.modes if m != best.id
+                  and not rank.evidence_against(catalogue.mode(m), message, around)]
+        if not others:
+            return sure
+        members = [best] + [_match(m, ranked, best.score) for m in others]
         for m in members:
             m.shared = g.id
             if m is not best:

@@ -185,7 +185,7 @@ def score_modes(message: str, around: str, chained: str = "") -> list[Match]:
             continue
         score = sum(GENERIC if p in generic else SPECIFIC for p in hits) + SPECIFIC * len(also)
         why = [f"message: {p!r}" + (" (generic)" if p in generic else "") for p in hits + also]
-        against = _against(mode, message, beyond)
+        against = evidence_against(mode, message, beyond)
         if against:
             score -= SPECIFIC * len(against)
             why.append(f"against: {against[0]!r}")
@@ -210,7 +210,7 @@ def score_modes(message: str, around: str, chained: str = "") -> list[Match]:
     return found
 
 
-def _against(mode: catalogue.Mode, message: str, around: str = "") -> list[str]:
+def evidence_against(mode: catalogue.Mode, message: str, around: str = "") -> list[str]:
     """The mode's evidence that the symptom came from elsewhere, in the message or else in
     the lines around it (shm_open's "Permission denied" two lines above NCCL's "Error while
     creating shared memory segment"; "no socket interface found" before "Failed to
@@ -236,7 +236,7 @@ def rank(message: str, around: str = "", chained: str = "") -> list[Match]:
         why = f"parsed: {finding.describe()} (libraries.toml: {finding.kind} -> {mode.id})"
         # The mode's evidence against holds for the link too (a missing libcusparse that
         # bitsandbytes' loader reports is bitsandbytes' mode, not the CUDA runtime's).
-        linked_score = STRUCTURE + 1 - SPECIFIC * len(_against(mode, message, beyond))
+        linked_score = STRUCTURE + 1 - SPECIFIC * len(evidence_against(mode, message, beyond))
         if mode.id in by_id:
             by_id[mode.id].score = max(by_id[mode.id].score, linked_score)
             by_id[mode.id].why.append(why)
@@ -252,8 +252,8 @@ def rank(message: str, around: str = "", chained: str = "") -> list[Match]:
             by_id[mode.id] = Match(0, mode=mode, matched=[found.text])
             matches.append(by_id[mode.id])
         match = by_id[mode.id]
-        match.score = max(match.score, STRUCTURE + 1 - SPECIFIC * len(_against(mode, message,
-                                                                                beyond)))
+        against = evidence_against(mode, message, beyond)
+        match.score = max(match.score, STRUCTURE + 1 - SPECIFIC * len(against))
         match.why.append(why)
         match.parsed.append(found.describe())
     return sorted(matches, key=lambda m: -m.score)
