@@ -18,4 +18,5 @@ from dsenv.doctor.checks.software import (  # noqa: F401
     python_env,
     toolkit,
     torch_build,
+    torch_extensions,
 )

@@ -33,7 +33,7 @@ from functools import cache
 from pathlib import Path
 
 from dsenv.data import load_table
-from dsenv.facts.python import sharedlibs, target_env
+from dsenv.facts.python import sharedlibs, target_env, torch_symbols
 
 _LIB = r"(lib[\w+.-]*?\.so(?:\.[\w.]+)?)"
 MISSING = re.compile(
@@ -206,19 +206,19 @@ TORCH_CUDA = re.compile(r"\+cu(?P<cu>1[0-3])\d\b|\bCUDA(?: Version| version)?:? 
                         re.IGNORECASE)
 # Libraries whose soname major is the CUDA major (libcudart.so.11.0 ships with every 11.x).
 CUDA_MAJOR_SONAME = re.compile(r"^lib(?:cudart|cublas(?:Lt)?|nvrtc)\.so\.(?P<cu>\d+)")
-# An undefined C++ symbol with a std::string ABI tag: the new ABI mangles `__cxx11`, the old
-# one `Ss`. torch's pip wheels were built with the old ABI up to 2.6 and the new one from 2.7, so
-# a missing `__cxx11` symbol is the ABI whatever the torch, but an `Ss` one is what a matching
-# build against a torch <= 2.6 asks for too: there it means "another torch release"
-# (mmdetection#3991's mmcv), and the ABI only where the text names a new-ABI torch.
-NEW_ABI = re.compile(r"__cxx11")
-OLD_ABI = re.compile(r"(?:RK|E|N)Ss(?:E|$)")
+# An undefined C++ symbol with a std::string ABI tag: the new ABI mangles `__cxx11` (or the
+# tag B5cxx11), the old one `Ss` (torch_symbols.abi_of). torch's pip wheels were built with
+# the old ABI up to 2.6 and the new one from 2.7, so a missing `__cxx11` symbol is the ABI
+# whatever the torch, but an `Ss` one is what a matching build against a torch <= 2.6 asks
+# for too: there it means "another torch release" (mmdetection#3991's mmcv), and the ABI only
+# where the text names a new-ABI torch.
 NEW_ABI_TORCH = re.compile(r"\btorch(?:==|-| |/| version:? ?)v?(?:2\.(?:[7-9]|\d\d)|[3-9]\.)\d*",
                            re.IGNORECASE)
 
 
 def _abi_shape(sym: str, text: str) -> str:
-    if NEW_ABI.search(sym) or (OLD_ABI.search(sym) and NEW_ABI_TORCH.search(text)):
+    abi = torch_symbols.abi_of(sym)  # the std::string form the symbol asks for
+    if abi == "new" or (abi == "old" and NEW_ABI_TORCH.search(text)):
         return "abi"
     return ""
 

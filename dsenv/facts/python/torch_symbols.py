@@ -1,0 +1,201 @@
+"""The C++ symbols torch exports and the ones compiled extensions ask of it, read from the files.
+
+torch has no stable C++ ABI: an extension module (flash-attn's wheel, mmcv's ops, a JIT
+build in torch_extensions) links the c10/at/torch symbols of the torch it was compiled
+against, and on import the dynamic loader looks each up in this torch's libraries; one that
+is gone stops the import with "undefined symbol: _ZN3c10...". Two causes give that text:
+another torch release (the symbol was renamed or removed), or the other C++ string ABI
+(_GLIBCXX_USE_CXX11_ABI): std::string mangles as ``NSt7__cxx1112basic_string...`` (tag
+``B5cxx11``) in the new ABI and ``Ss`` in the old one; torch's pip wheels used the old ABI up
+to 2.6 and the new one from 2.7 (pytorch/pytorch#149044), conda and NGC builds the new one.
+
+Everything is read from the ELF dynamic symbol tables (.dynsym, .dynstr, DT_NEEDED), without
+importing torch or the extension: a module whose import would fail is never loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsenv.facts.node import Node
+
+SHT_DYNAMIC, SHT_DYNSYM = 6, 11
+DT_NEEDED = 1
+# torch's own namespaces (c10, at, torch, caffe2) in a mangled name, nested or not
+TORCH_SYMBOL = re.compile(r"^_Z(?:TI|TV|TS)?N?[KVRO]*(?:3c10|2at|5torch|6caffe2)")
+NEW_ABI = re.compile(r"__cxx11|B5cxx11")  # std::__cxx11::basic_string, the abi_tag
+# the old std::string (the builtin abbreviation Ss) as a parameter or a nested name's part
+OLD_ABI = re.compile(r"(?:RK|E|N|P|K)Ss")
+TORCH_NEEDS = re.compile(r"^lib(?:c10|torch)(?:_\w+)?\.so")  # an extension of torch links these
+MAX_EXTENSIONS = 400  # compiled modules read per environment: a bound on a huge site-packages
+
+
+class ElfError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class DynamicSymbols:
+    needed: tuple[str, ...]  # DT_NEEDED sonames
+    defined: frozenset[str]
+    undefined: frozenset[str]
+
+
+def read_dynamic(path: str | os.PathLike, symbols: bool = True) -> DynamicSymbols:
+    """The dynamic symbols of a 64-bit little-endian ELF shared object: reads the headers
+    and the two tables only (an extension module can be hundreds of MB); with ``symbols``
+    False, DT_NEEDED only."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if head[:4] != b"\x7fELF" or len(head) < 64:
+            raise ElfError(f"{path} is not an ELF file")
+        if head[4] != 2 or head[5] != 1:
+            raise ElfError(f"{path} is not a 64-bit little-endian ELF file")
+        shoff, = struct.unpack_from("<Q", head, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
+        if not shoff or not shnum or shentsize < 64:
+            raise ElfError(f"{path}: no section headers")
+        f.seek(shoff)
+        table = f.read(shnum * shentsize)
+        sections = [struct.unpack_from("<IIQQQQII", table, i * shentsize) for i in range(shnum)
+                    if (i + 1) * shentsize <= len(table)]
+
+        def read(index: int) -> bytes:
+            _, _, _, _, offset, size, _, _ = sections[index]
+            f.seek(offset)
+            return f.read(size)
+
+        needed, defined, undefined = [], set(), set()
+        for index, (_, kind, _, _, _, _, link, _) in enumerate(sections):
+            if kind not in (SHT_DYNAMIC, SHT_DYNSYM) or link >= len(sections) or (
+                    kind == SHT_DYNSYM and not symbols):
+                continue
+            strings, body = read(link), read(index)
+            if kind == SHT_DYNAMIC:
+                for tag, value in struct.iter_unpack("<qQ", body[:len(body) // 16 * 16]):
+                    if tag == DT_NEEDED:
+                        needed.append(_string(strings, value))
+                continue
+            for name_at, _info8, _other, shndx, _value, _size8 in struct.iter_unpack(
+                    "<IBBHQQ", body[:len(body) // 24 * 24]):
+                if name_at:
+                    (defined if shndx else undefined).add(_string(strings, name_at))
+    return DynamicSymbols(tuple(needed), frozenset(defined), frozenset(undefined))
+
+
+def _string(strings: bytes, at: int) -> str:
+    end = strings.find(b"\0", at)
+    return strings[at:end if end >= 0 else len(strings)].decode("ascii", "replace")
+
+
+def abi_of(symbol: str) -> str:
+    """'new', 'old' or '' (the symbol carries no std::string)."""
+    if NEW_ABI.search(symbol):
+        return "new"
+    return "old" if OLD_ABI.search(symbol) else ""
+
+
+@dataclass(frozen=True)
+class TorchExports:
+    lib_dir: Path
+    symbols: frozenset[str]  # defined in torch/lib/*.so
+    abi: str  # 'new' / 'old': the string ABI torch's own c10 symbols use; '' unknown
+    unread: tuple[str, ...] = ()  # libraries that could not be read, with why
+
+
+def torch_exports(node: Node, lib_dir: Path) -> TorchExports:
+    """The symbols the libraries in torch/lib define; memoized per folder."""
+    def read() -> TorchExports:
+        symbols: set[str] = set()
+        unread = []
+        for path in sorted(Path(lib_dir).glob("lib*.so*")):
+            try:
+                symbols |= read_dynamic(path).defined
+            except (OSError, ElfError, struct.error) as exc:
+                unread.append(f"{path.name}: {exc}")
+        shapes = {abi_of(s) for s in symbols if s.startswith("_ZN3c10")} - {""}
+        abi = shapes.pop() if len(shapes) == 1 else "new" if "new" in shapes else ""
+        return TorchExports(Path(lib_dir), frozenset(symbols), abi, tuple(unread))
+
+    return node.memo(f"{__name__}.torch_exports:{lib_dir}", read)
+
+
+@dataclass(frozen=True)
+class Extension:
+    path: Path
+    missing: tuple[str, ...]  # torch symbols it asks for that torch does not define
+    abi: str  # the string ABI its torch symbols ask for ('' none carries a string)
+
+
+def _is_shared_object(name: str) -> bool:
+    return name.endswith(".so") or ".so." in name
+
+
+def _recorded(site: Path, skip: tuple[str, ...]) -> list[Path] | None:
+    """The shared objects the installed distributions' RECORD files list (reading ~200 small
+    files, where walking site-packages stats every file: seconds on a network file system);
+    None when no distribution has a RECORD."""
+    found, records = [], 0
+    try:
+        entries = list(os.scandir(site))
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.name.endswith(".dist-info"):
+            continue
+        try:
+            text = Path(entry.path, "RECORD").read_text(errors="replace")
+        except OSError:
+            continue
+        records += 1
+        if ".so" not in text:  # most distributions are pure Python
+            continue
+        for line in text.splitlines():
+            name = line.rsplit(",", 2)[0]
+            parts = name.split("/")
+            if _is_shared_object(parts[-1]) and ".." not in parts and parts[0] not in skip:
+                found.append(site / name)
+    return found if records else None
+
+
+def _walked(folder: Path, skip: tuple[str, ...] = ()) -> list[Path]:
+    found = []
+    for root, dirs, files in os.walk(folder):
+        if root == str(folder):
+            dirs[:] = [d for d in dirs if d not in skip and not d.endswith(".dist-info")]
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        found += [Path(root) / name for name in files if _is_shared_object(name)]
+    return found
+
+
+def torch_extensions(site: Path, jit_root: Path | None, skip: tuple[str, ...] = ()
+                     ) -> tuple[list[Path], int]:
+    """Compiled modules that link torch's libraries (DT_NEEDED libc10.so or libtorch*.so):
+    those the distributions in ``site`` installed (the folder walked where none has a
+    RECORD), skipping top-level folders named in ``skip``, and the JIT builds under
+    ``jit_root``; (files, files not read past MAX_EXTENSIONS)."""
+    candidates = _recorded(site, skip)
+    if candidates is None:
+        candidates = _walked(site, skip)
+    if jit_root is not None and jit_root.is_dir():
+        candidates += _walked(jit_root)
+    found = []
+    for path in candidates[:MAX_EXTENSIONS]:
+        try:
+            needed = read_dynamic(path, symbols=False).needed
+        except (OSError, ElfError, struct.error):
+            continue
+        if any(TORCH_NEEDS.match(n) for n in needed):
+            found.append(path)
+    return found, max(0, len(candidates) - MAX_EXTENSIONS)
+
+
+def judge_extension(path: Path, torch: TorchExports) -> Extension:
+    asked = [s for s in read_dynamic(path).undefined if TORCH_SYMBOL.match(s)]
+    shapes = {abi_of(s) for s in asked} - {""}
+    abi = shapes.pop() if len(shapes) == 1 else ""
+    return Extension(path, tuple(sorted(s for s in asked if s not in torch.symbols)), abi)

@@ -1,0 +1,152 @@
+"""torch.extension-symbols: compiled modules that link torch against the torch installed
+(issue 23: "undefined symbol: _ZN3c10..." read as another torch release or the other C++
+string ABI before the job imports them).
+
+Built for real: Python extension modules compiled here with gcc, linked to this torch's
+libc10.so, each calling one C++ symbol by its mangled name, the names users posted: an
+old-ABI `c10::Error` constructor (std::string as `Ss`: flash-attention#1644, LMCache#1294)
+against this new-ABI torch, `at::Tensor::device() const` that torch 2.x no longer exports
+(mmdetection#5547), and the new-ABI constructor torch does export (the healthy twin). Python
+imports each and the dynamic loader says what users saw; the doctor reads the same files."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from dsenv.doctor.context import Context, Options
+from dsenv.doctor.registry import CHECKS, all_checks
+from dsenv.doctor.runner import run_check
+from dsenv.verdicts.findings import Status
+from tests.harness.cli import dsenv
+from tests.harness.pyenvs import make_venv, site_packages
+
+torch = pytest.importorskip("torch")
+TORCH_LIB = Path(torch.__file__).parent / "lib"
+OLD_ABI_ERROR = "_ZN3c105ErrorC2ENS_14SourceLocationESs"
+NEW_ABI_ERROR = ("_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_"
+                 "traitsIcESaIcEEE")
+GONE = "_ZNK2at6Tensor6deviceEv"  # at::Tensor::device() const, inline in torch 2.x
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+SOURCE = """#include <Python.h>
+extern void {symbol}(void);  /* the C++ function, called by its mangled name */
+static PyObject *call(PyObject *self, PyObject *args) {{ {symbol}(); Py_RETURN_NONE; }}
+static PyMethodDef methods[] = {{{{"call", call, METH_NOARGS, ""}}, {{NULL, NULL, 0, NULL}}}};
+static struct PyModuleDef module = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, methods}};
+PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&module); }}
+"""
+
+
+def extension(folder: Path, name: str, symbol: str) -> Path:
+    """An extension module ``name`` in ``folder`` that links libc10.so and calls ``symbol``."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not on PATH: no extension module can be built")
+    folder.mkdir(parents=True, exist_ok=True)
+    source = folder / f"{name}.c"
+    source.write_text(SOURCE.format(symbol=symbol, name=name))
+    out = folder / f"{name}{SUFFIX}"
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
+                    str(source), "-o", str(out), f"-L{TORCH_LIB}", "-Wl,--no-as-needed",
+                    "-lc10", f"-Wl,-rpath,{TORCH_LIB}"], check=True, timeout=120)
+    source.unlink()
+    return out
+
+
+def import_error(folder: Path, name: str) -> str:
+    """What `import name` says, in a fresh interpreter: "" when it imports."""
+    done = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, "
+                           f"{str(folder)!r}); import {name}"], capture_output=True, text=True,
+                          timeout=120)
+    return done.stderr.strip().splitlines()[-1] if done.returncode else ""
+
+
+def env_with_torch(tmp_path: Path) -> Path:
+    """A venv whose torch is this one's files: its version.py and its lib folder."""
+    prefix = make_venv(tmp_path / "env")
+    package = site_packages(prefix) / "torch"
+    package.mkdir(parents=True)
+    shutil.copy(Path(torch.__file__).parent / "version.py", package / "version.py")
+    (package / "lib").symlink_to(TORCH_LIB)
+    return prefix
+
+
+def judge(tmp_path: Path, prefix: Path, extensions_dir: Path | None = None):
+    all_checks()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"),
+           "TORCH_EXTENSIONS_DIR": str(extensions_dir or tmp_path / "no-jit-builds")}
+    ctx = Context(options=Options(target="login"), env=env, python_prefix=prefix)
+    return run_check(CHECKS["torch.extension-symbols"], ctx)
+
+
+def test_an_old_abi_wheel_under_a_new_abi_torch_fails_with_the_abi(tmp_path):
+    prefix = env_with_torch(tmp_path)
+    folder = site_packages(prefix) / "flash_attn"
+    built = extension(folder, "flash_attn_2_cuda", OLD_ABI_ERROR)
+    # installed as a wheel is: its RECORD lists the module (the doctor reads RECORDs, not the
+    # whole of site-packages)
+    info = site_packages(prefix) / "flash_attn-2.7.4.post1.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text(f"flash_attn/{built.name},sha256=x,1\nflash_attn/__init__.py,,"
+                                 f"\n{info.name}/RECORD,,\n")
+    error = import_error(folder, "flash_attn_2_cuda")  # the loader's own words
+    assert error.startswith("ImportError: ") and f"undefined symbol: {OLD_ABI_ERROR}" in error
+    found = judge(tmp_path, prefix)
+    assert found.status is Status.FAIL and found.mode == "loader.ext-cxx11-abi-mismatch", found
+    assert "flash_attn was built with the old C++ string ABI" in found.summary
+    assert f"undefined symbol: {OLD_ABI_ERROR}" in found.summary
+    assert any("cxx11abiTRUE" in line for line in found.evidence), found.evidence
+
+
+def test_a_jit_build_for_another_torch_fails_with_the_release(tmp_path):
+    prefix, builds = env_with_torch(tmp_path), tmp_path / "torch_extensions"
+    extension(builds / "fused_adam", "fused_adam", GONE)
+    assert f"undefined symbol: {GONE}" in import_error(builds / "fused_adam", "fused_adam")
+    found = judge(tmp_path, prefix, builds)
+    assert found.status is Status.FAIL and found.mode == "loader.ext-built-for-other-torch", found
+    assert found.summary.startswith("the JIT build fused_adam was built against another torch")
+    assert any(f"rm -rf {builds / 'fused_adam'}" in line for line in found.evidence)
+
+
+def test_extensions_built_against_this_torch_pass(tmp_path):
+    prefix, builds = env_with_torch(tmp_path), tmp_path / "torch_extensions"
+    extension(site_packages(prefix) / "good_ext", "good_ext", NEW_ABI_ERROR)
+    extension(builds / "cpu_op", "cpu_op", NEW_ABI_ERROR)
+    assert import_error(site_packages(prefix) / "good_ext", "good_ext") == ""
+    found = judge(tmp_path, prefix, builds)
+    assert found.status is Status.OK and found.summary.startswith("2 compiled module(s) link "
+                                                                  "torch"), found
+    assert "new (_GLIBCXX_USE_CXX11_ABI=1" in found.evidence[0]
+
+
+def test_no_module_linking_torch_skips_with_the_reason(tmp_path):
+    prefix = env_with_torch(tmp_path)
+    found = judge(tmp_path, prefix)
+    assert found.status is Status.SKIP and "links torch's libraries: nothing to compare" in \
+        found.summary, found
+
+
+def test_no_torch_skips(tmp_path):
+    found = judge(tmp_path, make_venv(tmp_path / "bare"))
+    assert found.status is Status.SKIP and found.summary.startswith("torch is not installed")
+
+
+def test_explain_here_runs_the_check_on_the_environment(tmp_path):
+    """The post-mortem and the live check: the loader's line, explained with --here in the
+    environment that holds the module, names the ABI and says this node shows it."""
+    prefix = env_with_torch(tmp_path)
+    folder = site_packages(prefix) / "flash_attn"
+    extension(folder, "flash_attn_2_cuda", OLD_ABI_ERROR)
+    error = import_error(folder, "flash_attn_2_cuda")
+    done = dsenv("explain", "--here", "--env", str(prefix), error,
+                 env={"TORCH_EXTENSIONS_DIR": str(tmp_path / "none")})
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stdout.split())  # as wrapped for the terminal
+    assert "2 known causes share these words" in said, said  # the text cannot tell which
+    assert "on this node torch.extension-symbols finds: FAIL flash_attn was built with the " \
+           "old C++ string ABI" in said
+    assert "of these causes, this node shows loader.ext-cxx11-abi-mismatch" in said
