@@ -34,25 +34,37 @@ NEW_ABI_ERROR = ("_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringI
 GONE = "_ZNK2at6Tensor6deviceEv"  # at::Tensor::device() const, inline in torch 2.x
 SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 SOURCE = """#include <Python.h>
-extern void {symbol}(void);  /* the C++ function, called by its mangled name */
-static PyObject *call(PyObject *self, PyObject *args) {{ {symbol}(); Py_RETURN_NONE; }}
+{declared}
+static PyObject *call(PyObject *self, PyObject *args) {{ {calls} Py_RETURN_NONE; }}
 static PyMethodDef methods[] = {{{{"call", call, METH_NOARGS, ""}}, {{NULL, NULL, 0, NULL}}}};
 static struct PyModuleDef module = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, methods}};
 PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&module); }}
 """
 
 
-def extension(folder: Path, name: str, symbol: str) -> Path:
-    """An extension module ``name`` in ``folder`` that links libc10.so and calls ``symbol``."""
+def extension(folder: Path, name: str, symbol: str, own: str = "") -> Path:
+    """An extension module ``name`` in ``folder`` that links libc10.so and calls ``symbol``
+    (and, with ``own``, a library of its own package beside it that defines ``own``: a torch
+    namespace symbol torch does not have, as libtorchaudio.so does for torchaudio)."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not on PATH: no extension module can be built")
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / f"{name}.c"
-    source.write_text(SOURCE.format(symbol=symbol, name=name))
+    symbols = [symbol, own] if own else [symbol]  # C++ functions, called by mangled name
+    source.write_text(SOURCE.format(name=name, calls=" ".join(f"{x}();" for x in symbols),
+                                    declared="\n".join(f"extern void {x}(void);"
+                                                       for x in symbols)))
+    libs = []
+    if own:
+        (folder / "own.c").write_text(f"void {own}(void) {{}}\n")
+        subprocess.run(["gcc", "-shared", "-fPIC", str(folder / "own.c"), "-o",
+                        str(folder / "libown.so")], check=True, timeout=120)
+        (folder / "own.c").unlink()
+        libs = [f"-L{folder}", "-lown", "-Wl,-rpath,$ORIGIN"]
     out = folder / f"{name}{SUFFIX}"
     subprocess.run(["gcc", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
                     str(source), "-o", str(out), f"-L{TORCH_LIB}", "-Wl,--no-as-needed",
-                    "-lc10", f"-Wl,-rpath,{TORCH_LIB}"], check=True, timeout=120)
+                    "-lc10", f"-Wl,-rpath,{TORCH_LIB}", *libs], check=True, timeout=120)
     source.unlink()
     return out
 
@@ -113,14 +125,32 @@ def test_a_jit_build_for_another_torch_fails_with_the_release(tmp_path):
 
 
 def test_extensions_built_against_this_torch_pass(tmp_path):
+    """The twin: modules asking only for what torch defines, one also for a torch-namespace
+    symbol its own package's library defines (found beside it, as the loader finds it)."""
     prefix, builds = env_with_torch(tmp_path), tmp_path / "torch_extensions"
-    extension(site_packages(prefix) / "good_ext", "good_ext", NEW_ABI_ERROR)
+    extension(site_packages(prefix) / "good_ext", "good_ext", NEW_ABI_ERROR,
+              own="_ZN5torch5audio7computeEv")
     extension(builds / "cpu_op", "cpu_op", NEW_ABI_ERROR)
     assert import_error(site_packages(prefix) / "good_ext", "good_ext") == ""
     found = judge(tmp_path, prefix, builds)
     assert found.status is Status.OK and found.summary.startswith("2 compiled module(s) link "
                                                                   "torch"), found
     assert "new (_GLIBCXX_USE_CXX11_ABI=1" in found.evidence[0]
+
+
+def test_a_conda_layout_reads_torch_from_the_environments_lib(tmp_path):
+    """conda's pytorch keeps libc10.so and libtorch*.so in $PREFIX/lib, torch/lib empty."""
+    prefix = make_venv(tmp_path / "env")
+    package = site_packages(prefix) / "torch"
+    (package / "lib").mkdir(parents=True)
+    shutil.copy(Path(torch.__file__).parent / "version.py", package / "version.py")
+    for lib in TORCH_LIB.glob("lib*.so"):
+        (prefix / "lib" / lib.name).symlink_to(lib)
+    extension(site_packages(prefix) / "good_ext", "good_ext", NEW_ABI_ERROR)
+    extension(site_packages(prefix) / "old_ext", "old_ext", GONE)
+    found = judge(tmp_path, prefix)
+    assert found.status is Status.FAIL and found.mode == "loader.ext-built-for-other-torch"
+    assert "old_ext was built against another torch" in found.summary, found
 
 
 def test_no_module_linking_torch_skips_with_the_reason(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
+from dsenv.facts.python import target_env
 from dsenv.facts.python import torch_info as tp
 from dsenv.facts.python import torch_symbols as ts
 from dsenv.facts.toolchain import extensions as ext
@@ -49,7 +50,7 @@ def extension_symbols(ctx: Context):
         return skip(f"no compiled module installed in {site}{jit} links torch's libraries: "
                     "nothing to compare")
     lib_dir = Path(torch.location) / "lib"
-    exports = ts.torch_exports(ctx, lib_dir)
+    exports = ts.torch_exports(ctx, lib_dir, Path(target_env.environment(ctx).prefix) / "lib")
     if not exports.symbols:
         return skip(f"no symbols read from torch's libraries in {lib_dir}"
                     + (f" ({'; '.join(exports.unread)})" if exports.unread else ""))

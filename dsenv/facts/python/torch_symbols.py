@@ -107,12 +107,18 @@ class TorchExports:
     unread: tuple[str, ...] = ()  # libraries that could not be read, with why
 
 
-def torch_exports(node: Node, lib_dir: Path) -> TorchExports:
-    """The symbols the libraries in torch/lib define; memoized per folder."""
+def torch_exports(node: Node, lib_dir: Path, prefix_lib: Path | None = None) -> TorchExports:
+    """The symbols torch's libraries define: those in torch/lib, and (conda's pytorch keeps
+    libtorch*.so and libc10*.so in the environment's lib folder) those in ``prefix_lib``;
+    memoized per folder."""
     def read() -> TorchExports:
         symbols: set[str] = set()
         unread = []
-        for path in sorted(Path(lib_dir).glob("lib*.so*")):
+        paths = sorted(Path(lib_dir).glob("lib*.so*"))
+        if prefix_lib is not None:
+            paths += sorted(p for p in Path(prefix_lib).glob("lib*.so*")
+                            if TORCH_NEEDS.match(p.name))
+        for path in paths:
             try:
                 symbols |= read_dynamic(path).defined
             except (OSError, ElfError, struct.error) as exc:
@@ -121,7 +127,7 @@ def torch_exports(node: Node, lib_dir: Path) -> TorchExports:
         abi = shapes.pop() if len(shapes) == 1 else "new" if "new" in shapes else ""
         return TorchExports(Path(lib_dir), frozenset(symbols), abi, tuple(unread))
 
-    return node.memo(f"{__name__}.torch_exports:{lib_dir}", read)
+    return node.memo(f"{__name__}.torch_exports:{lib_dir}:{prefix_lib}", read)
 
 
 @dataclass(frozen=True)
@@ -195,7 +201,22 @@ def torch_extensions(site: Path, jit_root: Path | None, skip: tuple[str, ...] = 
 
 
 def judge_extension(path: Path, torch: TorchExports) -> Extension:
-    asked = [s for s in read_dynamic(path).undefined if TORCH_SYMBOL.match(s)]
-    shapes = {abi_of(s) for s in asked} - {""}
+    """The torch symbols ``path`` asks for that neither torch nor a library of its own package
+    (a DT_NEEDED found beside it or in a lib/ folder there: libtorchaudio.so for torchaudio's
+    _torchaudio.so) defines."""
+    module = read_dynamic(path)
+    asked = [s for s in module.undefined if TORCH_SYMBOL.match(s) and s not in torch.symbols]
+    if asked:
+        own: set[str] = set()
+        for name in module.needed:
+            for folder in (path.parent, path.parent / "lib", path.parent.parent / "lib"):
+                if not TORCH_NEEDS.match(name) and (folder / name).is_file():
+                    try:
+                        own |= read_dynamic(folder / name).defined
+                    except (OSError, ElfError, struct.error):
+                        pass
+                    break
+        asked = [s for s in asked if s not in own]
+    shapes = {abi_of(s) for s in module.undefined if TORCH_SYMBOL.match(s)} - {""}
     abi = shapes.pop() if len(shapes) == 1 else ""
-    return Extension(path, tuple(sorted(s for s in asked if s not in torch.symbols)), abi)
+    return Extension(path, tuple(sorted(asked)), abi)
