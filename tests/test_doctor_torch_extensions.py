@@ -180,3 +180,22 @@ def test_explain_here_runs_the_check_on_the_environment(tmp_path):
     assert "on this node torch.extension-symbols finds: FAIL flash_attn was built with the " \
            "old C++ string ABI" in said
     assert "of these causes, this node shows loader.ext-cxx11-abi-mismatch" in said
+
+
+@pytest.mark.parametrize("symbol, says", [
+    (OLD_ABI_ERROR, "of these causes, this node shows loader.ext-cxx11-abi-mismatch"),
+    (GONE, "here does not define it: the extension was built against another torch release: "
+           "this node shows loader.ext-built-for-other-torch"),
+    (NEW_ABI_ERROR, "here defines _ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_"
+                    "stringIcSt11char_traitsIcESaIcEEE: the job loaded another torch"),
+])
+def test_explain_here_compares_the_symbol_with_this_torch(symbol, says):
+    """Without the module at hand, --here still compares the log's symbol with this
+    environment's torch, read from its libraries: the ABI (the symbol's std::string form
+    against torch's), another release (same form, symbol gone), or a torch that has it."""
+    assert torch._C._GLIBCXX_USE_CXX11_ABI, "the expectations are for a new-ABI torch"
+    text = f"ImportError: /site-packages/ext/_C{SUFFIX}: undefined symbol: {symbol}"
+    done = dsenv("explain", "--here", text, env={"TORCH_EXTENSIONS_DIR": "/nonexistent"})
+    assert done.returncode == 0, done.stderr
+    said = "".join(done.stdout.split())  # wrapped for the terminal, long symbols split too
+    assert "".join(says.split()) in said, done.stdout

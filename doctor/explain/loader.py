@@ -33,7 +33,7 @@ from functools import cache
 from pathlib import Path
 
 from dsenv.data import load_table
-from dsenv.facts.python import sharedlibs, target_env, torch_symbols
+from dsenv.facts.python import sharedlibs, target_env, torch_info, torch_symbols
 
 _LIB = r"(lib[\w+.-]*?\.so(?:\.[\w.]+)?)"
 MISSING = re.compile(
@@ -356,6 +356,8 @@ def _glob(folder: Path, stem: str) -> list[Path]:
 
 def look_here(finding: Finding, node) -> list[str]:
     """Lines saying where (and whether) this node and environment have the library."""
+    if finding.kind == "undefined-symbol" and torch_symbols.TORCH_SYMBOL.match(finding.symbol):
+        return _torch_here(finding.symbol, node)
     stem = finding.library.split(".so", 1)[0] + ".so"
     lines = []
     env = node.env
@@ -390,6 +392,29 @@ def look_here(finding: Finding, node) -> list[str]:
             if has is not None:
                 lines.append(f"{path} {'has' if has else 'lacks'} {finding.version}")
     return lines or [f"{finding.library}: nothing found here"]
+
+
+def _torch_here(symbol: str, node) -> list[str]:
+    """Whether this environment's torch defines a c10/at/torch symbol, and which std::string
+    ABI the symbol and torch use (read from torch's libraries, torch_symbols)."""
+    torch = torch_info.torch_build(node)
+    if not torch.installed or not torch.location:
+        return ["torch is not installed in this environment: nothing to compare the symbol with"]
+    prefix_lib = Path(target_env.environment(node).prefix) / "lib"
+    exports = torch_symbols.torch_exports(node, Path(torch.location) / "lib", prefix_lib)
+    if not exports.symbols:
+        return [f"no symbols could be read from torch {torch.version}'s libraries"]
+    if symbol in exports.symbols:
+        return [f"torch {torch.version} here defines {symbol}: the job loaded another torch "
+                "than this environment's (another environment, or LD_LIBRARY_PATH)"]
+    asked = torch_symbols.abi_of(symbol)
+    line = f"torch {torch.version} here does not define it"
+    if asked and exports.abi and asked != exports.abi:
+        return [f"{line}: the symbol is the {asked} C++ string ABI's, torch's is the "
+                f"{exports.abi} one: this node shows loader.ext-cxx11-abi-mismatch"]
+    same = f", the same string ABI ({exports.abi})" if asked and asked == exports.abi else ""
+    return [f"{line}{same}: the extension was built against another torch release: this node "
+            "shows loader.ext-built-for-other-torch"]
 
 
 def _container_lines(finding: Finding, node, stem: str) -> list[str]:
