@@ -156,8 +156,9 @@ def test_a_conda_layout_reads_torch_from_the_environments_lib(tmp_path):
 def test_no_module_linking_torch_skips_with_the_reason(tmp_path):
     prefix = env_with_torch(tmp_path)
     found = judge(tmp_path, prefix)
-    assert found.status is Status.SKIP and "links torch's libraries: nothing to compare" in \
-        found.summary, found
+    assert found.status is Status.SKIP and found.summary == (
+        "no compiled module links torch's libraries: nothing to compare"), found
+    assert found.evidence == [f"read: the modules installed in {site_packages(prefix)}"]
 
 
 def test_no_torch_skips(tmp_path):

@@ -46,9 +46,9 @@ def extension_symbols(ctx: Context):
     root = ext.extensions_root(ctx).path
     files, left_out = ts.torch_extensions(site, root, skip=NOT_EXTENSIONS)
     if not files:
-        jit = f" or the JIT builds in {root}" if root is not None and root.is_dir() else ""
-        return skip(f"no compiled module installed in {site}{jit} links torch's libraries: "
-                    "nothing to compare")
+        jit = f" and the JIT builds in {root}" if root is not None and root.is_dir() else ""
+        return skip("no compiled module links torch's libraries: nothing to compare",
+                    f"read: the modules installed in {site}{jit}")
     lib_dir = Path(torch.location) / "lib"
     exports = ts.torch_exports(ctx, lib_dir, Path(target_env.environment(ctx).prefix) / "lib")
     if not exports.symbols:
