@@ -402,9 +402,9 @@ def _torch_here(symbol: str, node) -> list[str]:
         return ["torch is not installed in this environment: nothing to compare the symbol with"]
     prefix_lib = Path(target_env.environment(node).prefix) / "lib"
     exports = torch_symbols.torch_exports(node, Path(torch.location) / "lib", prefix_lib)
-    if not exports.symbols:
+    if not exports.names.strip(b"\0"):
         return [f"no symbols could be read from torch {torch.version}'s libraries"]
-    if symbol in exports.symbols:
+    if exports.defines(symbol):
         return [f"torch {torch.version} here defines {symbol}: the job loaded another torch "
                 "than this environment's (another environment, or LD_LIBRARY_PATH)"]
     asked = torch_symbols.abi_of(symbol)

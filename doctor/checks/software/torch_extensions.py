@@ -51,7 +51,7 @@ def extension_symbols(ctx: Context):
                     f"read: the modules installed in {site}{jit}")
     lib_dir = Path(torch.location) / "lib"
     exports = ts.torch_exports(ctx, lib_dir, Path(target_env.environment(ctx).prefix) / "lib")
-    if not exports.symbols:
+    if not exports.names.strip(b"\0"):
         return skip(f"no symbols read from torch's libraries in {lib_dir}"
                     + (f" ({'; '.join(exports.unread)})" if exports.unread else ""))
     judged = []
@@ -63,7 +63,7 @@ def extension_symbols(ctx: Context):
     broken = [e for e in judged if e.missing]
     more = f"; {left_out} more not read" if left_out else ""
     torch_abi = ABI_NAME.get(exports.abi, "unknown")
-    evidence = [f"torch {torch.version} in {lib_dir}: {len(exports.symbols)} symbols, "
+    evidence = [f"torch {torch.version} in {lib_dir}: {exports.libraries} libraries read, "
                 f"{torch_abi} string ABI",
                 *(f"{e.path}: asks for {len(e.missing)} symbol(s) torch lacks, e.g. "
                   f"{e.missing[0]}" for e in broken[:6])]

@@ -45,36 +45,41 @@ class DynamicSymbols:
     undefined: frozenset[str]
 
 
+def _sections(f, path) -> list[tuple]:
+    """The section headers of the open 64-bit little-endian ELF file ``f``."""
+    head = f.read(64)
+    if head[:4] != b"\x7fELF" or len(head) < 64:
+        raise ElfError(f"{path} is not an ELF file")
+    if head[4] != 2 or head[5] != 1:
+        raise ElfError(f"{path} is not a 64-bit little-endian ELF file")
+    shoff, = struct.unpack_from("<Q", head, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
+    if not shoff or not shnum or shentsize < 64:
+        raise ElfError(f"{path}: no section headers")
+    f.seek(shoff)
+    table = f.read(shnum * shentsize)
+    return [struct.unpack_from("<IIQQQQII", table, i * shentsize) for i in range(shnum)
+            if (i + 1) * shentsize <= len(table)]
+
+
+def _read(f, section: tuple) -> bytes:
+    _, _, _, _, offset, size, _, _ = section
+    f.seek(offset)
+    return f.read(size)
+
+
 def read_dynamic(path: str | os.PathLike, symbols: bool = True) -> DynamicSymbols:
     """The dynamic symbols of a 64-bit little-endian ELF shared object: reads the headers
     and the two tables only (an extension module can be hundreds of MB); with ``symbols``
     False, DT_NEEDED only."""
     with open(path, "rb") as f:
-        head = f.read(64)
-        if head[:4] != b"\x7fELF" or len(head) < 64:
-            raise ElfError(f"{path} is not an ELF file")
-        if head[4] != 2 or head[5] != 1:
-            raise ElfError(f"{path} is not a 64-bit little-endian ELF file")
-        shoff, = struct.unpack_from("<Q", head, 0x28)
-        shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
-        if not shoff or not shnum or shentsize < 64:
-            raise ElfError(f"{path}: no section headers")
-        f.seek(shoff)
-        table = f.read(shnum * shentsize)
-        sections = [struct.unpack_from("<IIQQQQII", table, i * shentsize) for i in range(shnum)
-                    if (i + 1) * shentsize <= len(table)]
-
-        def read(index: int) -> bytes:
-            _, _, _, _, offset, size, _, _ = sections[index]
-            f.seek(offset)
-            return f.read(size)
-
+        sections = _sections(f, path)
         needed, defined, undefined = [], set(), set()
         for index, (_, kind, _, _, _, _, link, _) in enumerate(sections):
             if kind not in (SHT_DYNAMIC, SHT_DYNSYM) or link >= len(sections) or (
                     kind == SHT_DYNSYM and not symbols):
                 continue
-            strings, body = read(link), read(index)
+            strings, body = _read(f, sections[link]), _read(f, sections[index])
             if kind == SHT_DYNAMIC:
                 for tag, value in struct.iter_unpack("<qQ", body[:len(body) // 16 * 16]):
                     if tag == DT_NEEDED:
@@ -85,6 +90,17 @@ def read_dynamic(path: str | os.PathLike, symbols: bool = True) -> DynamicSymbol
                 if name_at:
                     (defined if shndx else undefined).add(_string(strings, name_at))
     return DynamicSymbols(tuple(needed), frozenset(defined), frozenset(undefined))
+
+
+def dynamic_names(path: str | os.PathLike) -> bytes:
+    """The dynamic symbol table's string table, NUL-separated names as in the file (a library
+    of torch's names there only symbols torch defines, or takes from another of its own)."""
+    with open(path, "rb") as f:
+        sections = _sections(f, path)
+        for _, kind, _, _, _, _, link, _ in sections:
+            if kind == SHT_DYNSYM and link < len(sections):
+                return b"\0" + _read(f, sections[link]) + b"\0"
+    return b""
 
 
 def _string(strings: bytes, at: int) -> str:
@@ -102,30 +118,41 @@ def abi_of(symbol: str) -> str:
 @dataclass(frozen=True)
 class TorchExports:
     lib_dir: Path
-    symbols: frozenset[str]  # defined in torch/lib/*.so
+    names: bytes  # the dynamic string tables of torch's libraries, each name NUL-delimited
+    libraries: int  # how many were read
     abi: str  # 'new' / 'old': the string ABI torch's own c10 symbols use; '' unknown
     unread: tuple[str, ...] = ()  # libraries that could not be read, with why
 
+    def defines(self, symbol: str) -> bool:
+        """Whether torch's libraries hold ``symbol``: a name in their tables is one torch
+        defines (what one of its libraries takes from another is defined there); a search of
+        the tables as bytes, where a set of 80,000 decoded names costs ten times as much."""
+        return self.names.find(b"\0" + symbol.encode() + b"\0") >= 0
+
+
+# a c10 symbol taking a std::string, in either form, in the tables as bytes
+C10_NEW_ABI = re.compile(rb"\0_ZN3c10[^\0]*(?:__cxx11|B5cxx11)")
+C10_OLD_ABI = re.compile(rb"\0_ZN3c10[^\0]*(?:RK|E|N|P|K)Ss")
+
 
 def torch_exports(node: Node, lib_dir: Path, prefix_lib: Path | None = None) -> TorchExports:
-    """The symbols torch's libraries define: those in torch/lib, and (conda's pytorch keeps
+    """The names torch's libraries hold: those in torch/lib, and (conda's pytorch keeps
     libtorch*.so and libc10*.so in the environment's lib folder) those in ``prefix_lib``;
     memoized per folder."""
     def read() -> TorchExports:
-        symbols: set[str] = set()
-        unread = []
+        tables, unread = [], []
         paths = sorted(Path(lib_dir).glob("lib*.so*"))
         if prefix_lib is not None:
             paths += sorted(p for p in Path(prefix_lib).glob("lib*.so*")
                             if TORCH_NEEDS.match(p.name))
         for path in paths:
             try:
-                symbols |= read_dynamic(path).defined
+                tables.append(dynamic_names(path))
             except (OSError, ElfError, struct.error) as exc:
                 unread.append(f"{path.name}: {exc}")
-        shapes = {abi_of(s) for s in symbols if s.startswith("_ZN3c10")} - {""}
-        abi = shapes.pop() if len(shapes) == 1 else "new" if "new" in shapes else ""
-        return TorchExports(Path(lib_dir), frozenset(symbols), abi, tuple(unread))
+        names = b"".join(tables)
+        abi = "new" if C10_NEW_ABI.search(names) else "old" if C10_OLD_ABI.search(names) else ""
+        return TorchExports(Path(lib_dir), names, len(tables), abi, tuple(unread))
 
     return node.memo(f"{__name__}.torch_exports:{lib_dir}:{prefix_lib}", read)
 
@@ -205,7 +232,7 @@ def judge_extension(path: Path, torch: TorchExports) -> Extension:
     (a DT_NEEDED found beside it or in a lib/ folder there: libtorchaudio.so for torchaudio's
     _torchaudio.so) defines."""
     module = read_dynamic(path)
-    asked = [s for s in module.undefined if TORCH_SYMBOL.match(s) and s not in torch.symbols]
+    asked = [s for s in module.undefined if TORCH_SYMBOL.match(s) and not torch.defines(s)]
     if asked:
         own: set[str] = set()
         for name in module.needed:
