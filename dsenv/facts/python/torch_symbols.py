@@ -7,7 +7,8 @@ is gone stops the import with "undefined symbol: _ZN3c10...". Two causes give th
 another torch release (the symbol was renamed or removed), or the other C++ string ABI
 (_GLIBCXX_USE_CXX11_ABI): std::string mangles as ``NSt7__cxx1112basic_string...`` (tag
 ``B5cxx11``) in the new ABI and ``Ss`` in the old one; torch's pip wheels used the old ABI up
-to 2.6 and the new one from 2.7 (pytorch/pytorch#149044), conda and NGC builds the new one.
+to 2.6 (2.6's CUDA 12.6 builds already the new one) and the new one from 2.7
+(pytorch/pytorch#143962), conda and NGC builds the new one.
 
 Everything is read from the ELF dynamic symbol tables (.dynsym, .dynstr, DT_NEEDED), without
 importing torch or the extension: a module whose import would fail is never loaded.
