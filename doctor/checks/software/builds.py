@@ -25,9 +25,14 @@ from dsenv.verdicts.findings import fail, info, ok, skip, warn
 # a lock that young gets a warning, an older one is stale (a JIT build takes minutes).
 STALE_ON_SHARED_FS = 3600.0
 LOCK_SOURCE = "source: https://github.com/pytorch/pytorch/issues/189245"
-# what a folder whose lock test never answered means for the job (cachefs.FolderTest.hung)
-HUNG = ("the file system there stopped answering (a hung network mount?), and the job's "
-        "writes there will hang the same way; use a node-local folder")
+
+
+def hung(role: str, path) -> str:
+    """What a folder whose write test never answered (cachefs.FolderTest.hung) means: not a
+    permission problem, nothing could be tried there (cache.hf-dirs, cache.hf-repos too)."""
+    return (f"creating a file in the {role} {path} gave no answer: the file system there "
+            "stopped answering (a hung network mount?), and the job's writes there will hang "
+            "the same way")
 
 
 def _quoted(paths) -> str:
@@ -104,9 +109,9 @@ def extensions_dir(ctx: Context):
         evidence.append("TORCH_EXTENSIONS_DIR unset: every environment with this Python and "
                         "CUDA/ROCm shares the folder")
     if state.test.hung:
-        return mode_finding(warn, "jit.extensions-dir-shared", f"creating a file in the "
-                            f"extensions folder {root.path} gave no answer: {HUNG}", *evidence,
-                            here=fix, action=action)
+        return mode_finding(warn, "jit.extensions-dir-shared",
+                            hung("extensions folder", root.path), *evidence, here=fix,
+                            action=action)
     if not state.writable:
         return mode_finding(fail, "jit.extensions-dir-not-writable",
                             f"the extensions folder {root.path} cannot be written: the first "
@@ -321,10 +326,10 @@ def flock(ctx: Context):
                             f"without flock, where flock() fails with ENOSYS: {consequence}",
                             *evidence, here=f"export {folder.variable}={HF_MOVE[folder.variable]}")
     if len(untested) == len(folders):
-        hung = [f for f, t, _ in untested if t.hung]
-        if hung:
-            return warn(f"creating a file in the {hung[0].role} {hung[0].path} gave no answer: "
-                        f"{HUNG}", f"export HF_HOME={HF_MOVE['HF_HOME']}", *evidence)
+        stuck = [f for f, t, _ in untested if t.hung]
+        if stuck:
+            return warn(hung(stuck[0].role, stuck[0].path),
+                        f"export HF_HOME={HF_MOVE['HF_HOME']}", *evidence)
         return skip("no cache folder can be written here to test locks (see cache.hf-dirs)",
                     *evidence)
     if local_only:
@@ -343,9 +348,8 @@ def _folder_finding(states, fix: str, what: str, source: str, lock_what: str = "
     evidence = [s.describe() for s in states]
     for state in states:
         if state.test.hung:
-            return mode_finding(warn, shared_mode, f"creating a file in the {state.folder.role} "
-                                f"{state.folder.path} gave no answer: {HUNG}", *evidence,
-                                source, here=fix)
+            return mode_finding(warn, shared_mode, hung(state.folder.role, state.folder.path),
+                                *evidence, source, here=fix)
     for state in states:
         folder = state.folder
         if not state.writable:

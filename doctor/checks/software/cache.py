@@ -10,6 +10,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from dsenv.doctor.catalogue import mode_finding
+from dsenv.doctor.checks.software.builds import hung
 from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fix_actions
 from dsenv.doctor.registry import check
@@ -67,12 +68,10 @@ def hf_dirs(ctx: Context):
             seen.add(path)
             states.append((role, hfcache.inspect_dir(ctx, path)))
     evidence = [_describe(role, dirs.sources[role], state) for role, state in states]
-    hung = [(role, s) for role, s in states if s.hung]
-    if hung:  # not a permission problem: nothing could be tried there
-        role, state = hung[0]
-        return warn(f"creating a file in the {role} {state.path} gave no answer: the file "
-                    "system stopped answering (a hung network mount?), and downloads there "
-                    "hang the same way", _move_fix(role, dirs), *evidence)
+    stuck = [(role, s) for role, s in states if s.hung]
+    if stuck:
+        role, state = stuck[0]
+        return warn(hung(role, state.path), _move_fix(role, dirs), *evidence)
     broken = [(role, s) for role, s in states if not s.writable]
     if broken:
         role, state = broken[0]
@@ -192,12 +191,10 @@ def hf_repos(ctx: Context):
             evidence.append(f"{name}: " + ", ".join(w.role for w in repo.writes) + " writable")
         evidence += [f"{name}: {w.describe()}" for w in repo.broken]
         evidence += [f"{name}: lock file {p} not writable by you" for p in repo.stuck_locks]
-    hung = [w for r in judged for w in r.hung]
-    if hung:  # not a permission problem: nothing could be tried there
-        return warn(f"creating a file in the {hung[0].role} {hung[0].path} gave no answer: the "
-                    "file system stopped answering (a hung network mount?), and a download "
-                    "there hangs the same way", "use a hub cache on a node-local disk: export "
-                    f"HF_HUB_CACHE={SUGGESTED['HF_HUB_CACHE']}", *evidence)
+    stuck = [w for r in judged for w in r.hung]
+    if stuck:
+        return warn(hung(stuck[0].role, stuck[0].path), "use a hub cache on a node-local disk: "
+                    f"export HF_HUB_CACHE={SUGGESTED['HF_HUB_CACHE']}", *evidence)
     bad = [r for r in judged if not r.ok]
     if bad:
         return _unwritable(ctx, bad, me, evidence)

@@ -23,7 +23,7 @@ def nearest_existing(path: str) -> str | None:
     while True:
         if os.path.exists(path):
             return path
-        parent = os.path.dirname(path)
+        parent = os.path.dirname(path) or "."  # a relative path ends at "." as pathlib's does
         if parent == path:
             return None
         path = parent

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsenv.facts.host import lockprobe
 from dsenv.facts.node import Node, probe
 
 # Shared between nodes: caches, locks and renames here race between jobs on several nodes.
@@ -143,10 +144,9 @@ def hung_points(node: Node) -> set[str]:
 
 
 def nearest_existing(path: Path) -> Path | None:
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
-    return None
+    """``path`` or its nearest existing parent (lockprobe's, the child that runs stdlib only)."""
+    found = lockprobe.nearest_existing(str(path))
+    return Path(found) if found is not None else None
 
 
 def mount_for(node: Node, path: Path | str) -> Mount | None:
