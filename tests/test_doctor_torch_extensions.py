@@ -97,13 +97,13 @@ def judge(tmp_path: Path, prefix: Path, extensions_dir: Path | None = None):
 
 def test_an_old_abi_wheel_under_a_new_abi_torch_fails_with_the_abi(tmp_path):
     prefix = env_with_torch(tmp_path)
-    folder = site_packages(prefix) / "flash_attn"
+    folder = site_packages(prefix)  # flash-attn's wheel puts the module at the top
     built = extension(folder, "flash_attn_2_cuda", OLD_ABI_ERROR)
     # installed as a wheel is: its RECORD lists the module (the doctor reads RECORDs, not the
-    # whole of site-packages)
+    # whole of site-packages, and names the distribution, not the module)
     info = site_packages(prefix) / "flash_attn-2.7.4.post1.dist-info"
     info.mkdir()
-    (info / "RECORD").write_text(f"flash_attn/{built.name},sha256=x,1\nflash_attn/__init__.py,,"
+    (info / "RECORD").write_text(f"{built.name},sha256=x,1\nflash_attn/__init__.py,,"
                                  f"\n{info.name}/RECORD,,\n")
     error = import_error(folder, "flash_attn_2_cuda")  # the loader's own words
     assert error.startswith("ImportError: ") and f"undefined symbol: {OLD_ABI_ERROR}" in error
@@ -111,7 +111,8 @@ def test_an_old_abi_wheel_under_a_new_abi_torch_fails_with_the_abi(tmp_path):
     assert found.status is Status.FAIL and found.mode == "loader.ext-cxx11-abi-mismatch", found
     assert "flash_attn was built with the old C++ string ABI" in found.summary
     assert f"undefined symbol: {OLD_ABI_ERROR}" in found.summary
-    assert any("cxx11abiTRUE" in line for line in found.evidence), found.evidence
+    assert any("cxx11abiTRUE" in line and "--force-reinstall flash_attn" in line
+               for line in found.evidence), found.evidence
 
 
 def test_a_jit_build_for_another_torch_fails_with_the_release(tmp_path):

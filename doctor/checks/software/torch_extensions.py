@@ -26,13 +26,15 @@ ABI_NAME = {"new": "new (_GLIBCXX_USE_CXX11_ABI=1, std::__cxx11::string)",
 ABI_WHEEL = {"new": "cxx11abiTRUE", "old": "cxx11abiFALSE"}
 
 
-def _owner(path: Path, site: Path, root: Path | None) -> tuple[str, str]:
-    """(what to call the module, how to replace it): its package in site-packages, or its
-    JIT build folder."""
+def _owner(path: Path, scan: ts.ExtensionScan, site: Path, root: Path | None
+           ) -> tuple[str, str]:
+    """(what to call the module, how to replace it): the distribution whose RECORD lists it
+    (flash_attn_2_cuda...so sits at the top of site-packages and belongs to flash_attn), its
+    top folder in site-packages, or its JIT build folder."""
     if root is not None and path.is_relative_to(root):
         folder = path.parent
         return f"the JIT build {folder.name}", f"rm -rf {folder} (it is rebuilt on first use)"
-    package = path.relative_to(site).parts[0].split(".")[0]
+    package = scan.owners.get(path) or path.relative_to(site).parts[0].split(".")[0]
     return package, (f"pip install --no-build-isolation --no-cache-dir --force-reinstall "
                      f"{package}")
 
@@ -44,7 +46,8 @@ def extension_symbols(ctx: Context):
         return skip(f"{tp.NOT_INSTALLED}: no extension can link it")
     site = Path(torch.location).parent
     root = ext.extensions_root(ctx).path
-    files, left_out = ts.torch_extensions(site, root, skip=NOT_EXTENSIONS)
+    scan = ts.torch_extensions(site, root, skip=NOT_EXTENSIONS)
+    files, left_out = scan.files, scan.left_out
     if not files:
         jit = f" and the JIT builds in {root}" if root is not None and root.is_dir() else ""
         return skip("no compiled module links torch's libraries: nothing to compare",
@@ -72,7 +75,7 @@ def extension_symbols(ctx: Context):
                   f"for is in torch {torch.version}{more}", *evidence,
                   *(str(e.path) for e in judged[:6]))
     first = broken[0]
-    name, replace = _owner(first.path, site, root)
+    name, replace = _owner(first.path, scan, site, root)
     others = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
     if first.abi and exports.abi and first.abi != exports.abi:
         wanted = ABI_WHEEL[exports.abi]

@@ -169,11 +169,11 @@ def _is_shared_object(name: str) -> bool:
     return name.endswith(".so") or ".so." in name
 
 
-def _recorded(site: Path, skip: tuple[str, ...]) -> list[Path] | None:
-    """The shared objects the installed distributions' RECORD files list (reading ~200 small
-    files, where walking site-packages stats every file: seconds on a network file system);
-    None when no distribution has a RECORD."""
-    found, records = [], 0
+def _recorded(site: Path, skip: tuple[str, ...]) -> dict[Path, str] | None:
+    """The shared objects the installed distributions' RECORD files list, each with its
+    distribution's name (reading ~200 small files, where walking site-packages stats every
+    file: seconds on a network file system); None when no distribution has a RECORD."""
+    found, records = {}, 0
     try:
         entries = list(os.scandir(site))
     except OSError:
@@ -188,11 +188,12 @@ def _recorded(site: Path, skip: tuple[str, ...]) -> list[Path] | None:
         records += 1
         if ".so" not in text:  # most distributions are pure Python
             continue
+        distribution = entry.name[:-len(".dist-info")].split("-")[0]
         for line in text.splitlines():
             name = line.rsplit(",", 2)[0]
             parts = name.split("/")
             if _is_shared_object(parts[-1]) and ".." not in parts and parts[0] not in skip:
-                found.append(site / name)
+                found[site / name] = distribution
     return found if records else None
 
 
@@ -206,15 +207,21 @@ def _walked(folder: Path, skip: tuple[str, ...] = ()) -> list[Path]:
     return found
 
 
+@dataclass(frozen=True)
+class ExtensionScan:
+    files: list[Path]  # compiled modules that link torch's libraries
+    owners: dict[Path, str]  # module -> the distribution whose RECORD lists it
+    left_out: int  # files not read past MAX_EXTENSIONS
+
+
 def torch_extensions(site: Path, jit_root: Path | None, skip: tuple[str, ...] = ()
-                     ) -> tuple[list[Path], int]:
+                     ) -> ExtensionScan:
     """Compiled modules that link torch's libraries (DT_NEEDED libc10.so or libtorch*.so):
     those the distributions in ``site`` installed (the folder walked where none has a
     RECORD), skipping top-level folders named in ``skip``, and the JIT builds under
-    ``jit_root``; (files, files not read past MAX_EXTENSIONS)."""
-    candidates = _recorded(site, skip)
-    if candidates is None:
-        candidates = _walked(site, skip)
+    ``jit_root``."""
+    owners = _recorded(site, skip)
+    candidates = list(owners) if owners is not None else _walked(site, skip)
     if jit_root is not None and jit_root.is_dir():
         candidates += _walked(jit_root)
     found = []
@@ -225,7 +232,7 @@ def torch_extensions(site: Path, jit_root: Path | None, skip: tuple[str, ...] = 
             continue
         if any(TORCH_NEEDS.match(n) for n in needed):
             found.append(path)
-    return found, max(0, len(candidates) - MAX_EXTENSIONS)
+    return ExtensionScan(found, owners or {}, max(0, len(candidates) - MAX_EXTENSIONS))
 
 
 def judge_extension(path: Path, torch: TorchExports) -> Extension:
