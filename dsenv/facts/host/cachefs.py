@@ -138,12 +138,9 @@ def try_folder(node: Node, path: Path) -> FolderTest:
                               "earlier (a hung file system?)", hung=True)
         done = node.run([sys.executable, "-I", "-S", lockprobe.__file__, path])
         if done.not_found:  # this interpreter cannot be started again (run as another user
-            return _in_thread(node, path)  # after a fork, an embedded Python): a thread
+            return _in_thread(node, path, point)  # after a fork, an embedded Python)
         if done.timed_out:
-            mounts.hung_points(node).add(point)
-            return FolderTest(None, False, f"no answer within {node.probe_timeout:.0f} s "
-                              "creating and locking a file there (a hung file system?)",
-                              hung=True)
+            return _no_answer(node, point)
         try:
             return _answer(json.loads(done.stdout))
         except (json.JSONDecodeError, AttributeError, TypeError):
@@ -152,7 +149,7 @@ def try_folder(node: Node, path: Path) -> FolderTest:
     return node.memo(f"{__name__}.try_folder:{path}", run)
 
 
-def _in_thread(node: Node, path: str) -> FolderTest:
+def _in_thread(node: Node, path: str, point: str) -> FolderTest:
     """The same test in a thread with the deadline: it answers as the child does, but a
     thread blocked on a hung file system keeps the process from exiting."""
     box: list[dict] = []
@@ -160,10 +157,14 @@ def _in_thread(node: Node, path: str) -> FolderTest:
                               daemon=True, name=f"lock test {path}")
     worker.start()
     worker.join(node.probe_timeout)
-    if not box:
-        return FolderTest(None, False, f"no answer within {node.probe_timeout:.0f} s creating "
-                          "and locking a file there (a hung file system?)", hung=True)
-    return _answer(box[0])
+    return _answer(box[0]) if box else _no_answer(node, point)
+
+
+def _no_answer(node: Node, point: str) -> FolderTest:
+    """The test gave no answer: the mount is not tried again in this run."""
+    mounts.hung_points(node).add(point)
+    return FolderTest(None, False, f"no answer within {node.probe_timeout:.0f} s creating and "
+                      "locking a file there (a hung file system?)", hung=True)
 
 
 def _answer(found: dict) -> FolderTest:

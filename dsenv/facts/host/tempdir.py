@@ -53,13 +53,18 @@ def room(node: Node, path: str) -> tuple[int | None, int | None]:
     when `stat -f` fails or gives no answer within STATVFS_SECONDS (or another probe on that
     mount gave none)."""
     point = mounts.point_of(node, path)
-    if point in mounts.hung_points(node):
-        return None, None
-    done = node.run(["stat", "-f", "-c", "%a %S %b", path], timeout=STATVFS_SECONDS)
-    if done.timed_out:
-        mounts.hung_points(node).add(point)
-    try:
-        available, block, blocks = (int(x) for x in done.stdout.split())
-    except ValueError:  # no stat, an error, or the deadline passed
-        return None, None
-    return available * block, blocks * block
+
+    def read() -> tuple[int | None, int | None]:
+        if point in mounts.hung_points(node):
+            return None, None
+        done = node.run(["stat", "-f", "-c", "%a %S %b", path], timeout=STATVFS_SECONDS)
+        if done.timed_out:
+            mounts.hung_points(node).add(point)
+        try:
+            available, block, blocks = (int(x) for x in done.stdout.split())
+        except ValueError:  # no stat, an error, or the deadline passed
+            return None, None
+        return available * block, blocks * block
+
+    # once per folder and run: the HF cache folders not created yet share one parent
+    return node.memo(f"{__name__}.room:{path}", read)
