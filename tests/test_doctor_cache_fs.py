@@ -88,6 +88,27 @@ def test_mountinfo_parsing_and_longest_prefix(tmp_path):
     assert mounts.parse_mounts("srv:/h /h nfs rw,vers=3 0 0\n")[0].kind == "network"
 
 
+def test_a_path_is_touched_in_process_only_once_its_mount_answered(tmp_path, monkeypatch):
+    """mounts.answers: a local mount is touched without asking; a network, FUSE or autofs
+    mount is statted in a child first (once per mount and run); a mount whose probe gave no
+    answer is not touched again, and mount_for then goes by the path's text."""
+    root = fake_root(tmp_path, "45 27 0:45 / /gw rw - fuse.sshfs me@gw: rw",
+                     "46 27 0:46 / /net rw - autofs auto.net rw",
+                     "47 27 0:47 / /lus rw - lustre 10.0.0.1@o2ib:/fs rw")
+    ctx = make(tmp_path, root=root)
+    children = []
+    real_run = type(ctx).run
+    monkeypatch.setattr(type(ctx), "run", lambda self, argv, timeout=None:
+                        children.append(argv[-1]) or real_run(self, argv, timeout))
+    assert mounts.answers(ctx, "/opt/x") and children == []  # ext4: no child
+    assert mounts.answers(ctx, "/gw/a/b") and mounts.answers(ctx, "/gw/c")
+    assert mounts.answers(ctx, "/net/srv/x")
+    assert children == ["/gw/a/b", "/net/srv/x"]  # one stat per mount, in a child
+    mounts.hung_points(ctx).add("/lus")  # as a write test that gave no answer marks it
+    assert not mounts.answers(ctx, "/lus/scratch/x") and children[2:] == []
+    assert mounts.mount_for(ctx, "/lus/scratch/x").fstype == "lustre"  # by text, no realpath
+
+
 def test_real_tmpfs_mount_is_seen():
     needs_namespace()
     done = in_namespace(
@@ -319,19 +340,21 @@ echo ---
 
 HUNG_RUN = FUSE_MOUNT + """
 fuse_mount "$MNT" "$MODE"
-timeout -s KILL 60 "$PY" -m dsenv doctor --only cache --skip $SKIP --json > "$OUT" || true
+timeout -s KILL 60 "$PY" -m dsenv doctor $ONLY --skip $SKIP --json > "$OUT" || true
 """
 
 
-def _hung_run(tmp_path, mode: str) -> tuple[dict, float]:
-    """The cache checks with HF_HOME on a FUSE mount that never answers ``mode``'s requests
-    (tests/harness/fusefs.py): (the report's results by id, seconds the doctor took)."""
+def _hung_run(tmp_path, mode: str, only: str = "--only cache", **env) -> tuple[dict, float]:
+    """The cache checks (``only``) with HF_HOME (and ``env``'s folders) on a FUSE mount that
+    never answers ``mode``'s requests (tests/harness/fusefs.py): (the report's results by id,
+    seconds the doctor took)."""
     needs_fuse()
     out = tmp_path / "report.json"
     start = time.monotonic()
     done = in_namespace(HUNG_RUN, timeout=120, env={
         "MNT": str(tmp_path / "mnt"), "MODE": mode, "OUT": str(out), "SKIP": "cache.assets",
-        "HF_HOME": str(tmp_path / "mnt" / "hf"), "HOME": str(tmp_path / "home")})
+        "HF_HOME": str(tmp_path / "mnt" / "hf"), "HOME": str(tmp_path / "home"), "ONLY": only,
+        **{name: str(tmp_path / "mnt" / value) for name, value in env.items()}})
     seconds = time.monotonic() - start
     assert done.returncode == 0, done.stderr
     report = doctor_json(subprocess.CompletedProcess((), 0, out.read_text(), ""))
@@ -360,3 +383,44 @@ def test_statfs_that_never_answers_leaves_writes_judged_and_room_unread(tmp_path
     assert dirs["status"] == "ok" and dirs["summary"].endswith(
         "(free space not read: `stat -f` gave no answer)"), dirs
     assert found["cache.flock"]["status"] == "ok" and seconds < 40, (found["cache.flock"], seconds)
+
+
+# Every folder of the job on one mount: HOME stays local (Python itself stats the user's
+# site-packages there before any of dsenv runs, so a dead HOME hangs every Python program).
+JOB_FOLDERS = {"TMPDIR": "tmp", "TORCH_EXTENSIONS_DIR": "ext", "NCCL_CONF_FILE": "nccl.conf"}
+
+
+def test_a_file_server_that_answers_nothing_is_named_and_the_doctor_exits(tmp_path):
+    """Nothing but the mount's INIT is answered: even a stat of the mount point blocks. Every
+    touch of a folder there is first tried in a child (mounts.answers, lockprobe): the whole
+    doctor exits after one deadline (the first version stayed blocked in the hub cache's
+    scandir and a realpath, killed at 60 s), and each check that needs the folder says the
+    file system gave no answer (the job hangs there too) or skips with that reason; none
+    passes on what it could not read."""
+    found, seconds = _hung_run(tmp_path, "all-hang", only="", **JOB_FOLDERS)
+    assert seconds < 40, seconds
+    for check in ("cache.flock", "cache.hf-dirs", "cache.hf-repos", "system.tmpdir",
+                  "deepspeed.extensions-dir", "comm.nccl-env"):
+        assert found[check]["status"] == "warn", found[check]
+        assert "gave no answer" in found[check]["summary"], found[check]
+    assert found["system.tmpdir"]["fix"].startswith("export TMPDIR=")
+    assert "(no answer: not read)" in " ".join(found["comm.nccl-env"]["evidence"])
+    for check in ("deepspeed.extension-locks", "deepspeed.async-io"):
+        assert found[check]["status"] == "skip" and "no answer" in found[check]["summary"], \
+            found[check]
+    assert "not read: its file system gave no answer" in " ".join(
+        found["deepspeed.ops"]["evidence"])
+    assert not [r for r in found.values() if r["status"] == "error"], \
+        [r for r in found.values() if r["status"] == "error"]
+
+
+def test_the_same_folders_on_a_mount_that_answers_are_read(tmp_path):
+    found, seconds = _hung_run(tmp_path, "local", only="", **JOB_FOLDERS)
+    assert not any("no answer" in r["summary"] for r in found.values()), \
+        [r for r in found.values() if "no answer" in r["summary"]]
+    assert found["comm.nccl-env"]["status"] == "ok", found["comm.nccl-env"]
+    assert found["deepspeed.extensions-dir"]["status"] in ("ok", "warn")
+    # read there: it does not exist on the fresh mount, so tempfile passes it over, as here
+    assert f"TMPDIR={tmp_path / 'mnt' / 'tmp'}: not a folder, so tempfile skips it" in \
+        found["system.tmpdir"]["evidence"], found["system.tmpdir"]
+    assert seconds < 40, seconds

@@ -28,6 +28,7 @@ from dsenv.doctor.context import Context, Options
 from dsenv.doctor.registry import CHECKS, all_checks
 from dsenv.doctor.runner import run_check
 from dsenv.facts.host import hfrepos
+from dsenv.facts.node import Node
 from dsenv.verdicts.findings import Status
 from tests.harness.findings import here
 from tests.harness.hubserver import HubServer
@@ -179,6 +180,6 @@ def test_a_large_cache_is_tried_other_users_repositories_first(tmp_path):
         (hub / name).mkdir(parents=True)
     (hub / ".locks" / "models--z--only-locked").mkdir(parents=True)
     shutil.chown(hub / "models--c--three", "nobody")
-    assert hfrepos.cached_repos(hub, limit=2) == (["models--c--three", "datasets--b--two"], 2)
-    assert hfrepos.cached_repos(hub)[0] == ["models--c--three", "datasets--b--two",
+    assert hfrepos.cached_repos(Node(), hub, limit=2) == (["models--c--three", "datasets--b--two"], 2)
+    assert hfrepos.cached_repos(Node(), hub)[0] == ["models--c--three", "datasets--b--two",
                                             "models--a--one", "models--z--only-locked"]

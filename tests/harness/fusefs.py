@@ -12,7 +12,9 @@ Usage (root, inside ``unshare -m``): ``python tests/harness/fusefs.py MOUNTPOINT
 ``statfs-hangs``: local locks, and statfs is never answered (a file server that stopped
 answering: statvfs on the mount blocks until the caller dies), or ``locks-hang``: locks are
 forwarded and never answered (a lock manager that stopped answering: flock() blocks even with
-LOCK_NB, since the kernel waits for the server's reply). It mounts
+LOCK_NB, since the kernel waits for the server's reply), or ``all-hang``: nothing but the
+mount's INIT is ever answered (a server that went away with the mount still in place: even a
+stat of the mount point blocks). It mounts
 (type ``fuse.dsenvtest``), prints ``ready`` and serves until unmounted. Files live in
 memory; only what a lock probe, a write test and a directory walk need is implemented.
 """
@@ -44,8 +46,9 @@ BATCH_FORGET = 42
 POSIX_LOCKS, FLOCK_LOCKS = 1 << 1, 1 << 10
 ROOT = 1
 LOCK_ERRORS = {"enosys": errno.ENOSYS, "enolck": errno.ENOLCK, "local": 0, "statfs-hangs": 0,
-               "locks-hang": 0}
-NEVER_ANSWERED = {"statfs-hangs": frozenset({STATFS}), "locks-hang": frozenset({SETLK, SETLKW})}
+               "locks-hang": 0, "all-hang": 0}
+NEVER_ANSWERED = {"statfs-hangs": frozenset({STATFS}), "locks-hang": frozenset({SETLK, SETLKW}),
+                  "all-hang": frozenset(range(1, 64)) - {INIT, DESTROY}}
 
 
 class Node:

@@ -18,7 +18,13 @@ from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fix_actions
 from dsenv.doctor.registry import check
 from dsenv.facts.comm import fabric
-from dsenv.facts.comm.ncclconf import Setting, looked_in, nccl_setting, nccl_settings
+from dsenv.facts.comm.ncclconf import (
+    Setting,
+    looked_in,
+    nccl_setting,
+    nccl_settings,
+    unanswered,
+)
 from dsenv.facts.gpu import modes as gpumodes
 from dsenv.verdicts.findings import Finding, Status, fail, ok, skip, warn
 
@@ -84,6 +90,13 @@ def removal(found: list[Found]) -> str:
 @check("comm.nccl-env", "NCCL debugging variables left set")
 def nccl_env(ctx: Context):
     found = debugging_settings(nccl_settings(ctx))
+    hung = unanswered(ctx)
+    if hung:
+        return warn(f"NCCL's configuration file {hung[0]} gave no answer: its file system "
+                    "stopped answering (a hung network mount?), and NCCL reads it in every rank "
+                    "at init, so the job hangs there", "point NCCL_CONF_FILE at a file on a "
+                    "node-local disk (or unset it), or wait for the file system to recover",
+                    looked_in(ctx), *(f.describe() for f in found))
     if not found:
         return ok("no NCCL debugging variable set (environment, NCCL_CONF_FILE or ~/.nccl.conf, "
                   "/etc/nccl.conf)")

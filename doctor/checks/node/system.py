@@ -14,6 +14,7 @@ from packaging.version import Version
 from dsenv.data import load_table
 from dsenv.doctor.catalogue import mode_fact, mode_finding
 from dsenv.doctor.checks.node.gpu import slurm_gpu_variables
+from dsenv.doctor.checks.software.builds import hung
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.facts.host import cachefs, mounts, tempdir
@@ -131,6 +132,9 @@ def temp_folder_room(ctx: Context):
     if folder is None:
         return skip("no temporary folder exists (TMPDIR, TEMP, TMP, /tmp, /var/tmp)")
     evidence = [f"{v}: not a folder, so tempfile skips it" for v in folder.ignored]
+    if folder.hung:
+        return warn(hung("temporary folder", folder.path),
+                    f"export TMPDIR={_roomy_folder(ctx)}", *evidence)
     if folder.free is None:
         return skip(f"{folder.describe()}: its free space could not be read "
                     f"(`stat -f` gave no answer in {tempdir.STATVFS_SECONDS:g} s)", *evidence)
@@ -154,7 +158,7 @@ def _roomy_folder(ctx: Context) -> str:
     home = ctx.env.get("HOME") or os.path.expanduser("~")
     user = ctx.env.get("USER") or "user"
     for candidate in (f"/var/tmp/{user}", f"{home}/tmp"):
-        where = mounts.nearest_existing(ctx.path(candidate))
+        where = mounts.nearest_existing(ctx.path(candidate), ctx)
         if where is not None and (tempdir.room(ctx, str(where))[0] or 0) >= TMP_WARN_BYTES:
             return candidate
     return "<a folder on a disk with several GiB free>"
@@ -168,7 +172,7 @@ def noexec_folders(ctx: Context):
         return skip("the mount table (/proc/self/mountinfo, /proc/mounts) could not be read")
     blocked, evidence = [], []
     for folder in cachefs.shared_object_folders(ctx.env):
-        where = mounts.nearest_existing(folder.path) or folder.path
+        where = mounts.nearest_existing(folder.path, ctx) or folder.path
         mount = mounts.mount_for(ctx, where)
         if mount is None:
             continue
@@ -196,7 +200,7 @@ def _exec_folder(ctx: Context) -> str:
     home = ctx.env.get("HOME") or os.path.expanduser("~")
     user = ctx.env.get("USER") or "user"
     for candidate in (f"/var/tmp/{user}", f"/dev/shm/{user}", f"{home}/.cache"):
-        mount = mounts.mount_for(ctx, mounts.nearest_existing(Path(candidate)) or candidate)
+        mount = mounts.mount_for(ctx, mounts.nearest_existing(Path(candidate), ctx) or candidate)
         if mount is not None and "noexec" not in mount.options:
             return candidate
     return "<a folder on a mount without noexec>"

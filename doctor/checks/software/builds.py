@@ -45,6 +45,9 @@ def _quoted(paths) -> str:
 @check("deepspeed.extension-locks", "Stale JIT build locks")
 def extension_locks(ctx: Context):
     root = ext.extensions_root(ctx)
+    if not mounts.answers(ctx, root.scan):
+        return skip(f"{root.scan} ({root.source}) not read: its file system gave no answer "
+                    "(deepspeed.extensions-dir tells more)")
     if not root.scan.is_dir():
         return ok(f"no extensions folder yet ({root.scan}, {root.source}): nothing is locked")
     scan = ext.build_locks(ctx)

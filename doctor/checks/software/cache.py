@@ -132,7 +132,7 @@ def _repos_judged(ctx: Context, hub: Path) -> tuple[list[str], str]:
     if workload:
         return ([a.cache_folder for a in assets_for(workload)],
                 f"the assets of {workload} (workloads/assets.toml)")
-    found, left_out = hfrepos.cached_repos(hub)
+    found, left_out = hfrepos.cached_repos(ctx, hub)
     more = f" ({left_out} more not tried: those of other users come first)" if left_out else ""
     return [*found, ""], f"every repository in {hub}{more}, and a new one"
 

@@ -8,6 +8,7 @@ from dsenv.doctor.catalogue import mode_fact, mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.envs.training_stack import first_run_ops
+from dsenv.facts.host import mounts
 from dsenv.facts.python import deepspeed_info as dsi
 from dsenv.facts.python import dsconfig, target_env
 from dsenv.facts.python.torch_info import TorchBuild
@@ -154,8 +155,10 @@ def ops(ctx: Context):
                                 here=_provision_fix(gpus))
         return fail(summary, _provision_fix(gpus), *evidence)
     root = dsi.jit_build_root(ctx, torch)
-    uncached = [(op, secs) for op, secs in needed if not dsi.jit_cached(root, op)]
-    evidence.append(f"JIT cache: {root}")
+    readable = mounts.answers(ctx, root)  # a hung file server: taken as not cached
+    uncached = [(op, secs) for op, secs in needed if not (readable and dsi.jit_cached(root, op))]
+    evidence.append(f"JIT cache: {root}" + ("" if readable else
+                                            " (not read: its file system gave no answer)"))
     if not uncached:
         return ok(f"{names} JIT-compiled earlier and cached in {root}", *evidence)
     total = sum(secs or 0 for _, secs in uncached)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from dsenv.facts.host import mounts
 from dsenv.facts.node import Node, probe
 from dsenv.redact import show_variable
 
@@ -90,9 +91,17 @@ def conf_files(node: Node) -> list[Path]:
     return files
 
 
+def unanswered(node: Node) -> list[Path]:
+    """NCCL's files on a file system that gave no answer: not read here, and NCCL reads them
+    in every rank at init (a hung file server hangs the job there)."""
+    return [path for path in conf_files(node) if not mounts.answers(node, path)]
+
+
 def looked_in(node: Node) -> str:
     """Where a setting was looked for, for a check that found none."""
-    return "looked in the environment, " + ", ".join(map(str, conf_files(node)))
+    hung = set(unanswered(node))
+    return "looked in the environment, " + ", ".join(
+        f"{path} (no answer: not read)" if path in hung else str(path) for path in conf_files(node))
 
 
 @probe
@@ -101,6 +110,8 @@ def nccl_settings(node: Node) -> dict[str, Setting]:
     found = {name: Setting(name, value, ENVIRONMENT)
              for name, value in node.env.items() if name.startswith("NCCL_")}
     for path in conf_files(node):
+        if not mounts.answers(node, path):
+            continue  # a hung file server: its lines are not read (never blocks the checks)
         try:
             text = path.read_text(errors="replace")
         except OSError:

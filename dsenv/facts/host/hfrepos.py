@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsenv.facts.host import cachefs
+from dsenv.facts.host import cachefs, mounts
 from dsenv.facts.node import Node
 
 REPO_FOLDER = re.compile(r"(?:models|datasets|spaces)--.+")
@@ -38,11 +38,13 @@ MAX_LOCK_FILES = 500  # lock files looked at per repository
 MAX_REPOS = 100  # repositories tried when the whole cache is judged
 
 
-def cached_repos(hub: Path, limit: int = MAX_REPOS) -> tuple[list[str], int]:
+def cached_repos(node: Node, hub: Path, limit: int = MAX_REPOS) -> tuple[list[str], int]:
     """The repository folders in the hub cache (or only in its .locks): at most ``limit``,
     those whose folders another user owns first (where a download fails), then by name; and
-    how many were left out."""
+    how many were left out. None are listed where the cache's file system does not answer."""
     found = set()
+    if not mounts.answers(node, hub):
+        return [], 0
     for where in (hub, hub / LOCKS):
         try:
             with os.scandir(where) as entries:
@@ -153,4 +155,5 @@ def repo_writes(node: Node, hub: Path, folder: str) -> RepoWrites:
     lock_dir = hub / LOCKS / folder
     writes = (_tried(node, "lock folder", lock_dir),
               *(_tried(node, f"{part[:-1]} folder", hub / folder / part) for part in PARTS))
-    return RepoWrites(folder, writes, _stuck_locks(lock_dir))
+    stuck = _stuck_locks(lock_dir) if mounts.answers(node, lock_dir) else ()
+    return RepoWrites(folder, writes, stuck)

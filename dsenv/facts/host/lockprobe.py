@@ -1,4 +1,5 @@
 """Run as a child (``python -I -S lockprobe.py PATH``): can a file be created and locked in PATH?
+(``lockprobe.py --stat PATH``: does the file system under PATH answer a stat at all?)
 
 Every touch of the folder happens here, in a process of its own: on a hard-mounted file
 server that stopped answering, stat, create and flock block in the kernel, and a blocked
@@ -76,5 +77,14 @@ def create_and_lock(path: str) -> dict:
     return found
 
 
+def answered(path: str) -> dict:
+    """Stat PATH's nearest existing folder (LOOKUP and GETATTR on the way): returning at all
+    is the answer; a file server that stopped answering keeps this child waiting."""
+    return {"where": nearest_existing(os.path.abspath(path))}
+
+
 if __name__ == "__main__":
-    print(json.dumps(create_and_lock(sys.argv[1])))
+    if sys.argv[1] == "--stat":
+        print(json.dumps(answered(sys.argv[2])))
+    else:
+        print(json.dumps(create_and_lock(sys.argv[1])))

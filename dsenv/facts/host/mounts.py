@@ -4,13 +4,17 @@ Read from /proc/self/mountinfo (else /proc/mounts) through :meth:`Node.path`, so
 give a recorded table under a fake root. A folder belongs to the mount with the longest
 mount point that is a prefix of its real path; of two mounts on one point, the later one
 (it covers the earlier). Nothing is mounted or statted on the file system itself: a hung
-NFS server cannot stall this probe.
+NFS server cannot stall this probe. Before a path on a mount that can stop answering (network,
+FUSE, autofs) is touched in this process, :func:`answers` stats it in a child with the probe
+deadline: a thread blocked in the kernel on a hung file server cannot be abandoned, and would
+keep the doctor from exiting.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +55,11 @@ class Mount:
     @property
     def shared(self) -> bool:
         return self.kind != "local"
+
+    @property
+    def may_hang(self) -> bool:
+        """A file server behind it can stop answering (autofs: a stat mounts one)."""
+        return self.shared or self.fstype == "autofs"
 
     def option(self, name: str) -> str | None:
         """The value of ``name=value`` (or '' for a bare flag), None when absent."""
@@ -128,13 +137,46 @@ def mount_table(node: Node) -> tuple[Mount, ...]:
     return ()
 
 
+def _holding(node: Node, path: str) -> Mount | None:
+    """The mount whose point is the longest prefix of ``path`` (of two on one point, the
+    later one: it covers the earlier)."""
+    best, best_len = None, -1
+    for mount in mount_table(node):
+        point = mount.point.rstrip("/") or "/"
+        inside = path == point or point == "/" or path.startswith(point + "/")
+        if inside and len(point) >= best_len:
+            best, best_len = mount, len(point)
+    return best
+
+
 def point_of(node: Node, path: str) -> str:
     """The mount point ``path`` lies under, from the mount table and the path's text alone
     (resolving symlinks would touch a file system that may be hung)."""
+    mount = _holding(node, os.path.abspath(path))
+    return (mount.point.rstrip("/") or "/") if mount is not None else "/"
+
+
+def answers(node: Node, path: Path | str) -> bool:
+    """Whether ``path`` may be touched in this process: True on a local mount; on one that can
+    hang, its nearest existing folder is statted first in a child with the probe deadline
+    (once per mount and run); False once a probe there gave no answer."""
     path = os.path.abspath(path)
-    points = [m.point.rstrip("/") or "/" for m in mount_table(node)]
-    inside = [p for p in points if path == p or p == "/" or path.startswith(p + "/")]
-    return max(inside, key=len, default="/")
+    mount = _holding(node, path)
+    if mount is None or not mount.may_hang:
+        return True
+    point = mount.point.rstrip("/") or "/"
+
+    def stat_in_child() -> bool:
+        if point in hung_points(node):
+            return False
+        done = node.run([sys.executable, "-I", "-S", lockprobe.__file__, "--stat", path])
+        if done.timed_out:
+            hung_points(node).add(point)
+            return False
+        return True  # answered (an error, or an interpreter that cannot start, is no hang)
+
+    return point not in hung_points(node) and node.memo(f"{__name__}.answers:{point}",
+                                                        stat_in_child)
 
 
 def hung_points(node: Node) -> set[str]:
@@ -143,20 +185,18 @@ def hung_points(node: Node) -> set[str]:
     return node.memo(f"{__name__}.hung_points", set)
 
 
-def nearest_existing(path: Path) -> Path | None:
-    """``path`` or its nearest existing parent (lockprobe's, the child that runs stdlib only)."""
+def nearest_existing(path: Path, node: Node | None = None) -> Path | None:
+    """``path`` or its nearest existing parent (lockprobe's, the child that runs stdlib only);
+    with ``node``, None where the file system there does not answer (:func:`answers`)."""
+    if node is not None and not answers(node, path):
+        return None
     found = lockprobe.nearest_existing(str(path))
     return Path(found) if found is not None else None
 
 
 def mount_for(node: Node, path: Path | str) -> Mount | None:
     """The mount holding ``path`` (or, while it does not exist, the one it will be made on):
-    symlinks in the existing part of the path are resolved first."""
-    real = os.path.realpath(path)
-    best, best_len = None, -1
-    for mount in mount_table(node):
-        point = mount.point.rstrip("/") or "/"
-        inside = real == point or point == "/" or real.startswith(point + "/")
-        if inside and len(point) >= best_len:
-            best, best_len = mount, len(point)
-    return best
+    symlinks in the existing part of the path are resolved first, where its file system
+    answers (else the path's text decides)."""
+    real = os.path.realpath(path) if answers(node, path) else os.path.abspath(path)
+    return _holding(node, real)

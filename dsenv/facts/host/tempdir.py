@@ -28,6 +28,7 @@ class TempFolder:
     size: int | None
     mount: mounts.Mount | None
     ignored: tuple[str, ...] = ()  # variables set to a folder that does not exist
+    hung: bool = False  # its file system gave no answer to a stat: writes there hang
 
     def describe(self) -> str:
         where = f" on {self.mount.point} ({self.mount.fstype})" if self.mount else ""
@@ -39,6 +40,9 @@ def temp_folder(node: Node) -> TempFolder | None:
     ignored = []
     candidates = [(node.env[v], v) for v in VARIABLES if node.env.get(v)]
     for path, source in [*candidates, *((d, "default") for d in DEFAULTS)]:
+        if not mounts.answers(node, node.path(path)):  # taken as tempfile would: it hangs there
+            return TempFolder(path, source, None, None, mounts.mount_for(node, node.path(path)),
+                              tuple(ignored), hung=True)
         if node.path(path).is_dir():
             free, size = room(node, str(node.path(path)))
             return TempFolder(path, source, free, size, mounts.mount_for(node, node.path(path)),

@@ -11,6 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsenv.facts.host import tempdir
 from dsenv.facts.node import Node, probe
 
 # DeepSpeed's own test program (builder.py has_function)
@@ -37,6 +38,10 @@ def aio_link(node: Node) -> AioLink:
     compiler = (node.which(cc[0]) if cc else None) or node.which("cc") or node.which("gcc")
     if compiler is None:
         return AioLink(None, None, "no C compiler on PATH (CC, cc, gcc)")
+    scratch = tempdir.temp_folder(node)
+    if scratch is not None and scratch.hung:  # the compiler's files (and ours) would hang there
+        return AioLink(compiler, None, f"not tried: the temporary folder {scratch.path} gave "
+                       "no answer")
     with tempfile.TemporaryDirectory(prefix="dsenv-aio-") as tmp:
         source = Path(tmp) / "aio.c"
         source.write_text(PROGRAM)
