@@ -340,6 +340,7 @@ echo ---
 
 HUNG_RUN = FUSE_MOUNT + """
 fuse_mount "$MNT" "$MODE"
+unset $UNSET
 timeout -s KILL 60 "$PY" -m dsenv doctor $ONLY --skip $SKIP --json > "$OUT" || true
 """
 
@@ -354,6 +355,7 @@ def _hung_run(tmp_path, mode: str, only: str = "--only cache", **env) -> tuple[d
     done = in_namespace(HUNG_RUN, timeout=120, env={
         "MNT": str(tmp_path / "mnt"), "MODE": mode, "OUT": str(out), "SKIP": "cache.assets",
         "HF_HOME": str(tmp_path / "mnt" / "hf"), "HOME": str(tmp_path / "home"), "ONLY": only,
+        "UNSET": " ".join(name for name in ("TORCH_EXTENSIONS_DIR",) if name not in env),
         **{name: str(tmp_path / "mnt" / value) for name, value in env.items()}})
     seconds = time.monotonic() - start
     assert done.returncode == 0, done.stderr
@@ -387,7 +389,8 @@ def test_statfs_that_never_answers_leaves_writes_judged_and_room_unread(tmp_path
 
 # Every folder of the job on one mount: HOME stays local (Python itself stats the user's
 # site-packages there before any of dsenv runs, so a dead HOME hangs every Python program).
-JOB_FOLDERS = {"TMPDIR": "tmp", "TORCH_EXTENSIONS_DIR": "ext", "NCCL_CONF_FILE": "nccl.conf"}
+# XDG_CACHE_HOME holds dsenv's own cache and torch's default extensions folder.
+JOB_FOLDERS = {"TMPDIR": "tmp", "XDG_CACHE_HOME": "cache", "NCCL_CONF_FILE": "nccl.conf"}
 
 
 def test_a_file_server_that_answers_nothing_is_named_and_the_doctor_exits(tmp_path):

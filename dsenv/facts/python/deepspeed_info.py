@@ -23,6 +23,7 @@ from pathlib import Path
 from dsenv import proc
 from dsenv.facts.cmdcache import cache_dir
 from dsenv.facts.gpu import inventory as gpu_probes
+from dsenv.facts.host import mounts
 from dsenv.facts.node import Node, probe
 from dsenv.facts.python import pyenv, target_env, torch_info
 from dsenv.facts.python.pyfiles import package_dir, read_assignments
@@ -300,7 +301,8 @@ def probe_compatibility(node: Node, ds: DeepSpeedInstall, torch: TorchBuild,
                              "ask DeepSpeed", source="not asked")
     key = fingerprint(node, ds, torch, python)
     path = cache_dir(node.env) / CACHE_FILE
-    entries = _read_cache(path)
+    readable = mounts.answers(node, path)  # a hung file server: not read, not written
+    entries = _read_cache(path) if readable else {}
     cached = entries.get(key)
     if isinstance(cached, dict) and isinstance(cached.get("compatible"), dict):
         return Compatibility(cached["compatible"], cached.get("accelerator"), True,
@@ -314,7 +316,8 @@ def probe_compatibility(node: Node, ds: DeepSpeedInstall, torch: TorchBuild,
         return Compatibility({}, None, False, reason)
     entries = {k: v for k, v in list(entries.items())[-(CACHE_ENTRIES - 1):] if k != key}
     try:
-        write_json_atomically(path, {"entries": {**entries, key: result}})
+        if readable:
+            write_json_atomically(path, {"entries": {**entries, key: result}})
     except OSError:
         pass  # an unwritable cache only costs the next run the same seconds
     return Compatibility(result["compatible"], result.get("accelerator"), False)

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsenv.facts.host import processes
+from dsenv.facts.host import mounts, processes
 from dsenv.facts.node import Node, probe
 from dsenv.facts.python import target_env, torch_info
 
@@ -48,11 +48,13 @@ def accelerator_tag(torch: torch_info.TorchBuild) -> str:
     return "cpu"
 
 
-def default_base(env) -> Path:
-    """torch.utils.cpp_extension.get_default_build_root(): realpath of the user cache dir."""
-    home = env.get("HOME") or os.path.expanduser("~")
-    cache = env.get("XDG_CACHE_HOME", os.path.join(home, ".cache"))
-    return Path(os.path.realpath(os.path.join(cache, "torch_extensions")))
+def default_base(node: Node) -> Path:
+    """torch.utils.cpp_extension.get_default_build_root(): realpath of the user cache dir
+    (its text where that file system gives no answer: resolving it would hang)."""
+    home = node.env.get("HOME") or os.path.expanduser("~")
+    cache = node.env.get("XDG_CACHE_HOME", os.path.join(home, ".cache"))
+    base = os.path.join(cache, "torch_extensions")
+    return Path(os.path.realpath(base) if mounts.answers(node, base) else os.path.abspath(base))
 
 
 @probe
@@ -60,7 +62,7 @@ def extensions_root(node: Node) -> ExtensionsRoot:
     explicit = node.env.get("TORCH_EXTENSIONS_DIR")
     if explicit is not None:
         return ExtensionsRoot(Path(explicit), "TORCH_EXTENSIONS_DIR", Path(explicit), 1)
-    base = default_base(node.env)
+    base = default_base(node)
     torch = torch_info.torch_build(node)
     if not torch.installed:
         return ExtensionsRoot(None, "default", base, 2)
