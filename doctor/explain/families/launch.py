@@ -22,6 +22,8 @@ FLAGS = re.IGNORECASE | re.MULTILINE
 _ENV_VAR = re.compile(r"environment variable (\w+) expected, but not set"
                       r"|_env_error\(\"(\w+)\"\)"
                       r"|KeyError: '(RANK|WORLD_SIZE|LOCAL_RANK|MASTER_ADDR|MASTER_PORT)'", FLAGS)
+# Slurm's per-task variables (srun's tasks, sbatch's batch step): read outside a Slurm task.
+_SLURM_VAR = re.compile(r"KeyError\W{0,3}'(SLURM_(?:PROCID|LOCALID|NODEID))'", FLAGS)
 _MPI4PY = re.compile(r"No module named '?mpi4py'?", FLAGS)
 _MPI_DISCOVERY = re.compile(r"mpi_discovery|detect MPI environment", FLAGS)
 _MPI_RUN = re.compile(r"\bmpirun\b|\bmpiexec\b|-m mpi4py", FLAGS)
@@ -88,6 +90,8 @@ def read(message: str) -> list[Reading]:
     if m := _ENV_VAR.search(message):  # only a launcher sets these: none ran
         add("launch.env-vars-no-launcher", m,
             variable=next(g for g in m.groups() if g))
+    if m := _SLURM_VAR.search(message):  # only a Slurm task has these: not started by srun
+        add("launch.slurm-vars-outside-step", m, variable=m.group(1))
     discovery = _MPI_DISCOVERY.search(message)
     if (m := _MPI4PY.search(message)) and (discovery or not _MPI_RUN.search(message)):
         # DeepSpeed's fallback when no launcher set them; under mpirun mpi4py is wanted
