@@ -35,6 +35,19 @@ def test_the_missing_variable_is_named():
                   "launch.env-vars-no-launcher")["variable"] == "MASTER_ADDR"
 
 
+def test_slurms_task_variables_are_read_and_the_programs_own_are_not():
+    """SLURM_PROCID / LOCALID / NODEID exist only in a Slurm task; SLURM_CONF and a variable
+    the program invented are no launcher's, so no reading (explain stays quiet)."""
+    assert _parts(_text("dcharatan/pixelsplat/issues/99"),
+                  "launch.slurm-vars-outside-step")["variable"] == "SLURM_NODEID"
+    assert _parts("  File \"train.py\", line 9\n    rank = int(os.environ['SLURM_PROCID'])\n"
+                  "KeyError: 'SLURM_PROCID'", "launch.slurm-vars-outside-step")["variable"] \
+        == "SLURM_PROCID"
+    for own in ("KeyError: 'SLURM_CONF'", "KeyError: 'MY_CONFIG'"):
+        assert launch.read(own) == []
+        assert explain_text(own)[2] == []  # no confident cause
+
+
 def test_the_store_barrier_counts_tell_a_missing_node_from_a_shared_store():
     missing = _parts(_text("NVIDIA/Megatron-LM/issues/782"), "launch.rdzv-timeout")
     assert (missing["world size"], missing["worker count"]) == ("2", "1")
