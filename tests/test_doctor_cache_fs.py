@@ -18,7 +18,7 @@ from packaging.version import Version
 
 from dsenv.doctor.checks.software.builds import FILELOCK_SOFT_FALLBACK, lock_consequence
 from dsenv.doctor.context import Context, Options
-from dsenv.facts.host import mounts
+from dsenv.facts.host import cachefs, mounts
 from dsenv.verdicts.findings import Status
 from tests.harness.findings import here
 from tests.harness.mountns import (
@@ -107,6 +107,20 @@ def test_a_path_is_touched_in_process_only_once_its_mount_answered(tmp_path, mon
     mounts.hung_points(ctx).add("/lus")  # as a write test that gave no answer marks it
     assert not mounts.answers(ctx, "/lus/scratch/x") and children[2:] == []
     assert mounts.mount_for(ctx, "/lus/scratch/x").fstype == "lustre"  # by text, no realpath
+
+
+def test_a_write_test_that_answered_spares_the_mounts_stat(tmp_path, monkeypatch):
+    """cachefs' write test runs in a child: its answer is the mount's, so the folder's later
+    in-process reads (mount_for's realpath) start no second child there."""
+    share = tmp_path / "share"
+    share.mkdir()
+    ctx = make(tmp_path, root=fake_root(tmp_path, f"48 27 0:48 / {share} rw - nfs4 srv:/s rw"))
+    children = []
+    real_run = type(ctx).run
+    monkeypatch.setattr(type(ctx), "run", lambda self, argv, timeout=None:
+                        children.append(argv) or real_run(self, argv, timeout))
+    assert cachefs.try_folder(ctx, share / "hf").created and len(children) == 1
+    assert mounts.mount_for(ctx, share / "hf").fstype == "nfs4" and len(children) == 1
 
 
 def test_real_tmpfs_mount_is_seen():

@@ -141,6 +141,7 @@ def try_folder(node: Node, path: Path) -> FolderTest:
             return _in_thread(node, path, point)  # after a fork, an embedded Python)
         if done.timed_out:
             return _no_answer(node, point)
+        mounts.answered(node, point)
         try:
             return _answer(json.loads(done.stdout))
         except (json.JSONDecodeError, AttributeError, TypeError):

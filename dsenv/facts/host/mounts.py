@@ -179,6 +179,12 @@ def answers(node: Node, path: Path | str) -> bool:
                                                         stat_in_child)
 
 
+def answered(node: Node, point: str) -> None:
+    """A probe in a child (cachefs' write test) got an answer under ``point``: :func:`answers`
+    needs no child of its own there."""
+    node.memo(f"{__name__}.answers:{point}", lambda: True)
+
+
 def hung_points(node: Node) -> set[str]:
     """Mount points where a probe in a child got no answer in this run: later probes there
     are not tried, each would cost its deadline again (cachefs, tempdir)."""
