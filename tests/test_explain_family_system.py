@@ -128,3 +128,35 @@ def test_pip_out_of_room_is_the_temporary_folder():
                  "OSError: [Errno 28] No space left on device",
                  "Successfully installed torch-2.3.0"):
         assert "system.tmp-full" not in _sure(text), text
+
+
+def test_enospc_naming_a_file_in_the_temporary_folder_is_tmp_full():
+    """An ENOSPC that names the file it wrote in /tmp (Python's OSError repr after tempfile's
+    mkdtemp, GNU sort's spill file) is the temporary folder filling up: TMPDIR pointed elsewhere
+    fixed it (YeoLab/sailor#2 with #3, fiberseq/FIRE#59)."""
+    from dsenv.doctor.explain.families import system
+    for tail in ("YeoLab/sailor/issues/2", "fiberseq/FIRE/issues/59"):
+        text = symptoms.text(ROWS, tail)
+        assert _sure(text)[:1] == ["system.tmp-full"], tail
+        got = [dict(r.parts) for r in system.read(text) if r.mode == "system.tmp-full"]
+        assert got and got[0]["path"].startswith("/tmp/"), tail
+    # a copy's destination is the file written
+    copy = ("OSError: [Errno 28] No space left on device: '/data/in/a.bin' -> "
+            "'/var/tmp/job/a.bin'")
+    assert dict(system.read(copy)[0].parts)["path"] == "/var/tmp/job/a.bin"
+    # healthy twins: the same words naming a file elsewhere (the output volume, a cache's own
+    # tmpXXXXXXXX), another errno in /tmp, and Apptainer's temp folders (the container family's)
+    for text in ("OSError: [Errno 28] No space left on device: '/data/out/tmpCvhVDX'",
+                 "OSError: [Errno 28] No space left on device: "
+                 "'/root/.cache/huggingface/hub/tmpibqwuu_p'",
+                 "sort: write failed: /scratch/u/sortSVYd6x: No space left on device",
+                 "OSError: [Errno 13] Permission denied: '/tmp/tmpCvhVDX'",
+                 "OSError: [Errno 28] No space left on device"):
+        assert "system.tmp-full" not in _sure(text), text
+        assert not system.read(text), text
+    apptainer = ("FATAL:   While making image from oci registry: error fetching image to cache: "
+                 "while building SIF from layers: packer failed to pack: while unpacking tmpfs: "
+                 "error unpacking rootfs: unpack entry: usr/lib/x: unpack to regular file: short "
+                 "write: write /tmp/build-temp-123/rootfs/usr/lib/x: no space left on device")
+    assert not system.read(apptainer)
+    assert _sure(apptainer)[:1] == ["container.apptainer-tmpdir-full"]

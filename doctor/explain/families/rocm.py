@@ -61,8 +61,11 @@ KFD_UNSUPPORTED = re.compile(r"(?P<chip>\w+)\s+not supported in kfd|kfd not supp
 # The KFD skipped a GPU whose PCIe path has no atomics (dmesg); rocminfo then fails with
 # OUT_OF_RESOURCES (4104) like for an unsupported GPU, but the atomics line says why.
 ATOMICS = re.compile(r"skipped device (?P<device>[0-9a-f]{4}:[0-9a-f]{4}), PCI rejects atomics", IC)
-# No GPU for HIP at all, in the words of torch, HIP, rocminfo and rocm-smi.
-NO_GPU = re.compile(r"No HIP GPUs are available|hipErrorNoDevice|ROCk module is NOT (?:loaded|live)"
+# No GPU for HIP at all, in the words of torch, HIP, rocminfo and rocm-smi (hipErrorNoDevice's
+# own text, hipGetErrorString's "no ROCm-capable device is detected", is what llama.cpp/ggml and
+# hipInfo print).
+NO_GPU = re.compile(r"No HIP GPUs are available|hipErrorNoDevice|no ROCm-capable device is detected"
+                    r"|ROCk module is NOT (?:loaded|live)"
                     r"|driver not initialized \(amdgpu not found in modules\)", IC)
 # WSL2's kernel (collect_env's platform line, uname) or the user saying so: there is no KFD
 # there, and only AMD's WSL stack reaches the GPU.

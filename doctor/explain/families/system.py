@@ -13,6 +13,14 @@ cause from what the text says was writing:
   OSError: [Errno 28]``): the temporary folder, a small tmpfs on the node or in the container,
   is full (system.tmp-full; pterodactyl/panel#3541, easydiffusion#1649). (pip's build-isolation
   failure printed after a bare ENOSPC, INSaFLU/docker#54, is another failure line: not read.)
+- an ENOSPC that names the file it wrote, and the file is in the temporary folder (/tmp/...,
+  /var/tmp/...): Python's ``[Errno 28] No space left on device: '/tmp/tmpCvhVDX'`` (tempfile's
+  mkdtemp; for a copy or rename the destination after ``->``), a C tool's ``sort: write failed:
+  /tmp/sortSVYd6x: No space left on device``: the temporary folder is full (system.tmp-full;
+  YeoLab/sailor#2 with #3, fiberseq/FIRE#59: TMPDIR pointed elsewhere). Only /tmp and /var/tmp:
+  tempfile's tmpXXXXXXXX names are made in other folders too (older huggingface_hub stages a
+  download as <cache>/hub/tmpXXXXXXXX: the cache's volume), and Apptainer's own temp folders
+  (bundle-temp-*, rootfs-*/archive-*) are the container family's.
 A bare ENOSPC with none of these stays unread.
 """
 
@@ -34,6 +42,14 @@ SAVER_FRAME = re.compile(r"(?P<file>torch[/\\]serialization\.py|safetensors[/\\]
 # releases EnvironmentError).
 PIP_INSTALL = re.compile(r"Could not install packages due to an? (?:OSError|EnvironmentError): "
                          r"\[Errno 28\]", IC)
+# The file an ENOSPC names: Python's OSError repr (src -> dst for a copy or rename), or a path on
+# the line of a C tool's "<path>: No space left on device" (sort, cp, dd, tar).
+PY_NAMED = re.compile(r"\[Errno 28\] No space left on device: '(?P<path>[^'\n]+)'"
+                      r"(?: -> '(?P<dst>[^'\n]+)')?", IC)
+C_NAMED = re.compile(r"(?<![\w.~/-])(?P<path>/(?:var/)?tmp/[^\s:'\"`\u2019]+)[^\n]{0,40}?"
+                     r": No space left on device", IC)
+TEMP_FOLDER = re.compile(r"/(?:var/)?tmp(?:/|$)")
+APPTAINER_TEMP = re.compile(r"(?:bundle|build|oci)-temp-|/rootfs-\d+|/archive-\d+")
 
 
 def _saver(message: str, error: re.Match) -> Reading | None:
@@ -55,6 +71,20 @@ def _pip(message: str) -> Reading | None:
     return None
 
 
+def _temp_path(message: str) -> Reading | None:
+    """ENOSPC naming a file it wrote in /tmp or /var/tmp: the temporary folder is full."""
+    for m in PY_NAMED.finditer(message):
+        path = m["dst"] or m["path"]
+        if TEMP_FOLDER.match(path) and not APPTAINER_TEMP.search(path):
+            return reading(FAMILY, "system.tmp-full", m.group(0), path=path,
+                           folder="TMPDIR (default /tmp)")
+    for m in C_NAMED.finditer(message):
+        if not APPTAINER_TEMP.search(m["path"]):
+            return reading(FAMILY, "system.tmp-full", m.group(0), path=m["path"],
+                           folder="TMPDIR (default /tmp)")
+    return None
+
+
 def read(message: str) -> list[Reading]:
     if not message or not re.search(r"Errno 28|os error 28|code: 28|No space left", message, IC):
         return []
@@ -65,4 +95,6 @@ def read(message: str) -> list[Reading]:
             break
     if pip := _pip(message):
         found.append(pip)
+    elif not found and (temp := _temp_path(message)):
+        found.append(temp)
     return found
