@@ -109,6 +109,36 @@ def test_a_path_is_touched_in_process_only_once_its_mount_answered(tmp_path, mon
     assert mounts.mount_for(ctx, "/lus/scratch/x").fstype == "lustre"  # by text, no realpath
 
 
+def test_files_under_a_folder_are_statted_in_a_child_before_they_are_read(tmp_path, monkeypatch):
+    """mounts.files_answer: on a mount that can hang, the entries down to ``depth`` are statted
+    in a child (once per folder, depth and run) after the mount's own stat; a walk that gave no
+    answer keeps the folder and everything below it from this process (answers says so too),
+    while the rest of the mount stays readable; a local folder asks nothing."""
+    share = tmp_path / "share"
+    (share / "ext" / "op").mkdir(parents=True)
+    (share / "ext" / "op" / "op.so").write_text("x")
+    (tmp_path / "local").mkdir()
+    ctx = make(tmp_path, root=fake_root(tmp_path,
+                                        f"49 27 0:49 / {share} rw - lustre mds@o2ib:/fs rw"))
+    children = []
+    real_run = type(ctx).run
+    monkeypatch.setattr(type(ctx), "run", lambda self, argv, timeout=None:
+                        children.append(argv[4:]) or real_run(self, argv, timeout))
+    assert mounts.files_answer(ctx, tmp_path / "local", 3) and children == []
+    assert mounts.files_answer(ctx, share / "ext", 2)
+    assert mounts.files_answer(ctx, share / "ext", 2)  # once per folder and run
+    assert children == [["--stat", str(share / "ext")], ["--walk", str(share / "ext"), "2",
+                                                         str(mounts.MAX_WALKED)]]
+    walked = __import__("json").loads(real_run(ctx, [sys.executable, "-I", "-S",
+                                                     mounts.lockprobe.__file__, "--walk",
+                                                     str(share / "ext"), "2", "1"]).stdout)
+    assert walked == {"statted": 1, "complete": False}  # the limit: the rest is not statted
+    mounts.hung_folders(ctx).add(str(share / "hf"))  # as a walk that gave no answer marks it
+    assert not mounts.answers(ctx, share / "hf" / "hub" / "x.lock")
+    assert not mounts.files_answer(ctx, share / "hf" / "hub", 1)
+    assert mounts.answers(ctx, share / "ext" / "op") and len(children) == 2
+
+
 def test_a_write_test_that_answered_spares_the_mounts_stat(tmp_path, monkeypatch):
     """cachefs' write test runs in a child: its answer is the mount's, so the folder's later
     in-process reads (mount_for's realpath) start no second child there."""
@@ -440,4 +470,73 @@ def test_the_same_folders_on_a_mount_that_answers_are_read(tmp_path):
     # read there: it does not exist on the fresh mount, so tempfile passes it over, as here
     assert f"TMPDIR={tmp_path / 'mnt' / 'tmp'}: not a folder, so tempfile skips it" in \
         found["system.tmpdir"]["evidence"], found["system.tmpdir"]
+    assert seconds < 40, seconds
+
+
+# A Lustre whose one storage target (OST) is down: folders and listings answer, files that
+# existed when it went down do not (tests/harness/fusefs.py files-hang: creating .ost-down
+# takes them down). The JIT folder holds an op's .so and a build lock, the hub cache a lock,
+# NCCL's file a line.
+OST_RUN = FUSE_MOUNT + """
+fuse_mount "$MNT" files-hang
+mkdir -p "$MNT/ext/cpu_adam" "$MNT/ext/fused_adam" "$MNT/hf/hub/.locks/models--org--m" \\
+         "$MNT/hf/hub/models--org--m/blobs"
+echo so > "$MNT/ext/fused_adam/fused_adam.so"; echo l > "$MNT/ext/cpu_adam/lock"
+echo l > "$MNT/hf/hub/.locks/models--org--m/abc.lock"
+echo b > "$MNT/hf/hub/models--org--m/blobs/abc"
+echo NCCL_SOCKET_IFNAME=lo > "$MNT/nccl.conf"
+[ "$DOWN" = 0 ] || touch "$MNT/.ost-down"
+timeout -s KILL 60 "$PY" -m dsenv doctor --skip cache.assets --json > "$OUT" || true
+"""
+OST_CHECKS = ("deepspeed.extensions-dir", "deepspeed.extension-locks", "deepspeed.ops",
+              "torch.extension-symbols", "comm.socket-ifname", "comm.nccl-env", "cache.hf-repos")
+
+
+def _ost_run(tmp_path, down: bool) -> tuple[dict, float]:
+    needs_fuse()
+    mnt, out = tmp_path / "mnt", tmp_path / "report.json"
+    start = time.monotonic()
+    done = in_namespace(OST_RUN, timeout=120, env={
+        "MNT": str(mnt), "OUT": str(out), "DOWN": "1" if down else "0",
+        "HOME": str(tmp_path / "home"), "HF_HOME": str(mnt / "hf"),
+        "TORCH_EXTENSIONS_DIR": str(mnt / "ext"), "NCCL_CONF_FILE": str(mnt / "nccl.conf"),
+        "XDG_CACHE_HOME": str(mnt / "cache")})
+    seconds = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    report = doctor_json(subprocess.CompletedProcess((), 0, out.read_text(), ""))
+    return {r["id"]: r for r in report["results"]}, seconds
+
+
+def test_files_that_stopped_answering_on_a_mount_that_answers_are_named(tmp_path):
+    """The mount and its folders answer, the files in them do not: each folder's files are
+    statted in a child before this process reads them (mounts.files_answer), so the doctor
+    exits after one deadline (the first version blocked in the JIT lock scan, the hub's lock
+    files and NCCL's file, and never exited: killed at 80 s with 9 checks unfinished), and
+    each check that needed them says so: none passes on what it could not read."""
+    found, seconds = _ost_run(tmp_path, down=True)
+    assert seconds < 40, seconds
+    assert not [r for r in found.values() if r["status"] == "error"], \
+        [r for r in found.values() if r["status"] == "error"]
+    for check in ("deepspeed.extensions-dir", "cache.hf-repos"):
+        assert found[check]["status"] == "warn", found[check]
+        assert "gave no answer to a stat while the folder did" in found[check]["summary"]
+    assert found["comm.nccl-env"]["status"] == "warn"
+    assert "gave no answer" in found["comm.nccl-env"]["summary"]
+    assert found["comm.socket-ifname"]["status"] != "ok", found["comm.socket-ifname"]
+    assert found["deepspeed.extension-locks"]["status"] == "skip"
+    assert "not read" in " ".join(found["deepspeed.ops"]["evidence"])
+    assert "not read: the JIT builds" in " ".join(found["torch.extension-symbols"]["evidence"])
+
+
+def test_the_same_files_on_a_mount_whose_files_answer_are_read(tmp_path):
+    found, seconds = _ost_run(tmp_path, down=False)
+    unread = [r["id"] for r in found.values()
+              if "no answer" in r["summary"] + " ".join(r["evidence"])]
+    assert not unread, unread
+    assert "held by no process" in found["deepspeed.extension-locks"]["summary"]
+    assert found["cache.hf-repos"]["status"] == "ok", found["cache.hf-repos"]
+    assert "JIT-compiled earlier" in found["deepspeed.ops"]["summary"] or \
+        "fused_adam" not in found["deepspeed.ops"]["summary"], found["deepspeed.ops"]
+    socket = found["comm.socket-ifname"]
+    assert "nccl.conf" in socket["summary"] + " ".join(socket["evidence"]), socket
     assert seconds < 40, seconds

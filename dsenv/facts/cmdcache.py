@@ -67,9 +67,9 @@ def cached_run(node: Node, argv: list[str], *, watch: Iterable[str] = (),
                     if (k.startswith(v[:-1]) if v.endswith("*") else k == v)})
     key = hashlib.sha256(json.dumps([list(argv), {k: node.env[k] for k in names}])
                          .encode()).hexdigest()
-    if not mounts.answers(node, cache_dir(node.env)):  # a hung file server: asked each time
-        return node.run(argv, timeout), False
     path = cache_dir(node.env) / CACHE_FILE
+    if not mounts.files_answer(node, path):  # a hung file server: asked each time
+        return node.run(argv, timeout), False
     entry = _read(path).get(key)
     if isinstance(entry, dict) and isinstance(entry.get("stdout"), str) \
             and entry.get("watch") == stamp(entry.get("watch") or {}):

@@ -14,7 +14,12 @@ answering: statvfs on the mount blocks until the caller dies), or ``locks-hang``
 forwarded and never answered (a lock manager that stopped answering: flock() blocks even with
 LOCK_NB, since the kernel waits for the server's reply), or ``all-hang``: nothing but the
 mount's INIT is ever answered (a server that went away with the mount still in place: even a
-stat of the mount point blocks). It mounts
+stat of the mount point blocks), or ``files-hang``: everything is answered until a file named
+``.ost-down`` is created in the mount's root; from then on no request about a regular file
+that existed at that moment is answered (its lookup, stat, open, read, locks), while folders,
+their listings and files created later answer (a Lustre whose one storage target (OST) went
+down: the metadata server still answers lookups and listings, but a file's size and data are
+asked of the targets that hold its objects, and new files are placed on the others). It mounts
 (type ``fuse.dsenvtest``), prints ``ready`` and serves until unmounted. Files live in
 memory; only what a lock probe, a write test and a directory walk need is implemented.
 """
@@ -36,6 +41,8 @@ ENTRY = struct.Struct("<QQQQII")  # fuse_entry_out, the fuse_attr follows
 OPEN_OUT = struct.Struct("<QIi")  # fuse_open_out
 INIT_OUT = struct.Struct("<IIIIHHIIHHI28x")  # fuse_init_out (64 bytes)
 KSTATFS = struct.Struct("<QQQQQIIII24x")  # fuse_kstatfs (80 bytes)
+DIRENT = struct.Struct("<QQII")  # fuse_dirent: ino, next offset, name length, type; the name
+OST_DOWN = b".ost-down"  # files-hang: creating it takes down the files that exist then
 
 LOOKUP, FORGET, GETATTR, SETATTR = 1, 2, 3, 4
 MKDIR, UNLINK, RMDIR, RENAME = 9, 10, 11, 12
@@ -46,7 +53,7 @@ BATCH_FORGET = 42
 POSIX_LOCKS, FLOCK_LOCKS = 1 << 1, 1 << 10
 ROOT = 1
 LOCK_ERRORS = {"enosys": errno.ENOSYS, "enolck": errno.ENOLCK, "local": 0, "statfs-hangs": 0,
-               "locks-hang": 0, "all-hang": 0}
+               "locks-hang": 0, "all-hang": 0, "files-hang": 0}
 NEVER_ANSWERED = {"statfs-hangs": frozenset({STATFS}), "locks-hang": frozenset({SETLK, SETLKW}),
                   "all-hang": frozenset(range(1, 64)) - {INIT, DESTROY}}
 
@@ -59,10 +66,13 @@ class Node:
 
 
 class Server:
-    def __init__(self, fd: int, lock_error: int, never: frozenset = frozenset()):
+    def __init__(self, fd: int, lock_error: int, never: frozenset = frozenset(),
+                 files_can_go_down: bool = False):
         self.fd, self.lock_error, self.never = fd, lock_error, never
         self.nodes = {ROOT: Node(ROOT, stat.S_IFDIR | 0o777)}
         self.next_ino = ROOT + 1
+        self.files_can_go_down = files_can_go_down
+        self.down: set[int] = set()  # files-hang: regular files whose requests go unanswered
 
     # -- replies ---------------------------------------------------------------------
     def reply(self, unique: int, payload: bytes = b"", error: int = 0) -> None:
@@ -83,7 +93,31 @@ class Server:
         node = self.nodes[self.next_ino] = Node(self.next_ino, mode)
         self.next_ino += 1
         self.nodes[parent].children[name] = node.ino
+        if self.files_can_go_down and parent == ROOT and name == OST_DOWN:
+            self.down = {n.ino for n in self.nodes.values()
+                         if stat.S_ISREG(n.mode) and n.ino != node.ino}
         return node
+
+    def listing(self, node: Node, offset: int, size: int) -> bytes:
+        """READDIR: the folder's entries from ``offset`` on, as many as fit in ``size``."""
+        out = b""
+        names = list(node.children.items())
+        for index, (name, ino) in enumerate(names[offset:], start=offset + 1):
+            kind = (self.nodes[ino].mode & 0o170000) >> 12
+            entry = DIRENT.pack(ino, index, len(name), kind) + name
+            entry += b"\0" * (-len(entry) % 8)
+            if len(out) + len(entry) > size:
+                break
+            out += entry
+        return out
+
+    def unanswered(self, opcode: int, nodeid: int, name: bytes) -> bool:
+        """files-hang: a request about a file that went down (a lookup of one by name too)."""
+        if nodeid in self.down:
+            return opcode not in (RELEASE, FLUSH)
+        node = self.nodes.get(nodeid)
+        return (opcode == LOOKUP and node is not None
+                and node.children.get(name) in self.down)
 
     # -- requests ---------------------------------------------------------------------
     def handle(self, opcode: int, unique: int, nodeid: int, body: bytes) -> bool:
@@ -92,7 +126,7 @@ class Server:
         name = body.split(b"\0", 1)[0]
         if opcode in (FORGET, BATCH_FORGET, INTERRUPT):
             return True  # no reply expected
-        if opcode in self.never:
+        if opcode in self.never or (self.down and self.unanswered(opcode, nodeid, name)):
             return True  # never answered: the caller waits as on a hung file server
         if opcode == INIT:
             major, minor, readahead, flags = struct.unpack_from("<IIII", body)
@@ -149,7 +183,8 @@ class Server:
             node.data[offset:offset + len(data)] = data
             self.reply(unique, struct.pack("<II", len(data), 0))
         elif opcode == READDIR:
-            self.reply(unique, b"")  # listings are empty: nothing here needs them
+            _fh, offset, size = struct.unpack_from("<QQI", body)
+            self.reply(unique, self.listing(node, offset, size))
         elif opcode == STATFS:
             self.reply(unique, KSTATFS.pack(1 << 20, 1 << 19, 1 << 19, 1 << 16, 1 << 15, 4096,
                                             255, 4096, 0))
@@ -199,7 +234,8 @@ def main(argv: list[str]) -> int:
     target, mode = argv
     fd = mount(target, LOCK_ERRORS[mode])
     print("ready", flush=True)
-    Server(fd, LOCK_ERRORS[mode], NEVER_ANSWERED.get(mode, frozenset())).serve()
+    Server(fd, LOCK_ERRORS[mode], NEVER_ANSWERED.get(mode, frozenset()),
+           files_can_go_down=mode == "files-hang").serve()
     return 0
 
 

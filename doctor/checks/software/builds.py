@@ -35,6 +35,14 @@ def hung(role: str, path) -> str:
             "the same way")
 
 
+def files_unanswered(role: str, path) -> str:
+    """What a folder whose files did not answer a stat (mounts.files_answer) means: the mount
+    answers, some of its files do not (a Lustre storage target that went down)."""
+    return (f"a file under the {role} {path} gave no answer to a stat while the folder did: "
+            "part of that file system stopped answering (a storage target down?), and a job "
+            "that reads it will hang the same way")
+
+
 def _quoted(paths) -> str:
     return " ".join(shlex.quote(str(p)) for p in paths)
 
@@ -45,7 +53,7 @@ def _quoted(paths) -> str:
 @check("deepspeed.extension-locks", "Stale JIT build locks")
 def extension_locks(ctx: Context):
     root = ext.extensions_root(ctx)
-    if not mounts.answers(ctx, root.scan):
+    if not mounts.files_answer(ctx, root.scan, root.depth + 1):
         return skip(f"{root.scan} ({root.source}) not read: its file system gave no answer "
                     "(deepspeed.extensions-dir tells more)")
     if not root.scan.is_dir():
@@ -115,6 +123,11 @@ def extensions_dir(ctx: Context):
         return mode_finding(warn, "jit.extensions-dir-shared",
                             hung("extensions folder", root.path), *evidence, here=fix,
                             action=action)
+    if state.mount is not None and state.mount.may_hang and \
+            not mounts.files_answer(ctx, root.scan, root.depth + 1):
+        return mode_finding(warn, "jit.extensions-dir-shared",
+                            files_unanswered("extensions folder", root.scan), *evidence,
+                            here=fix, action=action)
     if not state.writable:
         return mode_finding(fail, "jit.extensions-dir-not-writable",
                             f"the extensions folder {root.path} cannot be written: the first "

@@ -10,7 +10,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from dsenv.doctor.catalogue import mode_finding
-from dsenv.doctor.checks.software.builds import hung
+from dsenv.doctor.checks.software.builds import files_unanswered, hung
 from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fix_actions
 from dsenv.doctor.registry import check
@@ -195,6 +195,11 @@ def hf_repos(ctx: Context):
     if stuck:
         return warn(hung(stuck[0].role, stuck[0].path), "use a hub cache on a node-local disk: "
                     f"export HF_HUB_CACHE={SUGGESTED['HF_HUB_CACHE']}", *evidence)
+    if any(r.locks_unanswered for r in judged):
+        return warn(files_unanswered("lock folders", hub / hfrepos.LOCKS) + " (a download "
+                    "opens its repository's lock file there first)", "use a hub cache on a "
+                    f"node-local disk: export HF_HUB_CACHE={SUGGESTED['HF_HUB_CACHE']}",
+                    *evidence)
     bad = [r for r in judged if not r.ok]
     if bad:
         return _unwritable(ctx, bad, me, evidence)

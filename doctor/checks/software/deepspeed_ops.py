@@ -155,7 +155,7 @@ def ops(ctx: Context):
                                 here=_provision_fix(gpus))
         return fail(summary, _provision_fix(gpus), *evidence)
     root = dsi.jit_build_root(ctx, torch)
-    readable = mounts.answers(ctx, root)  # a hung file server: taken as not cached
+    readable = mounts.files_answer(ctx, root, 2)  # a hung file server: taken as not cached
     uncached = [(op, secs) for op, secs in needed if not (readable and dsi.jit_cached(root, op))]
     evidence.append(f"JIT cache: {root}" + ("" if readable else
                                             " (not read: its file system gave no answer)"))

@@ -46,15 +46,17 @@ def extension_symbols(ctx: Context):
     if not torch.installed or not torch.location:
         return skip(f"{tp.NOT_INSTALLED}: no extension can link it")
     site = Path(torch.location).parent
-    root = ext.extensions_root(ctx).path
-    if root is not None and not mounts.answers(ctx, root):
+    root = unread = ext.extensions_root(ctx).path
+    if root is not None and not mounts.files_answer(ctx, root, 3):
         root = None  # a hung file server: the JIT builds are not read (extensions-dir says so)
     scan = ts.torch_extensions(site, root, skip=NOT_EXTENSIONS)
     files, left_out = scan.files, scan.left_out
     if not files:
         jit = f" and the JIT builds in {root}" if root is not None and root.is_dir() else ""
         return skip("no compiled module links torch's libraries: nothing to compare",
-                    f"read: the modules installed in {site}{jit}")
+                    f"read: the modules installed in {site}{jit}",
+                    *([f"not read: the JIT builds in {unread} (its file system gave no answer)"]
+                      if root is None and unread is not None else []))
     lib_dir = Path(torch.location) / "lib"
     exports = ts.torch_exports(ctx, lib_dir, Path(target_env.environment(ctx).prefix) / "lib")
     if not exports.names.strip(b"\0"):

@@ -94,7 +94,7 @@ def conf_files(node: Node) -> list[Path]:
 def unanswered(node: Node) -> list[Path]:
     """NCCL's files on a file system that gave no answer: not read here, and NCCL reads them
     in every rank at init (a hung file server hangs the job there)."""
-    return [path for path in conf_files(node) if not mounts.answers(node, path)]
+    return [path for path in conf_files(node) if not mounts.files_answer(node, path)]
 
 
 def looked_in(node: Node) -> str:
@@ -110,7 +110,7 @@ def nccl_settings(node: Node) -> dict[str, Setting]:
     found = {name: Setting(name, value, ENVIRONMENT)
              for name, value in node.env.items() if name.startswith("NCCL_")}
     for path in conf_files(node):
-        if not mounts.answers(node, path):
+        if not mounts.files_answer(node, path):
             continue  # a hung file server: its lines are not read (never blocks the checks)
         try:
             text = path.read_text(errors="replace")

@@ -96,6 +96,7 @@ class RepoWrites:
     folder: str  # "models--org--name", or "" for a repository not in the cache yet
     writes: tuple[FolderWrite, ...]
     stuck_locks: tuple[Path, ...]  # lock files there that this user cannot open for writing
+    locks_unanswered: bool = False  # a file under the hub's .locks gave no answer to a stat
 
     @property
     def broken(self) -> list[FolderWrite]:
@@ -155,5 +156,9 @@ def repo_writes(node: Node, hub: Path, folder: str) -> RepoWrites:
     lock_dir = hub / LOCKS / folder
     writes = (_tried(node, "lock folder", lock_dir),
               *(_tried(node, f"{part[:-1]} folder", hub / folder / part) for part in PARTS))
-    stuck = _stuck_locks(lock_dir) if mounts.answers(node, lock_dir) else ()
-    return RepoWrites(folder, writes, stuck)
+    # every lock file statted in a child first, once for the whole .locks: on a mount whose
+    # folders answer, a lock file can still hang (filelock opens it, so would the download)
+    readable = mounts.files_answer(node, hub / LOCKS, 2)
+    stuck = _stuck_locks(lock_dir) if readable else ()
+    return RepoWrites(folder, writes, stuck, locks_unanswered=not readable and
+                      mounts.answers(node, hub))

@@ -1,5 +1,7 @@
 """Run as a child (``python -I -S lockprobe.py PATH``): can a file be created and locked in PATH?
-(``lockprobe.py --stat PATH``: does the file system under PATH answer a stat at all?)
+(``lockprobe.py --stat PATH``: does the file system under PATH answer a stat at all?
+``lockprobe.py --walk PATH DEPTH LIMIT``: does every entry down to DEPTH levels below PATH answer
+one, at most LIMIT of them?)
 
 Every touch of the folder happens here, in a process of its own: on a hard-mounted file
 server that stopped answering, stat, create and flock block in the kernel, and a blocked
@@ -83,8 +85,43 @@ def answered(path: str) -> dict:
     return {"where": nearest_existing(os.path.abspath(path))}
 
 
+def walked(path: str, depth: int, limit: int) -> dict:
+    """lstat PATH and every entry down to ``depth`` levels below it (at most ``limit``): on a
+    Lustre whose one storage target is down, folders and listings answer (the metadata server)
+    while a stat of a file with objects on that target waits for the target (its size is asked
+    there), so a folder's own stat says nothing about its files. Returning at all is the
+    answer; ``statted`` how many entries were, ``complete`` whether the walk saw them all."""
+    path, count = os.path.abspath(path), 0
+    folders = [(path, 0)]
+    try:
+        os.lstat(path)
+    except OSError:
+        return {"statted": 0, "complete": True}
+    while folders:
+        folder, level = folders.pop()
+        if level >= depth:
+            continue
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if count >= limit:
+                        return {"statted": count, "complete": False}
+                    try:
+                        entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    count += 1
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append((entry.path, level + 1))
+        except OSError:
+            continue
+    return {"statted": count, "complete": True}
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--stat":
         print(json.dumps(answered(sys.argv[2])))
+    elif sys.argv[1] == "--walk":
+        print(json.dumps(walked(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))))
     else:
         print(json.dumps(create_and_lock(sys.argv[1])))

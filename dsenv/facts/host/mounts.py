@@ -7,7 +7,9 @@ mount point that is a prefix of its real path; of two mounts on one point, the l
 NFS server cannot stall this probe. Before a path on a mount that can stop answering (network,
 FUSE, autofs) is touched in this process, :func:`answers` stats it in a child with the probe
 deadline: a thread blocked in the kernel on a hung file server cannot be abandoned, and would
-keep the doctor from exiting.
+keep the doctor from exiting. A mount that answered may still hang on some of its files (a
+Lustre with one storage target down): before files under a folder are statted or read here,
+:func:`files_answer` stats each of them in a child first.
 """
 
 from __future__ import annotations
@@ -175,8 +177,48 @@ def answers(node: Node, path: Path | str) -> bool:
             return False
         return True  # answered (an error, or an interpreter that cannot start, is no hang)
 
-    return point not in hung_points(node) and node.memo(f"{__name__}.answers:{point}",
-                                                        stat_in_child)
+    return point not in hung_points(node) and not _in_hung_folder(node, path) and \
+        node.memo(f"{__name__}.answers:{point}", stat_in_child)
+
+
+MAX_WALKED = 2000  # entries a child stats under one folder (files_answer): well inside the
+# deadline on a slow but healthy file server (a stat there takes about a millisecond)
+
+
+def files_answer(node: Node, path: Path | str, depth: int = 0) -> bool:
+    """Whether ``path`` and the entries down to ``depth`` levels below it may be statted and read
+    in this process: :func:`answers` for the mount, then on a mount that can hang each entry is
+    statted in a child first (once per folder and run; at most MAX_WALKED, the rest taken as
+    answering). A mount whose metadata answers can still hang on some files: a Lustre with one
+    storage target (OST) down lists folders and stats them, but a stat of a file with objects
+    on that target waits for it (the file's size is asked there), and so does a read. False
+    once a walk there gave no answer; :func:`answers` is then False below ``path`` too."""
+    path = os.path.abspath(path)
+    if not answers(node, path):
+        return False
+    mount = _holding(node, path)
+    if mount is None or not mount.may_hang:
+        return True
+
+    def walk_in_child() -> bool:
+        done = node.run([sys.executable, "-I", "-S", lockprobe.__file__, "--walk", path,
+                         str(depth), str(MAX_WALKED)])
+        if done.timed_out:
+            hung_folders(node).add(path)
+            return False
+        return True
+
+    return node.memo(f"{__name__}.files_answer:{path}:{depth}", walk_in_child)
+
+
+def hung_folders(node: Node) -> set[str]:
+    """Folders (or files) where a walk in a child got no answer while their mount answered."""
+    return node.memo(f"{__name__}.hung_folders", set)
+
+
+def _in_hung_folder(node: Node, path: str) -> bool:
+    return any(path == hung or path.startswith(hung.rstrip("/") + "/")
+               for hung in hung_folders(node))
 
 
 def answered(node: Node, point: str) -> None:

@@ -301,7 +301,7 @@ def probe_compatibility(node: Node, ds: DeepSpeedInstall, torch: TorchBuild,
                              "ask DeepSpeed", source="not asked")
     key = fingerprint(node, ds, torch, python)
     path = cache_dir(node.env) / CACHE_FILE
-    readable = mounts.answers(node, path)  # a hung file server: not read, not written
+    readable = mounts.files_answer(node, path)  # a hung file server: not read, not written
     entries = _read_cache(path) if readable else {}
     cached = entries.get(key)
     if isinstance(cached, dict) and isinstance(cached.get("compatible"), dict):
