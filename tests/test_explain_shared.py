@@ -153,6 +153,20 @@ def test_a_text_without_the_shared_words_is_no_groups():
     assert answer("ValueError: too many values to unpack (expected 2)") == ("", [])
 
 
+def test_a_shared_soname_in_another_loaders_words_is_the_same_group():
+    """TensorFlow's and JAX's DSO loader print the failed dlopen as "Could not load dynamic
+    library 'libX.so.N'" (the dlerror after it, when shown, holds the group's first words):
+    the same soname missing, the same causes; another library is not this group's."""
+    for text in ("Could not load dynamic library 'libcusolver.so.11'",
+                 "W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not "
+                 "load dynamic library 'libcudart.so.11.0'; dlerror: libcudart.so.11.0: cannot "
+                 "open shared object file: No such file or directory"):
+        group, causes = answer(text)
+        assert group == "cuda-runtime-soname-missing" and len(causes) >= 3, (text, causes)
+    group, _ = answer("Could not load dynamic library 'libnvinfer.so.7'")
+    assert group != "cuda-runtime-soname-missing"
+
+
 HUB_UNREACHABLE = ("OSError: We couldn't connect to 'https://huggingface.co' to load this file, "
                    "couldn't find it in the cached files and it looks like gpt2 is not the path "
                    "to a directory containing a file named config.json.")
