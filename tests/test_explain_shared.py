@@ -153,6 +153,28 @@ def test_a_text_without_the_shared_words_is_no_groups():
     assert answer("ValueError: too many values to unpack (expected 2)") == ("", [])
 
 
+@pytest.mark.parametrize("text, group_id", [
+    ("RuntimeError: CUDA error: CUDA_ERROR_INSUFFICIENT_DRIVER", "driver-older-than-runtime"),
+    ("THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=50 error=35",
+     "driver-older-than-runtime"),
+    ("numba.cuda.cudadrv.driver.CudaAPIError: [209] Call to cuModuleLoadData results in "
+     "CUDA_ERROR_NO_BINARY_FOR_GPU", "cuda-no-kernel-image"),
+    ("RuntimeError: CUDA error: invalid device function", "cuda-no-kernel-image"),
+])
+def test_a_cuda_error_in_any_of_its_forms_is_its_groups(text, group_id):
+    """One CUDA error has several forms (the runtime's text, the enum of either API, the number
+    in a wrapper's frame; families/gpu.py reads them into one kind): the causes its threads
+    settled for one form are the causes of every form."""
+    group, causes = answer(text)
+    assert group == group_id and len(causes) >= 2, (text, group, causes)
+
+
+def test_a_cuda_error_of_another_kind_or_hips_words_is_not_the_group():
+    assert answer("RuntimeError: HIP error: invalid device function")[0] != "cuda-no-kernel-image"
+    group, causes = answer("RuntimeError: CUDA error: uncorrectable ECC error encountered")
+    assert not group and causes[:1] == ["gpu.ecc-uncorrectable"]
+
+
 def test_a_shared_soname_in_another_loaders_words_is_the_same_group():
     """TensorFlow's and JAX's DSO loader print the failed dlopen as "Could not load dynamic
     library 'libX.so.N'" (the dlerror after it, when shown, holds the group's first words):

@@ -23,6 +23,7 @@ from functools import cache
 from dsenv.data import load_table
 from dsenv.doctor import catalogue
 from dsenv.doctor.explain import rank
+from dsenv.doctor.explain.families import gpu
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 
@@ -37,9 +38,11 @@ class Group:
     decided: tuple[str, ...]  # regexes of texts whose parts the parsers read: the best stands
     which: str  # how to find out which it is
     sources: tuple[str, ...]  # threads that settled each member for these words
+    cuda_errors: tuple[str, ...] = ()  # CUDA error kinds whose every form counts as the words
 
     def says(self, text: str) -> bool:
-        return any(re.search(p, text, FLAGS) for p in self.words)
+        return any(re.search(p, text, FLAGS) for p in self.words) or \
+            bool(self.cuda_errors and gpu.error_kind(text) in self.cuda_errors)
 
     def told(self, text: str) -> list[tuple[str, str]]:
         """(member, pattern) for each member whose telling evidence ``text`` holds."""
@@ -52,7 +55,8 @@ def groups() -> tuple[Group, ...]:
     rows = load_table("dsenv.doctor.explain", "alternatives.toml")["group"]
     return tuple(Group(r["id"], r["what"], tuple(r["words"]), tuple(r["modes"]),
                        {k: tuple(v) for k, v in r.get("tells", {}).items()},
-                       tuple(r.get("decided", ())), r["which"], tuple(r["sources"]))
+                       tuple(r.get("decided", ())), r["which"], tuple(r["sources"]),
+                       tuple(r.get("cuda_errors", ())))
                  for r in rows)
 
 

@@ -196,6 +196,12 @@ def _kind(message: str) -> tuple[str, str, str] | None:
     return kind, text, code
 
 
+def error_kind(message: str) -> str | None:
+    """The kind of the first CUDA error in ``message`` (KINDS), in whichever of its forms."""
+    found = _kind(message)
+    return found[0] if found else None
+
+
 def _arch_reading(message: str, text: str, error: str, around: str = "") -> Reading | None:
     """A GPU without kernels: which build lacks it, by what torch and the traceback say.
     torch's verdict on the GPU is printed once, at the first CUDA call, often lines above the
