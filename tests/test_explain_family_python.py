@@ -258,3 +258,42 @@ TypeError: __init__() got an unexpected keyword argument 'T'"""
     for text in (own, forwarded):
         assert "env.package-version-mismatch" not in _modes(text), text
         assert first_cause(text) == "", text
+
+
+# Verbatim from https://github.com/wenquanlu/HandRefiner/issues/34 (torchvision 0.16+ imports
+# torch._custom_ops, which the older torch installed lacks; a matching pair fixed it) and
+# https://github.com/huggingface/transformers/issues/30908 (accelerate imports a module of
+# torch 2.3 under torch 2.1.2; fixed by huggingface/accelerate#2794).
+TORCHVISION_OVER_OLD_TORCH = r"""Traceback (most recent call last):
+  File "Z:\testf\HandRefiner\handrefiner.py", line 24, in <module>
+    from torchvision import transforms
+  File "Z:\software\python\lib\site-packages\torchvision\__init__.py", line 6, in <module>
+    from torchvision import _meta_registrations, datasets, io, models, ops, transforms, utils
+  File "Z:\software\python\lib\site-packages\torchvision\_meta_registrations.py", line 4, in <module>
+    import torch._custom_ops
+ModuleNotFoundError: No module named 'torch._custom_ops'"""
+
+
+def test_a_torch_submodule_a_stack_package_imports_is_a_version_mismatch():
+    got = _modes(TORCHVISION_OVER_OLD_TORCH)
+    assert got == {"env.package-version-mismatch": {
+        "package": "torch", "module": "torch._custom_ops", "importer": "torchvision"}}
+    assert first_cause(TORCHVISION_OVER_OLD_TORCH) == "env.package-version-mismatch"
+    line = "ModuleNotFoundError: No module named 'torch.distributed.checkpoint.format_utils'"
+    assert _modes(line)["env.package-version-mismatch"]["module"] \
+        == "torch.distributed.checkpoint.format_utils"
+    assert first_cause(line) == "env.package-version-mismatch"
+    # healthy twins: torch itself absent, its compiled core (a source tree or a broken install,
+    # IDM-VTON#126; a build without distributed, accelerate#1787), a core package every torch
+    # has, a class imported as a module (pytorch#60353), a file named torch.py shadowing the
+    # package, and the user's own module named like torch are not a version mismatch
+    for text in ("ModuleNotFoundError: No module named 'torch'",
+                 "ModuleNotFoundError: No module named 'torch._C'",
+                 "ModuleNotFoundError: No module named 'torch._C._distributed_c10d'; 'torch._C' "
+                 "is not a package",
+                 "ModuleNotFoundError: No module named 'torch.nn'",
+                 "ModuleNotFoundError: No module named 'torch.nn.Module'",
+                 "ModuleNotFoundError: No module named 'torch.fx'; 'torch' is not a package",
+                 "ModuleNotFoundError: No module named 'mytorch.fx'"):
+        assert "env.package-version-mismatch" not in _modes(text), text
+        assert first_cause(text) != "env.package-version-mismatch", text

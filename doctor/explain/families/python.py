@@ -85,16 +85,28 @@ def _numpy_name(message: str) -> tuple[str, str] | None:
 # 0.23): the importing package and the imported one are from releases that do not go together.
 # Not: google (a namespace: google.protobuf is protobuf missing), apex (pip's unrelated "apex"
 # package), megatron (a source tree on the path), deepspeed.ops (ops built on first use).
-SUBMODULE = re.compile(r"No module named [`'‘](?P<root>\w+)\.(?P<sub>[\w.]+)['’`]")
+# torch's own submodules too (torch._custom_ops that torchvision 0.16+ imports, accelerate's
+# torch.distributed.checkpoint.format_utils of torch 2.3, torch.nn.attention of 2.3, torch._six
+# that 2.0 removed): the torch installed is older or newer than the importer was built for.
+# Not torch._C (the compiled core: torch imported from its source tree or a broken install, or
+# torch._C._distributed_c10d of a torch built without distributed), and not "...; 'x' is not a
+# package" (a file of the user's named like the package shadows it), nor a core package every
+# torch has (torch.nn alone: a broken install or a folder named torch), nor a class imported
+# as a module (torch.nn.Module: the code's error).
+SUBMODULE = re.compile(r"No module named [`'‘](?P<root>\w+)\.(?P<sub>[\w.]+)['’`]"
+                       r"(?P<shadow>; [`'‘][\w.]+['’`] is not a package)?")
 NOT_MOVED = frozenset({"google", "apex", "megatron"})
+TORCH_CORE = frozenset({"_C", "nn", "utils", "autograd", "cuda", "optim", "distributed"})
 HUB = "huggingface_hub"
 
 
 def moved_module(message: str, stack: frozenset[str]) -> Reading | None:
     for m in SUBMODULE.finditer(message):
         root, sub = m["root"], m["sub"]
-        if root not in stack | {HUB} or root in NOT_MOVED \
-                or (root == "deepspeed" and sub.startswith("ops")):
+        if root not in stack | {HUB, "torch"} or root in NOT_MOVED or m["shadow"] \
+                or (root == "deepspeed" and sub.startswith("ops")) \
+                or (root == "torch" and (sub in TORCH_CORE or sub.split(".")[0] == "_C"
+                                         or sub.split(".")[-1][:1].isupper())):
             continue
         mode = "hf.hub-version-api-removed" if root == HUB else "env.package-version-mismatch"
         return reading(FAMILY, mode, m.group(0), package=root, module=f"{root}.{sub}",
