@@ -112,7 +112,8 @@ REQUIRED = re.compile(r"(?P<req>[A-Za-z][\w.-]*\s*(?:[<>=!~]=?\s*[\w.*+-]+\s*,?\
 FEATURE = re.compile(r"requires `(?P<req>(?:accelerate|peft|bitsandbytes|torch|transformers|"
                      r"datasets|deepspeed)\s*[<>=!~]=?\s*[\w.]+)`")
 CIRCULAR = re.compile(r"partially initialized module|circular import", FLAGS)
-GONE_MODULE = re.compile(r"No module named '(transformers\.deepspeed|torch\._six)'", FLAGS)
+# (a module of the stack that moved or went, transformers.deepspeed or torch._six, is read by
+# the python family: moved_module)
 EXT_SO = re.compile(r"torch_extensions/([^/\s]+)/(\w+)/\2\.so: (undefined symbol)", FLAGS)
 # The op's .so is not there at all: its build failed before the import (Qwen-VL#188, sgmse#27).
 EXT_NO_SO = re.compile(r"torch_extensions/(?:([^/\s]+)/)?(\w+)/\2\.so: (cannot open shared "
@@ -329,7 +330,7 @@ def _deepspeed_readings(message: str) -> list[Reading]:
                              requires=need["req"].strip(),
                              found=f"{need['name']} {need['found']}" if need.re is REQUIRED
                              else ""))
-    kwarg = KWARG.search(message) or GONE_MODULE.search(message)
+    kwarg = KWARG.search(message)
     if kwarg:  # one package calls another's API as another release has it
         found.append(reading(FAMILY, "env.package-version-mismatch", kwarg.group(0),
                              api=kwarg.group(1)))
