@@ -161,7 +161,8 @@ def point_of(node: Node, path: str) -> str:
 def answers(node: Node, path: Path | str) -> bool:
     """Whether ``path`` may be touched in this process: True on a local mount; on one that can
     hang, its nearest existing folder is statted first in a child with the probe deadline
-    (once per mount and run); False once a probe there gave no answer."""
+    (once per mount and run); False once a probe there gave no answer, or a walk of a folder
+    that holds ``path`` did (:func:`files_answer`)."""
     path = os.path.abspath(path)
     mount = _holding(node, path)
     if mount is None or not mount.may_hang:
