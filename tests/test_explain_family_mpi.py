@@ -18,6 +18,8 @@ ROWS = symptoms.rows("mpi")
 # Symptoms the catalogue's patterns name but whose text has no structure to read (MPICH's bare
 # "Attempting to use an MPI routine before initializing MPICH").
 UNSTRUCTURED = {"https://github.com/Crompulence/cpl-library/issues/6"}
+# Notices of healthy runs (benign modes): the catalogue's patterns name them, no parser reads them.
+NOTICES = {"mpi.pmix-no-compression-benign", "mpi.ucx-unused-env-benign"}
 
 
 def row(url_tail: str) -> dict:
@@ -28,7 +30,8 @@ def parts(text: str) -> list[tuple[str, dict[str, str]]]:
     return [(r.mode, dict(r.parts)) for r in mpi.read(text)]
 
 
-@pytest.mark.parametrize("symptom", [r for r in ROWS if r["url"] not in UNSTRUCTURED],
+@pytest.mark.parametrize("symptom", [r for r in ROWS if r["url"] not in UNSTRUCTURED
+                                     and r["mode"] not in NOTICES],
                          ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
 def test_each_symptom_reads_as_its_mode(symptom):
     readings = mpi.read(symptom["text"])
@@ -236,3 +239,50 @@ def test_psec_munge_component_box_is_the_other_pmix_build():
     daemon = ("[n1:00085] psec: munge init\n[n1:00085] psec: munge failed to create credential: "
               "Socket communication error\nThe PMIx server's listener thread failed to start.")
     assert all(r.mode != "mpi.pmix-psec-munge" for r in mpi.read(daemon))
+
+
+PMIX_BOX = """--------------------------------------------------------------------------
+PMIx was unable to find a usable compression library
+on the system. We will therefore be unable to compress
+large data streams. This may result in longer-than-normal
+startup times and larger memory footprints. We will
+continue, but strongly recommend installing zlib or
+a comparable compression library for better user experience.
+
+You can suppress this warning by adding "pcompress_base_silence_warning=1"
+to your PMIx MCA default parameter file, or by adding
+"PMIX_MCA_pcompress_base_silence_warning=1" to your environment.
+--------------------------------------------------------------------------"""
+UCX_LINE = ("[1634725581.119872] [node1:1234:0]         parser.c:1907 UCX  WARN  unused env "
+            "variable: UCX_MEMTYPE_CACHE (set UCX_WARN_UNUSED_ENV_VARS=n to suppress this warning)")
+
+
+@pytest.mark.parametrize("mode", sorted(NOTICES))
+def test_a_notice_alone_is_explained_as_the_notice(mode):
+    from dsenv.doctor.explain.command import _benign
+    for r in [r for r in ROWS if r["mode"] == mode]:
+        _, _, sure, _ = explain_text(r["text"])
+        assert sure and sure[0].id == mode and _benign(sure[0]), r["url"]
+    # the whole box or line as pasted: shown as the notice, never as a log's cause
+    _, _, sure, weak = explain_text(PMIX_BOX if "pmix" in mode else UCX_LINE + "\n" + UCX_LINE)
+    assert sure == [] and mode in [m.id for m in weak]
+
+
+@pytest.mark.parametrize("notice", [PMIX_BOX, UCX_LINE])
+def test_a_notice_in_a_log_yields_to_the_real_error(notice):
+    for tail, mode in (("QuantumPackage/qp2/issues/217", "mpi.run-as-root"),
+                       ("mpitutorial/mpitutorial/issues/77", "mpi.not-enough-slots")):
+        _, line, sure, _ = explain_text(notice + "\n" + row(tail)["text"])
+        assert sure and sure[0].id == mode, [m.id for m in sure]
+        # (the notice it went on after may follow the cause, never lead it)
+        _, line, sure, _ = explain_text(row(tail)["text"] + "\n" + notice)
+        assert sure and sure[0].id == mode, [m.id for m in sure]
+
+
+def test_the_compression_notice_is_not_the_decompression_failure():
+    # two nodes of which one cannot decompress PMIx's launch message is a failure, not this notice
+    text = ("A compressed message was received by the Open MPI run time system\n(PMIx) that "
+            "could not be decompressed.  This means that Open MPI has\ncompression support "
+            "enabled on one node and not enabled on another.")
+    _, _, sure, weak = explain_text(text)
+    assert "mpi.pmix-no-compression-benign" not in [m.id for m in sure + weak]
