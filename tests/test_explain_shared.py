@@ -246,5 +246,7 @@ def test_here_without_a_check_that_decides_says_so(tmp_path):
                  env={"HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": CLOSED},
                  drop=("SLURM_JOB_ID", *OFFLINE))
     head = " ".join(done.stdout.split("\n\n", 1)[0].split())
-    assert "none of them is present on this node" in head and "on the node and in the " \
+    # nothing was decided here: it must not say that none of the causes is present
+    assert "no check on this node decides between them (not decided here: " in head and \
+        "none of them is present" not in head and "on the node and in the " \
         "environment that failed" in head, head

@@ -99,7 +99,7 @@ def which_here(members: list[rank.Match], found: dict[int, list[str]]) -> str:
     shown = {line.rsplit("this node shows ", 1)[1] for lines in found.values() for line in lines
              if "this node shows " in line}
     present = [m.id for m in members if said(m, Status.FAIL) or m.id in shown]
-    healthy = [m.id for m in members if said(m, Status.OK, Status.INFO)]
+    healthy = [m.id for m in members if said(m, Status.OK)]  # an info decides nothing
     unseen = [m.id for m in members if m.id not in present and m.id not in healthy]
     if len(present) == 1:
         return f"of these causes, this node shows {present[0]}"
@@ -108,5 +108,9 @@ def which_here(members: list[rank.Match], found: dict[int, list[str]]) -> str:
     parts = [f"not found here: {', '.join(healthy)}"] if healthy else []
     if unseen:
         parts.append(f"not decided here: {', '.join(unseen)}")
-    return ("none of them is present on this node (" + "; ".join(parts) + "): run "
-            "`dsenv explain --here` on the node and in the environment that failed")
+    # "none is present" only for causes a check here ruled out: an undecided one may be
+    lead = ("none of them is present on this node" if not unseen else
+            "none that a check here decides is present" if healthy else
+            "no check on this node decides between them")
+    return (lead + " (" + "; ".join(parts) + "): run `dsenv explain --here` on the node and "
+            "in the environment that failed")
