@@ -36,7 +36,8 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
         "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
         "env.protobuf-too-new", "env.package-missing", "env.build-without-torch",
         "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files", "env.scripts-not-on-path",
-        "env.numpy-name-removed", "env.setuptools-too-old-for-python"}
+        "env.numpy-name-removed", "env.setuptools-too-old-for-python",
+        "env.torch-local-version-needs-pytorch-index"}
     missed = {r["url"]: first_cause(r["text"]) for r in ROWS
               if first_cause(r["text"]) != r["mode"]}
     assert not missed, missed
@@ -297,3 +298,57 @@ def test_a_torch_submodule_a_stack_package_imports_is_a_version_mismatch():
                  "ModuleNotFoundError: No module named 'mytorch.fx'"):
         assert "env.package-version-mismatch" not in _modes(text), text
         assert first_cause(text) != "env.package-version-mismatch", text
+
+
+PIP_INDEX = "env.torch-local-version-needs-pytorch-index"
+
+
+def _pin(requirement: str, versions: str) -> str:
+    return (f"ERROR: Could not find a version that satisfies the requirement {requirement} "
+            f"(from versions: {versions})\nERROR: No matching distribution found for "
+            f"{requirement}")
+
+
+def test_a_labelled_torch_build_pip_found_only_unlabelled_needs_pytorchs_index():
+    # the Tsinghua mirror as the only index (liucongg/ChatGLM-Finetuning#17)
+    got = symptoms.parts(python, text_of("python", "liucongg/ChatGLM-Finetuning/issues/17"),
+                         PIP_INDEX)
+    assert got == {"package": "torch", "release": "1.13.1", "label": "cu116",
+                   "build for": "CUDA 11.6", "index": "https://download.pytorch.org/whl/cu116"}
+    # torch_stable.html passed as --extra-index-url, through pipenv's requirements file
+    # (pytorch/pytorch#86630)
+    got = symptoms.parts(python, text_of("python", "pytorch/pytorch/issues/86630"), PIP_INDEX)
+    assert got["release"] == "1.10.1" and got["index"] == "https://download.pytorch.org/whl/cu111"
+    # the other labels, and the family's other packages
+    for requirement, versions, label, names in (
+            ("torchvision==0.16.0+cu121", "0.15.2, 0.16.0, 0.16.1", "cu121", "CUDA 12.1"),
+            ("torch==2.2.1+rocm5.7", "2.1.2, 2.2.0, 2.2.1", "rocm5.7", "ROCm 5.7"),
+            ("torchaudio==2.1.0+cpu", "2.0.2, 2.1.0", "cpu", "CPU only"),
+            ("torch==1.7.1+cu92", "1.7.0, 1.7.1", "cu92", "CUDA 9.2")):
+        text = _pin(requirement, versions)
+        got = symptoms.parts(python, text, PIP_INDEX)
+        assert (got["label"], got["build for"]) == (label, names), text
+        assert got["index"] == "https://download.pytorch.org/whl/" + label
+        assert first_cause(text) == PIP_INDEX, text
+
+
+def test_a_torch_pin_pip_cannot_find_for_other_reasons_stays_quiet():
+    quiet = (
+        # healthy twins: a pin without a local label, and a package outside torch's family
+        _pin("torch==1.13.1", "2.0.0, 2.0.1, 2.1.0"),
+        "ERROR: Could not find a version that satisfies the requirement deepspeed==0.14.0 "
+        "(from versions: none)\nERROR: No matching distribution found for deepspeed==0.14.0",
+        _pin("somepkg==1.2.0+cu118", "1.1.0, 1.2.0"),
+        # nothing for this interpreter (lunar#95: a Python newer than torch 1.10's wheels)
+        _pin("torch==1.10.0+cu113", "none"),
+        # the release is not listed: no wheel of it for this Python (Deep-Live-Cam#473)
+        _pin("torchvision==0.15.2+cu118", "0.17.0, 0.17.1, 0.17.2, 0.18.0"),
+        # labelled builds listed: PyTorch's index was read; the label is not built for that
+        # release there (pytorch/pytorch#54172: 1.8.0's cu102 wheels carry no label)
+        _pin("torch==1.8.0+cu102", "1.7.1, 1.7.1+cu101, 1.8.0, 1.8.0+cpu, 1.8.0+cu101"),
+        # macOS: PyPI lists the release, no index has a CUDA build of it (OneTrainer#169)
+        _pin("torch==2.1.2+cu118", "2.1.0, 2.1.1, 2.1.2, 2.2.0") + "\n\nPython 3.10.13\nApple M2")
+    for text in quiet:
+        assert first_cause(text) != PIP_INDEX, text
+    for text in quiet[:-1]:
+        assert PIP_INDEX not in [r.mode for r in python.read(text)], text

@@ -13,7 +13,9 @@ by the build family, families/build.py; which torch xFormers was built for, by t
 - one package of the stack calling another as another release has it: a submodule of an
   installed package that is not there (``No module named 'triton.ops'``: the package is
   importable, the module moved or is not added yet), and a keyword a package's own frame
-  passes to a callee that refuses it.
+  passes to a callee that refuses it;
+- pip refusing a pinned torch build (``torch==2.1.2+cu118``) whose release it did find, without
+  the label: a local version label is only on PyTorch's own index, which pip did not read.
 """
 
 from __future__ import annotations
@@ -157,6 +159,38 @@ def refused_keyword(message: str) -> Reading | None:
     return None
 
 
+# pip on a pinned build of the torch family: a local version label (+cu118, +cpu, +rocm5.7) is
+# never on PyPI (PEP 440 forbids uploading one), so such builds are only on PyTorch's index,
+# download.pytorch.org/whl/<label>. When the versions pip saw hold the release itself and no
+# labelled build at all, pip read PyPI or a mirror only (no index given, a mirror as the only
+# index, torch_stable.html passed as an index) and the release has wheels for this interpreter.
+# Not when labelled builds are listed (PyTorch's index was read; the release has no build of
+# that label there, pytorch/pytorch#54172), nor when the release is not listed ("from versions:
+# none", or only other releases: the interpreter or the platform has no wheel of it).
+LOCAL_PIN = re.compile(r"satisfies the requirement (?P<pkg>torch|torchvision|torchaudio|torchtext"
+                       r"|xformers)==(?P<release>\d+(?:\.\d+)+)\+(?P<label>cu\d+|cpu|rocm[\d.]*\d"
+                       r"|xpu)\b[^\n]*?\(from versions: (?P<versions>[^)\n]*)\)")
+INDEX = "https://download.pytorch.org/whl/"
+
+
+def _label_names(label: str) -> str:
+    if label.startswith("cu"):
+        return f"CUDA {label[2:-1]}.{label[-1]}"
+    if label.startswith("rocm"):
+        return f"ROCm {label[4:]}"
+    return {"cpu": "CPU only", "xpu": "Intel XPU"}[label]
+
+
+def local_pin(message: str) -> Reading | None:
+    for m in LOCAL_PIN.finditer(message):
+        listed = [v.strip() for v in m["versions"].split(",")]
+        if m["release"] in listed and not any("+" in v for v in listed):
+            return reading(FAMILY, "env.torch-local-version-needs-pytorch-index", m.group(0),
+                           package=m["pkg"], release=m["release"], label=m["label"],
+                           build_for=_label_names(m["label"]), index=INDEX + m["label"])
+    return None
+
+
 def read(message: str) -> list[Reading]:
     if not message:
         return []
@@ -181,6 +215,8 @@ def read(message: str) -> list[Reading]:
                              importer="pkg_resources" if "pkg_resources" in message else ""))
     if refused := refused_keyword(message):
         found.append(refused)
+    if pin := local_pin(message):
+        found.append(pin)
     bnb = BITSANDBYTES.search(message)
     if bnb:
         found.append(reading(FAMILY, "loader.bitsandbytes-cuda-binary", bnb.group(0),
