@@ -351,3 +351,31 @@ def test_torchs_verdict_around_the_error_is_read_with_it():
     assert [r.mode for r in gpu.read(error)] == ["gpu.torch-build-lacks-arch"]
     listed = around.replace("sm_70 sm_75", "sm_61 sm_70 sm_75")
     assert "gpu.too-old-for-torch" not in [r.mode for r in gpu.read(error, listed)]
+
+
+ASSERT_NUM_GPUS = ('RuntimeError: device >= 0 && device < num_gpus INTERNAL ASSERT FAILED at '
+                   '"../aten/src/ATen/cuda/CUDAContext.cpp":50, please report a bug to PyTorch.')
+SMI_MIG = ("|                                         |                        |               MIG M. |\n"
+           "|=========================================+========================+======================|\n"
+           "|   0  NVIDIA A100-SXM4-80GB          Off |   00000000:01:00.0 Off |                   On |\n"
+           "|                                         |                        |              {} |")
+
+
+def test_a_second_device_on_mig_instances_names_one_instance_per_process():
+    """With MIG on, a process sees one MIG instance: torch's num_gpus assert or an invalid
+    device ordinal beside MIG evidence (a MIG profile, nvidia-smi's MIG M. Enabled pasted
+    around it) is that; without it the assert has another settled cause (torch counting the
+    GPUs before the script narrowed CUDA_VISIBLE_DEVICES, pytorch#107300) and stays unread,
+    and the ordinal stays the launch's mismatch."""
+    mig = "gpu.mig-one-instance-per-process"
+    assert [m for m, _ in parts(f"{ASSERT_NUM_GPUS} on NVIDIA-A100-SXM4-80GB-MIG-3g.40gb")] == [mig]
+    got = gpu.read(ASSERT_NUM_GPUS, around=SMI_MIG.format("Enabled"))
+    assert [r.mode for r in got] == [mig] and dict(got[0].parts)["mig"].startswith("MIG M.")
+    assert [m for m, _ in parts("RuntimeError: CUDA error: invalid device ordinal\n"
+                                "CUDA_VISIBLE_DEVICES=MIG-0e2b3a1f-5c1d-5e0a-9c7e-1f2a3b4c5d6e")] \
+        == [mig]
+    # healthy twins: no MIG, or the MIG column saying Disabled
+    assert parts(ASSERT_NUM_GPUS) == []
+    assert gpu.read(ASSERT_NUM_GPUS, around=SMI_MIG.format("Disabled")) == []
+    assert [m for m, _ in parts("RuntimeError: CUDA error: invalid device ordinal")] == [
+        "gpu.visible-devices-remapped"]

@@ -78,6 +78,15 @@ STUB_PATH = re.compile(r"(?:/[\w.+-]+)*/stubs/libcuda\.so\b", IC)
 # when the first one is not a kind read here, later CUDA errors are its consequences.
 QUOTED = re.compile(r"Cuda failure\s+'(?P<q>[^'\n]+)'|CUDA error:\s*(?P<c>[^\n]+)", IC)
 
+# MIG: a CUDA process enumerates one MIG instance (NVIDIA's MIG user guide), so a second device
+# index fails; the evidence is the MIG profile in a device name, the words "MIG instances", a MIG
+# UUID given to CUDA_VISIBLE_DEVICES, or nvidia-smi's MIG M. column saying Enabled (the column
+# is there on every A100/H100, mostly Disabled). torch's num_gpus assert without it has another
+# settled cause (torch counting GPUs before the script changed CUDA_VISIBLE_DEVICES).
+MIG = re.compile(r"\bMIG[- ]\d+g\.\d+gb\b|\bMIG (?:GPU )?instances?\b|CUDA_VISIBLE_DEVICES=MIG"
+                 r"|MIG M\.[\s\S]*?\|\s*Enabled\s*\|", IC)
+NUM_GPUS = re.compile(r"device >= 0 && device < num_gpus INTERNAL ASSERT FAILED", IC)
+
 # torch's own words around a kernel or a driver problem.
 # (a pasted log may wrap torch's long line anywhere after the GPU's name)
 INCOMPATIBLE = re.compile(r"(?P<gpu>[^\n]*?) with CUDA capability sm_(?P<arch>\d+) is\s+not\s+"
@@ -341,8 +350,16 @@ def read(message: str, around: str = "") -> list[Reading]:
         path = STUB_PATH.search(message)
         found.append(reading(FAMILY, SIMPLE["stub"], kind[1], error=kind[1], code=kind[2],
                              loaded=path.group(0) if path else ""))
+    elif kind[0] == "invalid-device" and (mig := MIG.search(message) or MIG.search(around)):
+        found.append(reading(FAMILY, "gpu.mig-one-instance-per-process", kind[1], error=kind[1],
+                             code=kind[2], mig=mig.group(0)[:60]))
     elif kind[0] == "invalid-device" or kind[0] in SIMPLE:
         found.append(reading(FAMILY, SIMPLE[kind[0]], kind[1], error=kind[1], code=kind[2]))
+    # (the MIG evidence may be the node's nvidia-smi pasted around the error)
+    assertion, mig = NUM_GPUS.search(message), MIG.search(message) or MIG.search(around)
+    if assertion and mig and not (kind and kind[0] == "invalid-device"):
+        found.append(reading(FAMILY, "gpu.mig-one-instance-per-process", assertion.group(0),
+                             error=assertion.group(0), mig=mig.group(0)[:60]))
     image = TRITON_IMAGE.search(message)
     if image and not (kind and kind[0] == "ptx"):
         found.append(reading(FAMILY, "gpu.ptx-newer-than-driver", image.group(0),
