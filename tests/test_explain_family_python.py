@@ -37,7 +37,7 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
         "env.protobuf-too-new", "env.package-missing", "env.build-without-torch",
         "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files", "env.scripts-not-on-path",
         "env.numpy-name-removed", "env.setuptools-too-old-for-python",
-        "env.torch-local-version-needs-pytorch-index"}
+        "env.torch-local-version-needs-pytorch-index", "env.python-outside-requires-python"}
     missed = {r["url"]: first_cause(r["text"]) for r in ROWS
               if first_cause(r["text"]) != r["mode"]}
     assert not missed, missed
@@ -352,3 +352,49 @@ def test_a_torch_pin_pip_cannot_find_for_other_reasons_stays_quiet():
         assert first_cause(text) != PIP_INDEX, text
     for text in quiet[:-1]:
         assert PIP_INDEX not in [r.mode for r in python.read(text)], text
+
+
+OUTSIDE = "env.python-outside-requires-python"
+
+
+def test_a_release_pip_skipped_for_its_requires_python_names_the_range():
+    got = symptoms.parts(python, text_of("python", "openai/openai-quickstart-python/issues/12"),
+                         OUTSIDE)
+    assert got == {"package": "numpy", "release": "1.21.3", "requires python": ">=3.7,<3.11",
+                   "interpreter": "", "python is": ""}
+    # a floor (>=X) whose release is skipped; the range has a lower bound only: Python is older
+    got = symptoms.parts(python, text_of("python", "HarleyCoops/Dakota1890/pull/111"), OUTSIDE)
+    assert got == {"package": "numpy", "release": "2.5.1", "requires python": ">=3.12",
+                   "interpreter": "", "python is": "older"}
+    # the interpreter, where the text shows it, says which side of the range it is on
+    text = ("Using cached lxml-6.0.2-cp310-cp310-macosx_10_9_universal2.whl.metadata (3.6 kB)\n"
+            "ERROR: Ignored the following versions that require a different python version: "
+            "2.3.2 Requires-Python >=3.11; 2.3.3 Requires-Python >=3.11\n"
+            "ERROR: Could not find a version that satisfies the requirement numpy==2.3.3 (from "
+            "versions: 2.2.3, 2.2.4)\nERROR: No matching distribution found for numpy==2.3.3")
+    got = symptoms.parts(python, text, OUTSIDE)
+    assert got["interpreter"] == "3.10" and got["python is"] == "older"
+    assert first_cause(text) == OUTSIDE
+
+
+def test_an_ignored_line_of_other_releases_stays_off_the_requires_python_mode():
+    # healthy twins: the skipped releases are another package's (torch on PyPy: no wheel,
+    # pytorch/pytorch#97865), the pinned release was found (its label is the matter), or there
+    # is no requirement pip failed on (a requirements file's pkg_resources==0.0.0)
+    pypy = ("ERROR: Ignored the following versions that require a different python version: "
+            "1.9.5 Requires-Python >=2.7, !=3.0.*, !=3.1.*, !=3.2.*, !=3.3.*, <3.7\n"
+            "ERROR: Could not find a version that satisfies the requirement torch==2.0.0 (from "
+            "versions: none)\nERROR: No matching distribution found for torch==2.0.0")
+    found = ("ERROR: Ignored the following versions that require a different python version: "
+             "1.21.2 Requires-Python >=3.7,<3.11; 1.21.3 Requires-Python >=3.7,<3.11\n"
+             "ERROR: Could not find a version that satisfies the requirement numpy==1.21.3 (from "
+             "versions: 1.21.1, 1.21.3, 1.22.0)\n")
+    alone = ("ERROR: Ignored the following versions that require a different python version: "
+             "1.21.2 Requires-Python >=3.7,<3.11; 1.21.3 Requires-Python >=3.7,<3.11")
+    for text in (pypy, found, alone):
+        assert OUTSIDE not in [r.mode for r in python.read(text)]
+        assert first_cause(text) != OUTSIDE
+    # without pip's ignored line, a release it cannot find says nothing of the Python
+    quiet = ("ERROR: Could not find a version that satisfies the requirement numpy==1.23.1 (from "
+             "versions: 1.21.3, 1.21.4)\nERROR: No matching distribution found for numpy==1.23.1")
+    assert python.read(quiet) == [] and first_cause(quiet) == ""

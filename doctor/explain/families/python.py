@@ -15,7 +15,9 @@ by the build family, families/build.py; which torch xFormers was built for, by t
   importable, the module moved or is not added yet), and a keyword a package's own frame
   passes to a callee that refuses it;
 - pip refusing a pinned torch build (``torch==2.1.2+cu118``) whose release it did find, without
-  the label: a local version label is only on PyTorch's own index, which pip did not read.
+  the label: a local version label is only on PyTorch's own index, which pip did not read;
+- pip refusing the release a requirement names because its Requires-Python excludes this
+  interpreter (pip's "Ignored the following versions that require a different python version").
 """
 
 from __future__ import annotations
@@ -191,7 +193,66 @@ def local_pin(message: str) -> Reading | None:
     return None
 
 
-def read(message: str) -> list[Reading]:
+# pip (>= 21.2) lists the releases it skipped for their Requires-Python, of every package it
+# looked at (the line names no package), before the requirement it could not satisfy. The
+# requirement's own release (==X, >=X, ~=X) in that list, and not among the versions pip did
+# find, is the interpreter outside what that release supports. Not when the list holds only
+# other releases ("from versions: none" of a torch on PyPy or 32-bit Python beside an older
+# package's skipped releases: no wheel, pytorch/pytorch#97865).
+IGNORED = re.compile(r"Ignored the following versions that require a different python version:"
+                     r"(?P<entries>[^\n]*(?:\n[ \t]+[^\n]*)*)")
+ENTRY = re.compile(r"(?P<release>\d[\w.!+]*) Requires-Python (?P<spec>[^;\n]+)")
+WANTED = re.compile(r"satisfies the requirement (?P<pkg>[A-Za-z0-9][\w.-]*)(?:\[[^\]]*\])?\s*"
+                    r"(?P<spec>(?:[=~!<>]=?=?\s*[\w.*+!]+\s*,?\s*)+)(?:[^\n]*?\(from versions: "
+                    r"(?P<versions>[^)\n]*)\))?")
+INTERPRETER = re.compile(r"\b[Pp]ython ?(?P<v>3\.\d{1,2}(?:\.\d+)?)\b|-cp3(?P<cp>\d{1,2})-")
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split(".")[:2])
+
+
+def _python_side(spec: str, interpreter: str) -> str:
+    """Whether the interpreter is older or newer than the range: certain when the range has one
+    side only, or when the text shows the interpreter."""
+    low = re.findall(r">=?\s*(3\.\d+)", spec)
+    high = re.findall(r"<=?\s*(\d(?:\.\d+)?)", spec)
+    if interpreter:
+        if low and _key(interpreter) < _key(low[0]):
+            return "older"
+        if high and _key(interpreter) >= _key(high[0]):
+            return "newer"
+    elif low and not high:
+        return "older"
+    elif high and not low:
+        return "newer"
+    return ""
+
+
+def requires_python(message: str, around: str = "") -> Reading | None:
+    """``message`` is pip's ignored line or its requirement line; ``around``, the lines near it,
+    holds the other one (pip prints them one after the other)."""
+    if not (IGNORED.search(message) or WANTED.search(message)):
+        return None
+    text = f"{message}\n{around}"
+    for ignored in IGNORED.finditer(text):
+        skipped = {m["release"]: m["spec"].strip() for m in ENTRY.finditer(ignored["entries"])}
+        for want in WANTED.finditer(text):
+            named = re.findall(r"(?:===?|>=|~=)\s*([\w.!+]+)", want["spec"])
+            found = {v.strip() for v in (want["versions"] or "").split(",")}
+            release = next((v for v in named if v in skipped and v not in found), None)
+            if release is None:
+                continue
+            shown = INTERPRETER.search(text)
+            interpreter = (shown["v"] or f"3.{shown['cp']}") if shown else ""
+            return reading(FAMILY, "env.python-outside-requires-python", want.group(0)[:200],
+                           package=want["pkg"], release=release,
+                           requires_python=skipped[release], interpreter=interpreter,
+                           python_is=_python_side(skipped[release], interpreter))
+    return None
+
+
+def read(message: str, around: str = "") -> list[Reading]:
     if not message:
         return []
     found: list[Reading] = []
@@ -217,6 +278,8 @@ def read(message: str) -> list[Reading]:
         found.append(refused)
     if pin := local_pin(message):
         found.append(pin)
+    elif outside := requires_python(message, around):
+        found.append(outside)
     bnb = BITSANDBYTES.search(message)
     if bnb:
         found.append(reading(FAMILY, "loader.bitsandbytes-cuda-binary", bnb.group(0),
