@@ -296,3 +296,41 @@ def test_enroot_hook_without_nvidia_container_cli():
     (mode, p), = parts(row("pyxis/issues/101")["text"])
     assert mode == "container.nvidia-toolkit-broken" and p["missing"] == "nvidia-container-cli"
     assert not parts("[ERROR] Command not found: mksquashfs, see https://example.invalid")
+
+
+def test_apparmor_confined_user_namespace_refuses_setgroups():
+    """Ubuntu 24.04's AppArmor confines the user namespace of an Apptainer without its profile:
+    the starter may not write setgroups (apptainer#2457, #2691); another FATAL of Apptainer,
+    and newgidmap's own failure before the same 'waiting event' line, are not it."""
+    (mode, p), = parts(row("apptainer/issues/2457")["text"])
+    assert mode == "container.apptainer-userns-disabled" and "setgroups" in p["why"]
+    _, _, sure, _ = explain_text(row("apptainer/issues/2691")["text"])
+    assert sure[0].id == "container.apptainer-userns-disabled"
+    for text in ("FATAL:   failed to retrieve group information for 0: group: unknown group 0",
+                 "ERROR  : 'newgidmap' execution failed. Check that 'newgidmap' is setuid root or "
+                 "has setcap cap_setgid+eip.\nERROR  : Error while waiting event for user "
+                 "namespace mappings: Success"):
+        assert "container.apptainer-userns-disabled" not in dict(parts(text))
+
+
+def test_underlay_bind_mount_notice_is_never_the_cause():
+    """--nv's underlay notice (singularity#3250, singularityhub#166) is read alone as a benign
+    notice; beside a real error in a log the real error is named."""
+    (mode, p), = parts(row("singularity/issues/3250")["text"])
+    assert mode == "container.apptainer-underlay-notice-benign"
+    assert p["path"] == "/usr/bin/nvidia-smi"
+    (_, p), = parts("INFO:    underlay of /usr/bin/nvidia-smi required more than 50 (374) "
+                    "bind mounts")
+    assert p["binds"] == "374"
+    log = ("INFO:    underlay of /usr/bin/nvidia-smi required more than 50 (751) bind mounts\n"
+           "INFO:    Converting SIF file to temporary sandbox...\n"
+           "ERROR  : Failed to create user namespace: user namespace disabled\n")
+    assert [m for m, _ in parts(log)] == ["container.apptainer-userns-disabled"]
+    log = ("WARNING: underlay of /usr/bin/nvidia-smi required more than 50 (374) bind mounts\n"
+           "Traceback (most recent call last):\n"
+           "  File \"train.py\", line 9, in <module>\n"
+           "    torch.cuda.init()\n"
+           "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an "
+           "NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx\n")
+    _, _, sure, weak = explain_text(log)
+    assert sure and sure[0].id != "container.apptainer-underlay-notice-benign", [m.id for m in sure]

@@ -73,8 +73,14 @@ NV_NOTHING = re.compile(r"Could not find any (?:nv files|NVIDIA (?:libraries|bin
                         r"host", IC)
 ACTION_NOT_FOUND = re.compile(r"\.singularity\.d/actions/(?P<action>\w+): (?:line )?\d+: exec: "
                               r"(?P<command>\S+): not found", IC)
+# Ubuntu >= 24.04's AppArmor lets the namespace be created but confines it: the starter may
+# not write /proc/PID/setgroups (apptainer#2457, #2691).
 USERNS = re.compile(r"Failed to create (?:user|mount) namespace: (?P<why>[^\n]+)"
-                    r"|user namespaces? (?:is |are )?(?:disabled|not enabled)", IC)
+                    r"|user namespaces? (?:is |are )?(?:disabled|not enabled)"
+                    r"|Could not write info to setgroups: (?P<setgroups>Permission denied)", IC)
+# --nv without overlay: a notice of how many binds the underlay took, the GPU is bound.
+UNDERLAY = re.compile(r"underlay of (?P<path>/\S+) required more than \d+ (?:\((?P<count>\d+)\) )?"
+                      r"bind mounts", IC)
 # Apptainer's pull/build temp dirs (bundle-temp-*, build-temp-*) on a file system that is full,
 # or the SIF unpacked into a temporary sandbox (rootfs-*/archive-*) where there is no room or
 # no quota left (no squashfuse, or --userns: the whole image is extracted under the temp dir).
@@ -274,7 +280,9 @@ def read(message: str) -> list[Reading]:
     # above 2^31 negative into uid_map (enroot#195); a disabled namespace says EPERM/ENOSPC.
     if userns and not re.match(r"Invalid argument", userns["why"] or "", IC):
         found.append(reading(FAMILY, "container.apptainer-userns-disabled", userns.group(0),
-                             why=(userns["why"] or "").strip()))
+                             why=(userns["why"] or "").strip() or (
+                                 "setgroups refused in the new user namespace (AppArmor)"
+                                 if userns["setgroups"] else "")))
     enospc = BUILD_ENOSPC.search(message)
     if enospc:  # the image is unpacked under APPTAINER_TMPDIR: that file system is too small
         found.append(reading(FAMILY, "container.apptainer-tmpdir-full", enospc.group(0),
@@ -333,4 +341,9 @@ def read(message: str) -> list[Reading]:
         found.append(reading(FAMILY, "container.apptainer-no-nv", kfd.group(0), device="/dev/kfd",
                              inside=("a container (its uid is not in the image's passwd)"
                                      if NO_USER_NAME.search(message) else "")))
+    underlay = UNDERLAY.search(message)
+    if underlay and not found:  # only alone: beside another reading it is never the cause
+        found.append(reading(FAMILY, "container.apptainer-underlay-notice-benign",
+                             underlay.group(0), path=underlay["path"],
+                             binds=underlay["count"] or ""))
     return found
