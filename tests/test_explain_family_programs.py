@@ -30,6 +30,7 @@ def first_cause(text: str) -> str:
     ("build", "second.pytorch/issues/7", "jit.cuda-home-missing", "nvcc"),  # dash
     ("build", "CCNet/issues/56", "jit.cuda-home-missing", "nvcc"),  # a script run by dash
     ("launch", "DeepSpeed/issues/6565", "launch.numactl-missing", "numactl"),  # subprocess
+    ("python", "pytorch-ddp-examples/issues/1", "env.scripts-not-on-path", "torchrun"),  # slurmstepd
 ])
 def test_users_texts_name_the_program_and_its_mode(table, url_end, mode, program):
     text = symptoms.text(symptoms.rows(table), url_end)
@@ -72,6 +73,30 @@ def test_which_and_zsh_and_slurmstepd_wordings():
         == "env.scripts-not-on-path"
     assert first_cause("error: command 'g++' failed: No such file or directory") \
         == "toolkit.cxx-compiler-missing"
+
+
+def test_slurmstepd_execve_reads_the_program_and_only_when_it_is_not_found():
+    # srun's step daemon, with a full path and on several tasks: the program and the folder
+    text = ("slurmstepd: error: execve(): /opt/env/bin/deepspeed: No such file or directory\n"
+            "slurmstepd: error: execve(): /opt/env/bin/deepspeed: No such file or directory\n"
+            "srun: error: node3: tasks 0-1: Exited with exit code 2")
+    parts = symptoms.parts(programs, text, "env.scripts-not-on-path")
+    assert parts["program"] == "deepspeed" and parts["looked in"] == "/opt/env/bin"
+    assert first_cause(text) == "env.scripts-not-on-path"
+    # healthy twins: a program that exists but cannot be executed is not a missing one
+    for denied in ("slurmstepd: error: execve(): torchrun: Permission denied\n"
+                   "srun: error: my-node01: task 0: Exited with exit code 13",
+                   "slurmstepd: error: execve(): accelerate: Exec format error"):
+        assert programs.read(denied) == [], denied
+        assert first_cause(denied) != "env.scripts-not-on-path", denied
+    # slurmstepd lines of another kind: the batch script gone from the spool, a cancelled step
+    gone = "slurmstepd: error: execve(): /tmp/slurmd/job2997814/slurm_script: No such file or directory"
+    assert programs.read(gone) == []
+    assert first_cause(gone) == "slurm.node-fault"
+    assert programs.read("slurmstepd: error: *** STEP 19389846.0 ON cdr2550 CANCELLED AT "
+                         "2023-11-27T16:36:09 ***") == []
+    # a program the table does not know (hostname under srun --export=VAR) is not named
+    assert programs.read("slurmstepd: error: execve(): hostname: No such file or directory") == []
 
 
 def test_unknown_programs_paths_and_empty_text_give_no_reading():
