@@ -155,6 +155,26 @@ def test_the_notice_alone_is_still_explained():
     assert done.stdout.startswith("comm.net-plugin-absent-benign")
 
 
+DF_NOTICE = "df: /root/.triton/autotune: No such file or directory"
+
+
+def test_deepspeeds_leaked_df_line_is_a_notice_never_the_cause():
+    """`import deepspeed` runs `df -T` on Triton's autotune folder before creating it and df's
+    complaint leaked to stderr (DeepSpeed#7642, fixed by PR #7921): alone it is explained as
+    that notice; in a log the job's own error is the cause; df about another folder is not it."""
+    done = dsenv("explain", DF_NOTICE)
+    assert done.returncode == 0 and done.stdout.startswith("deepspeed.triton-autotune-df-benign")
+    log = "\n".join([
+        "[2025-02-26 16:23:50,424] [INFO] [real_accelerator.py:222:get_accelerator] Setting "
+        "ds_accelerator to cuda (auto detect)", DF_NOTICE, "Traceback (most recent call last):",
+        '  File "train.py", line 3, in <module>', "    import transformers",
+        "ModuleNotFoundError: No module named 'transformers'"])
+    done = dsenv("explain", log)
+    assert done.stdout.startswith("env.package-missing"), done.stdout
+    assert not dsenv("explain", "df: /scratch/u: No such file or directory").stdout.startswith(
+        "deepspeed.triton-autotune-df-benign")
+
+
 def test_here_finds_the_conf_file_that_set_the_interface(tmp_path):
     """The recorded run took NCCL_SOCKET_IFNAME=ib9 from NCCL_CONF_FILE; --here on this node
     finds the same setting in the same kind of file, and says which file."""
