@@ -53,7 +53,7 @@ def _quoted(paths) -> str:
 @check("deepspeed.extension-locks", "Stale JIT build locks")
 def extension_locks(ctx: Context):
     root = ext.extensions_root(ctx)
-    if not mounts.files_answer(ctx, root.scan, root.depth + 1):
+    if not ext.files_answer(ctx):
         return skip(f"{root.scan} ({root.source}) not read: its file system gave no answer "
                     "(deepspeed.extensions-dir tells more)")
     if not root.scan.is_dir():
@@ -124,7 +124,7 @@ def extensions_dir(ctx: Context):
                             hung("extensions folder", root.path), *evidence, here=fix,
                             action=action)
     if state.mount is not None and state.mount.may_hang and \
-            not mounts.files_answer(ctx, root.scan, root.depth + 1):
+            not ext.files_answer(ctx):
         return mode_finding(warn, "jit.extensions-dir-shared",
                             files_unanswered("extensions folder", root.scan), *evidence,
                             here=fix, action=action)

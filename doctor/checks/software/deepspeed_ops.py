@@ -8,10 +8,10 @@ from dsenv.doctor.catalogue import mode_fact, mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.envs.training_stack import first_run_ops
-from dsenv.facts.host import mounts
 from dsenv.facts.python import deepspeed_info as dsi
 from dsenv.facts.python import dsconfig, target_env
 from dsenv.facts.python.torch_info import TorchBuild
+from dsenv.facts.toolchain import extensions as ext
 from dsenv.facts.toolchain.libaio import aio_link
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
 
@@ -155,7 +155,7 @@ def ops(ctx: Context):
                                 here=_provision_fix(gpus))
         return fail(summary, _provision_fix(gpus), *evidence)
     root = dsi.jit_build_root(ctx, torch)
-    readable = mounts.files_answer(ctx, root, 2)  # a hung file server: taken as not cached
+    readable = ext.files_answer(ctx)  # a hung file server: taken as not cached
     uncached = [(op, secs) for op, secs in needed if not (readable and dsi.jit_cached(root, op))]
     evidence.append(f"JIT cache: {root}" + ("" if readable else
                                             " (not read: its file system gave no answer)"))

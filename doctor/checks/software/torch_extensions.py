@@ -13,7 +13,6 @@ from pathlib import Path
 from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
-from dsenv.facts.host import mounts
 from dsenv.facts.python import target_env
 from dsenv.facts.python import torch_info as tp
 from dsenv.facts.python import torch_symbols as ts
@@ -47,7 +46,7 @@ def extension_symbols(ctx: Context):
         return skip(f"{tp.NOT_INSTALLED}: no extension can link it")
     site = Path(torch.location).parent
     root = unread = ext.extensions_root(ctx).path
-    if root is not None and not mounts.files_answer(ctx, root, 3):
+    if root is not None and not ext.files_answer(ctx):
         root = None  # a hung file server: the JIT builds are not read (extensions-dir says so)
     scan = ts.torch_extensions(site, root, skip=NOT_EXTENSIONS)
     files, left_out = scan.files, scan.left_out

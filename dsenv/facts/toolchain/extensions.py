@@ -106,6 +106,18 @@ class LockScan:
     unreadable: int = 0  # processes whose open files this user may not read
 
 
+# The deepest the doctor reads below the folder it scans: <scan>/py<XY>_<accel>/<op>/<file>.
+WALK_DEPTH = 3
+
+
+def files_answer(node: Node) -> bool:
+    """Whether the JIT builds, their locks and .so files may be read in this process: every
+    entry of the scanned folder down to WALK_DEPTH statted in a child first on a mount that can
+    hang (mounts.files_answer), one walk that the lock scan, the JIT cache and the symbol scan
+    share (their folders are the scanned one or below it)."""
+    return mounts.files_answer(node, extensions_root(node).scan, WALK_DEPTH)
+
+
 def find_locks(root: ExtensionsRoot) -> list[Path]:
     pattern = "*/lock" if root.depth == 1 else "*/*/lock"
     try:
