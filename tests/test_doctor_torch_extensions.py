@@ -125,6 +125,23 @@ def test_a_jit_build_for_another_torch_fails_with_the_release(tmp_path):
     assert any(f"rm -rf {builds / 'fused_adam'}" in line for line in found.evidence)
 
 
+def test_a_stale_jit_build_is_read_before_a_large_site_packages(tmp_path, monkeypatch):
+    """Recorded on a lent H200 (tests/fixtures/explain_gpu/stale_jit_import.log): the image's
+    venv held ~780 shared objects, the bound (then 400) was spent on site-packages, and a JIT
+    build made for another torch was never read: "5 compiled module(s) link torch: every torch
+    symbol they ask for is in torch 2.11.0+cu130; 380 more not read". JIT builds come first."""
+    from dsenv.facts.python import torch_symbols
+    prefix, builds = env_with_torch(tmp_path), tmp_path / "torch_extensions"
+    good = extension(site_packages(prefix) / "good_ext", "good_ext", NEW_ABI_ERROR)
+    for n in range(3):  # more site-packages modules than the bound below
+        shutil.copy(good, good.with_name(f"copy{n}{SUFFIX}"))
+    extension(builds / "deepspeed_shm_comm", "deepspeed_shm_comm", GONE)
+    monkeypatch.setattr(torch_symbols, "MAX_EXTENSIONS", 2)
+    found = judge(tmp_path, prefix, builds)
+    assert found.status is Status.FAIL and found.mode == "loader.ext-built-for-other-torch", found
+    assert found.summary.startswith("the JIT build deepspeed_shm_comm was built"), found
+
+
 def test_extensions_built_against_this_torch_pass(tmp_path):
     """The twin: modules asking only for what torch defines, one also for a torch-namespace
     symbol its own package's library defines (found beside it, as the loader finds it)."""

@@ -95,6 +95,9 @@ CASES = [
     # exception chained onto it (RendezvousConnectionError) says it was the rendezvous
     # endpoint (measured blind: launch.store-unreachable, a neighbouring cause)
     ("rdzv_unreachable.log", "launch.rdzv-wrong-interface"),
+    # round 5, on an H200 (record5.sh), measured blind at 11ff9f6
+    ("stale_jit_import.log", "loader.ext-built-for-other-torch"),  # a JIT build of torch 2.13
+    ("mig_uuid_absent.log", "gpu.no-visible-gpu"),  # a MIG UUID on a GPU with MIG disabled
 ]
 # environment failures that no mode covers yet (above with None: they must stay quiet)
 NO_MODE_YET = {"ds_hostfile_unreachable.log", "mpirun_unreachable_host.log"}

@@ -32,7 +32,10 @@ NEW_ABI = re.compile(r"__cxx11|B5cxx11")  # std::__cxx11::basic_string, the abi_
 # the old std::string (the builtin abbreviation Ss) as a parameter or a nested name's part
 OLD_ABI = re.compile(r"(?:RK|E|N|P|K)Ss")
 TORCH_NEEDS = re.compile(r"^lib(?:c10|torch)(?:_\w+)?\.so")  # an extension of torch links these
-MAX_EXTENSIONS = 400  # compiled modules read per environment: a bound on a huge site-packages
+# compiled modules whose DT_NEEDED is read per environment: a bound on a huge site-packages
+# (a vendor image's venv holds ~800 shared objects: jax, cupy, scipy...; each read is one
+# ELF header, well under a millisecond)
+MAX_EXTENSIONS = 2000
 
 
 class ElfError(ValueError):
@@ -221,9 +224,10 @@ def torch_extensions(site: Path, jit_root: Path | None, skip: tuple[str, ...] = 
     RECORD), skipping top-level folders named in ``skip``, and the JIT builds under
     ``jit_root``."""
     owners = _recorded(site, skip)
-    candidates = list(owners) if owners is not None else _walked(site, skip)
-    if jit_root is not None and jit_root.is_dir():
-        candidates += _walked(jit_root)
+    # the JIT builds first: few, and the likeliest to be stale (a torch upgrade leaves them
+    # in place); the bound must never leave them out behind a large site-packages
+    candidates = _walked(jit_root) if jit_root is not None and jit_root.is_dir() else []
+    candidates += list(owners) if owners is not None else _walked(site, skip)
     found = []
     for path in candidates[:MAX_EXTENSIONS]:
         try:
