@@ -1,4 +1,4 @@
-"""gpu.compute-mode and system.threads, each made to fail or warn and made healthy.
+"""gpu.compute-mode, gpu.mig and system.threads, each made to fail or warn and made healthy.
 
 Compute modes come from a fake nvidia-smi on PATH printing recorded outputs (the Exclusive_Process
 CSV is composed from nvidia-smi's documented values: its source line says how); threads from
@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from dsenv.facts.gpu.modes import parse_compute_apps, parse_compute_modes
+from dsenv.facts.gpu.inventory import parse_gpu_list
+from dsenv.facts.gpu.modes import mig_view, parse_compute_apps, parse_compute_modes
 from dsenv.facts.launch import joblayout
 from dsenv.verdicts.findings import Status
 from tests.harness.doctor_cli import clean_env, doctor, fake_nvidia_smi
@@ -21,8 +22,8 @@ DEFAULT = "gpu/nvidia_smi_titanv_ada.csv"  # recorded: compute_cap, compute_mode
 APPS = "gpu/nvidia_smi_compute_apps_vgpu.csv"
 
 
-def smi_env(tmp_path, modes, apps="", **variables):
-    folder = fake_nvidia_smi(tmp_path / "smi", modes=modes, apps=apps)
+def smi_env(tmp_path, modes, apps="", listing=None, **variables):
+    folder = fake_nvidia_smi(tmp_path / "smi", modes=modes, apps=apps, listing=listing)
     return {"PATH": f"{folder}:{os.environ['PATH']}", "HOME": str(tmp_path), **variables}
 
 
@@ -140,3 +141,114 @@ def test_a_thread_count_openmp_cannot_read_warns(make_ctx, run_one):
     result = run_one("system.threads", make_ctx(env={"OMP_NUM_THREADS": "all"}))
     assert result.status is Status.WARN and "not a positive thread count" in result.summary
     assert joblayout.cpu_share(make_ctx(env={}), 1).per_rank >= 1
+
+
+# -- gpu.mig ------------------------------------------------------------------------------------
+# nvidia-smi -L as printed: an H200 with MIG off (recorded on a lent node), four A100s with MIG
+# on GPU 0 only (telegraf#5812), one A100 in seven 1g.10gb instances (datadog-agent#33120)
+H200_LIST = "gpu/nvidia_smi_L_h200.txt"
+MIXED = "gpu/nvidia_smi_L_mig_mixed_a100.txt"
+SEVEN = "gpu/nvidia_smi_L_mig_7x1g_a100.txt"
+SLICE = "MIG-feb88891-0321-5fef-9c87-d4af3b54259e"  # device 0 of SEVEN
+
+
+def mig_env(tmp_path, listing, **variables):
+    return smi_env(tmp_path, DEFAULT, listing=listing, **variables)
+
+
+def test_the_gpu_list_parser_reads_the_recorded_outputs():
+    (h200,) = parse_gpu_list(fixture_text(H200_LIST))
+    assert h200.name == "NVIDIA H200" and h200.mig == ()
+    mixed = parse_gpu_list(fixture_text(MIXED))
+    assert [len(g.mig) for g in mixed] == [4, 0, 0, 0]
+    assert mixed[0].mig[3].uuid == "MIG-930574a9-d43a-5d2b-95da-3e68384c8d6b"
+    (seven,) = parse_gpu_list(fixture_text(SEVEN))
+    assert {d.profile for d in seven.mig} == {"1g.10gb"} and len(seven.mig) == 7
+    # CUDA_VISIBLE_DEVICES applied: GPU indices, MIG UUIDs, an entry naming nothing
+    assert len(mig_view(mixed, {}).devices) == 4 and len(mig_view(mixed, {}).whole) == 3
+    view = mig_view(mixed, {"CUDA_VISIBLE_DEVICES": "1,2"})
+    assert view.devices == () and [g.index for g in view.whole] == [1, 2]
+    view = mig_view([seven], {"CUDA_VISIBLE_DEVICES": f"{SLICE},MIG-nothing,{seven.mig[1].uuid}"})
+    assert [d.device for d in view.devices] == [0] and view.unknown == ("MIG-nothing",)
+
+
+def test_a_gpu_without_mig_is_ok(make_ctx, run_one, tmp_path):
+    """The healthy twin, on the H200's own listing."""
+    ctx = make_ctx(env=mig_env(tmp_path, H200_LIST), target="compute", gpus_per_node=1)
+    result = run_one("gpu.mig", ctx)
+    assert result.status is Status.OK and result.summary == ("no GPU is MIG-partitioned: 1 whole "
+                                                             "GPU(s)"), result
+
+
+def test_more_ranks_than_one_mig_instance_per_process_fails(make_ctx, run_one, tmp_path):
+    ctx = make_ctx(env=mig_env(tmp_path, SEVEN), target="compute", gpus_per_node=7)
+    result = run_one("gpu.mig", ctx)
+    assert result.status is Status.FAIL and result.mode == "gpu.mig-one-instance-per-process"
+    assert "7 ranks per node" in result.summary and "rank 1 fails" in result.summary, result
+    assert "7 MIG device(s) (7 x 1g.10gb)" in " ".join(result.evidence)
+    # planned on a login node: a warning, the compute nodes may differ
+    ctx = make_ctx(env=mig_env(tmp_path, SEVEN), target="login", gpus_per_node=7)
+    assert run_one("gpu.mig", ctx).status is Status.WARN
+
+
+def test_several_instances_for_one_process_warn(make_ctx, run_one, tmp_path):
+    ctx = make_ctx(env=mig_env(tmp_path, SEVEN), target="compute", gpus_per_node=1)
+    result = run_one("gpu.mig", ctx)
+    assert result.status is Status.WARN and "7 MIG instances visible to one process" in (
+        result.summary), result
+
+
+def test_one_instance_per_task_under_srun_is_ok(make_ctx, run_one, tmp_path):
+    """Slurm's --gres=gpu:1g.10gb:1 per task: this task's CUDA_VISIBLE_DEVICES is its own slice;
+    the same one slice handed by torchrun to two ranks fails."""
+    env = mig_env(tmp_path, SEVEN, CUDA_VISIBLE_DEVICES=SLICE, SLURM_NTASKS_PER_NODE="7")
+    result = run_one("gpu.mig", make_ctx(env=env, target="compute", launcher="srun"))
+    assert result.status is Status.OK and SLICE in result.summary, result
+    result = run_one("gpu.mig", make_ctx(env=env, target="compute", launcher="torchrun",
+                                         gpus_per_node=2))
+    assert result.status is Status.FAIL and "each rank sees 1 device(s)" in result.summary
+
+
+def test_whole_gpus_beside_a_partitioned_one(make_ctx, run_one, tmp_path):
+    # three whole GPUs and one instance of GPU 0 per process: four ranks fit, five do not
+    ctx = make_ctx(env=mig_env(tmp_path, MIXED), target="compute", gpus_per_node=5)
+    assert run_one("gpu.mig", ctx).status is Status.FAIL
+    ctx = make_ctx(env=mig_env(tmp_path, MIXED), target="compute", gpus_per_node=4)
+    assert run_one("gpu.mig", ctx).status is Status.WARN  # 4 instances, one used
+    env = mig_env(tmp_path, MIXED, CUDA_VISIBLE_DEVICES="1,2,3")
+    result = run_one("gpu.mig", make_ctx(env=env, target="compute", gpus_per_node=3))
+    assert result.status is Status.OK and "hidden" in result.summary, result
+
+
+def test_a_mig_uuid_the_node_lacks_is_a_device_that_does_not_exist(make_ctx, run_one, tmp_path):
+    """Recorded on the H200 (tests/fixtures/explain_gpu/mig_uuid_absent.log): with a MIG UUID
+    of no instance torch counted 0 devices and said 'No CUDA GPUs are available'. Before
+    nvidia-smi -L was read, a MIG UUID kept every GPU visible and the doctor passed it."""
+    folder = fake_nvidia_smi(tmp_path / "smi", modes=DEFAULT, listing=H200_LIST,
+                             inventory="gpu/nvidia_smi_h200.csv")
+    absent = "MIG-00000000-0000-0000-0000-000000000000"
+    env = {"PATH": f"{folder}:{os.environ['PATH']}", "HOME": str(tmp_path),
+           "CUDA_VISIBLE_DEVICES": absent}
+    ctx = make_ctx(env=env, target="compute")
+    result = run_one("gpu.visible-devices", ctx)
+    assert result.status is Status.FAIL and result.mode == "gpu.visible-devices-remapped"
+    assert f"names device(s) that do not exist: {absent}" in result.summary, result
+    assert run_one("gpu.devices", ctx).status is Status.FAIL  # nothing left visible
+    result = run_one("gpu.mig", ctx)  # said once, by gpu.visible-devices
+    assert result.status is Status.SKIP and "gpu.visible-devices reports it" in result.summary
+    # the twin: a MIG UUID the node has keeps its parent GPU
+    listing = fake_nvidia_smi(tmp_path / "smi7", modes=DEFAULT, listing=SEVEN,
+                              inventory="gpu/nvidia_smi_h200.csv")
+    env = {**env, "PATH": f"{listing}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": SLICE}
+    result = run_one("gpu.visible-devices", make_ctx(env=env, target="compute"))
+    assert result.status is Status.OK and "1 of 1 GPU(s) visible" in result.summary, result
+
+
+def test_mig_skips_when_nvidia_smi_finds_nothing(make_ctx, run_one, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run_one("gpu.mig", make_ctx(env={"PATH": str(empty)}))
+    assert result.status is Status.SKIP and "nvidia-smi is not on PATH" in result.summary
+    # the tool answers -L with an error (the fake knows no -L here)
+    result = run_one("gpu.mig", make_ctx(env=smi_env(tmp_path, DEFAULT), target="compute"))
+    assert result.status is Status.SKIP and "did not answer" in result.summary, result

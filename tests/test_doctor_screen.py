@@ -222,18 +222,19 @@ def test_folded_line_without_verbose_every_row_with_it_every_check_in_json():
                              timeout=60)
     report = subprocess.run([*argv, "--json"], capture_output=True, text=True, env=_env(),
                             timeout=60)
-    assert "5 checks do not apply here  no NVIDIA driver; no ROCm; no GPU; no NVIDIA GPU to " \
+    assert "6 checks do not apply here  no NVIDIA driver; no ROCm; no GPU; no NVIDIA GPU to " \
         "compare" in folded.stdout
     assert "NVIDIA driver tool (nvidia-smi)" not in folded.stdout
     for title in ("NVIDIA driver tool (nvidia-smi)", "AMD GPU tools", "GPUs visible to this job",
-                  "CUDA/ROCR/HIP_VISIBLE_DEVICES", "GPU compute mode",
+                  "CUDA/ROCR/HIP_VISIBLE_DEVICES", "GPU compute mode", "MIG instances",
                   "GPUs new enough for FlashAttention-2 and Triton"):
         assert title in verbose.stdout
     assert "do not apply here" not in verbose.stdout
     results = json.loads(report.stdout)["results"]
     assert {r["id"]: r["status"] for r in results} == {
         "gpu.nvidia-smi": "skip", "gpu.rocm": "skip", "gpu.devices": "info",
-        "gpu.visible-devices": "skip", "gpu.compute-mode": "skip", "gpu.kernel-floors": "skip"}
+        "gpu.visible-devices": "skip", "gpu.compute-mode": "skip", "gpu.mig": "skip",
+        "gpu.kernel-floors": "skip"}
     assert folded.returncode == verbose.returncode == report.returncode == 0
 
 

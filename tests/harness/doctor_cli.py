@@ -71,12 +71,13 @@ def printing(folder: Path, fixture: str) -> str:
 
 
 def fake_nvidia_smi(folder: Path, modes: str | None = None, apps: str | None = None,
-                    topo: str | None = None) -> Path:
-    """nvidia-smi answering the compute-mode, compute-apps and `topo -m` queries with recorded
-    outputs; anything else fails as an unknown query would."""
+                    topo: str | None = None, listing: str | None = None,
+                    inventory: str | None = None) -> Path:
+    """nvidia-smi answering the compute-mode, compute-apps, `topo -m`, `-L` and inventory
+    queries with recorded outputs; anything else fails as an unknown query would."""
     cases = []
     for pattern, fixture in (("*--query-compute-apps*", apps), ("*compute_mode*", modes),
-                             ("*topo*", topo)):
+                             ("*topo*", topo), ("-L", listing), ("*pci.bus_id*", inventory)):
         if fixture == "":  # no rows: the header of the recorded compute-apps output alone
             cases.append(f"  {pattern}) echo 'gpu_uuid, process_name' ;;")
         elif fixture:

@@ -1,15 +1,20 @@
-"""gpu.compute-mode and system.threads: how the job's ranks share this node's GPUs and CPUs.
+"""gpu.compute-mode, gpu.mig and system.threads: how the job's ranks share this node's GPUs
+and CPUs.
 
-Both compare a node setting with the planned ranks per node (--gpus-per-node, else Slurm's
-task count): a GPU in Exclusive_Process mode takes one CUDA context, and OpenMP starts one
-thread per CPU it may run on in every rank unless OMP_NUM_THREADS says otherwise.
+Each compares a node setting with the planned ranks per node (--gpus-per-node, else Slurm's
+task count): a GPU in Exclusive_Process mode takes one CUDA context, a CUDA process enumerates
+one MIG instance however many it is shown, and OpenMP starts one thread per CPU it may run on
+in every rank unless OMP_NUM_THREADS says otherwise.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
+from dsenv.facts.gpu import inventory
 from dsenv.facts.gpu import modes as gpumodes
 from dsenv.facts.launch import joblayout
 from dsenv.redact import show_variable
@@ -75,6 +80,66 @@ def compute_mode(ctx: Context):
     return info(f"{len(exclusive)} of {gpus} GPU(s) in Exclusive_Process mode: one rank per "
                 "GPU works; a second CUDA context on a GPU (a DataLoader worker, a monitor) "
                 "fails", *evidence)
+
+
+MIG_FIX = ("give each rank exactly one MIG instance before it starts: `nvidia-smi -L` lists their "
+           "UUIDs; start one process per instance with `CUDA_VISIBLE_DEVICES=MIG-<uuid>` (Slurm: "
+           "`--gres=gpu:<profile>:1` per task); for one job over several GPUs ask for whole GPUs "
+           "(a partition without MIG)")
+LAUNCHERS_THAT_FORK_RANKS = ("torchrun", "deepspeed")  # every rank inherits one environment
+
+
+def _listed(gpu: inventory.ListedGpu) -> str:
+    if not gpu.mig:
+        return f"GPU {gpu.index} {gpu.name}: whole (no MIG device)"
+    profiles = ", ".join(f"{n} x {p}" for p, n in Counter(d.profile for d in gpu.mig).items())
+    return f"GPU {gpu.index} {gpu.name}: {len(gpu.mig)} MIG device(s) ({profiles})"
+
+
+@check("gpu.mig", "MIG instances: one per CUDA process")
+def mig(ctx: Context):
+    """NVIDIA's MIG user guide (CUDA device enumeration): a CUDA process enumerates a single
+    MIG instance, whatever CUDA_VISIBLE_DEVICES lists; torch's device count may say more, so
+    the second rank on a node fails (pytorch#130181, #131650)."""
+    listing = inventory.gpu_list(ctx)
+    if listing.result is None:
+        return skip("no NVIDIA driver: nvidia-smi is not on PATH (MIG is an NVIDIA feature)")
+    if not listing.result.ok:
+        return skip("nvidia-smi -L did not answer (gpu.nvidia-smi reports the tool)",
+                    listing.result.describe())
+    if not listing.gpus:
+        return skip("nvidia-smi -L listed no GPU")
+    listed = [_listed(g) for g in listing.gpus]
+    view = gpumodes.mig_view(list(listing.gpus), ctx.env)
+    shown = show_variable("CUDA_VISIBLE_DEVICES", ctx.env.get("CUDA_VISIBLE_DEVICES", ""))
+    if view.unknown:  # one verdict, one home: a device that does not exist
+        return skip(f"{shown} names {view.unknown[0]}, no MIG instance of this node "
+                    "(gpu.visible-devices reports it)", *listed)
+    if not any(g.mig for g in listing.gpus):
+        return ok(f"no GPU is MIG-partitioned: {len(listing.gpus)} whole GPU(s)", *listed)
+    if not view.devices:
+        return ok(f"the MIG-partitioned GPU(s) are hidden ({shown}): the job uses "
+                  f"{len(view.whole)} whole GPU(s)", *listed)
+    ranks = joblayout.ranks_per_node(ctx)
+    usable = len(view.whole) + 1  # one MIG instance per process, beside any whole GPUs
+    visible = [d.describe() for d in view.devices[:8]]
+    evidence = [*listed, f"ranks per node: {ranks.value or '?'} ({ranks.source})",
+                f"{len(view.devices)} MIG device(s) visible to a process: " + "; ".join(visible)]
+    # srun/mpirun under Slurm give each task its own CUDA_VISIBLE_DEVICES: one MIG UUID here
+    # is this task's; torchrun and DeepSpeed's runner hand one environment to every rank
+    per_task = view.named == 1 and ctx.options.launcher not in LAUNCHERS_THAT_FORK_RANKS
+    if ranks.value and ranks.value > usable and not per_task:
+        return mode_finding(_severe(ctx), "gpu.mig-one-instance-per-process",
+                            f"{ranks.value} ranks per node, but a CUDA process enumerates one "
+                            f"MIG instance: each rank sees {usable} device(s) and rank "
+                            f"{usable} fails ('invalid device ordinal', or torch's num_gpus "
+                            "assert)", *evidence, here=MIG_FIX)
+    if len(view.devices) > 1:
+        return mode_finding(warn, "gpu.mig-one-instance-per-process",
+                            f"{len(view.devices)} MIG instances visible to one process: CUDA "
+                            "enumerates one of them, the others stay idle", *evidence,
+                            here=MIG_FIX)
+    return ok(f"one MIG instance for this process: {view.devices[0].describe()}", *evidence)
 
 
 def _omp_threads(value: str) -> int | None:

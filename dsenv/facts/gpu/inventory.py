@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from dsenv.envs import archs
 from dsenv.facts.node import Node, probe
+from dsenv.proc import CommandResult
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,59 @@ def parse_nvidia_csv(text: str) -> list[Gpu]:
             driver=cell.get("driver_version"), uuid=cell.get("uuid"),
             bus_id=cell.get("pci.bus_id")))
     return gpus
+
+
+# every driver with MIG (R450 on) lists each GPU's MIG devices under it; older ones, GPUs only
+LIST_ARGV = ("nvidia-smi", "-L")
+LISTED_GPU = re.compile(r"^GPU\s+(\d+):\s*(.*?)\s*\(UUID:\s*(GPU-[^)\s]+)\)")
+# "  MIG 1g.10gb     Device  0: (UUID: MIG-feb88891-...)"; R450: "(UUID: MIG-GPU-<uuid>/1/0)"
+LISTED_MIG = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+(\d+):\s*\(UUID:\s*(MIG-[^)\s]+)\)")
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    profile: str  # "1g.10gb"
+    device: int  # its number under the parent GPU
+    uuid: str  # MIG-<uuid>, or R450's MIG-GPU-<uuid>/<gi>/<ci>
+
+    def describe(self) -> str:
+        return f"MIG {self.profile} device {self.device} ({self.uuid})"
+
+
+@dataclass(frozen=True)
+class ListedGpu:
+    index: int
+    name: str
+    uuid: str
+    mig: tuple[MigDevice, ...] = ()  # empty: a whole GPU (MIG off, or on with no instance)
+
+
+def parse_gpu_list(text: str) -> list[ListedGpu]:
+    """``nvidia-smi -L``: each GPU and the MIG devices listed under it."""
+    gpus: list[ListedGpu] = []
+    for line in text.splitlines():
+        if gpu := LISTED_GPU.match(line):
+            gpus.append(ListedGpu(int(gpu[1]), gpu[2], gpu[3]))
+        elif (mig := LISTED_MIG.match(line)) and gpus:
+            last = gpus[-1]
+            gpus[-1] = ListedGpu(last.index, last.name, last.uuid,
+                                 (*last.mig, MigDevice(mig[1], int(mig[2]), mig[3])))
+    return gpus
+
+
+@dataclass(frozen=True)
+class GpuList:
+    gpus: tuple[ListedGpu, ...] = ()
+    result: CommandResult | None = None  # how nvidia-smi ended; None when it is not on PATH
+
+
+@probe
+def gpu_list(node: Node) -> GpuList:
+    """``nvidia-smi -L``, run once per doctor run (only where a question needs MIG devices)."""
+    if not node.which("nvidia-smi"):
+        return GpuList()
+    result = node.run(list(LIST_ARGV))
+    return GpuList(tuple(parse_gpu_list(result.stdout)) if result.ok else (), result)
 
 
 # -- AMD -----------------------------------------------------------------------------------
@@ -258,14 +312,21 @@ def _match(token: str, gpus: list[Gpu], by_position: bool) -> Gpu | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def select(value: str, gpus: list[Gpu], by_position: bool) -> tuple[list[Gpu], list[str]]:
-    """Apply one *_VISIBLE_DEVICES value; like the runtime, stop at the first unknown entry."""
+def select(value: str, gpus: list[Gpu], by_position: bool,
+           mig_parents: dict[str, int] | None = None) -> tuple[list[Gpu], list[str]]:
+    """Apply one *_VISIBLE_DEVICES value; like the runtime, stop at the first unknown entry.
+    A MIG UUID selects its parent GPU (``mig_parents``: MIG UUID, lower case -> GPU index,
+    from ``nvidia-smi -L``); without that list every GPU is kept, as none can be ruled out."""
     chosen: list[Gpu] = []
     tokens = [t.strip() for t in value.split(",") if t.strip()]
-    if tokens and all(t.upper().startswith("MIG-") for t in tokens):
-        return list(gpus), []  # MIG instances: nvidia-smi's GPU list cannot say which parent
+    if mig_parents is None and tokens and all(t.upper().startswith("MIG-") for t in tokens):
+        return list(gpus), []
     for position, token in enumerate(tokens):
-        gpu = _match(token, gpus, by_position)
+        if mig_parents is not None and token.upper().startswith("MIG-"):
+            parent = mig_parents.get(token.lower())
+            gpu = next((g for g in gpus if g.index == parent), None)
+        else:
+            gpu = _match(token, gpus, by_position)
         if gpu is None:
             return chosen, tokens[position:]
         if gpu not in chosen:
@@ -273,7 +334,8 @@ def select(value: str, gpus: list[Gpu], by_position: bool) -> tuple[list[Gpu], l
     return chosen, []
 
 
-def apply_visibility(gpus: list[Gpu], env) -> Visibility:
+def apply_visibility(gpus: list[Gpu], env, mig_parents: dict[str, int] | None = None
+                     ) -> Visibility:
     visible, settings, unknown = [], {}, []
     for vendor, variables in VISIBILITY_VARIABLES.items():
         devices = [g for g in gpus if g.vendor == vendor]
@@ -285,7 +347,8 @@ def apply_visibility(gpus: list[Gpu], env) -> Visibility:
                 continue
             settings[name] = env[name]
             # ROCR and CUDA on NVIDIA name physical devices; HIP/CUDA on AMD index what is left.
-            devices, bad = select(env[name], devices, by_position=position > 0)
+            devices, bad = select(env[name], devices, by_position=position > 0,
+                                  mig_parents=mig_parents if vendor == "nvidia" else None)
             unknown.extend(bad)
         visible.extend(devices)
     return Visibility(tuple(visible), tuple(gpus), settings, tuple(unknown))
@@ -293,7 +356,14 @@ def apply_visibility(gpus: list[Gpu], env) -> Visibility:
 
 @probe
 def visibility(node: Node) -> Visibility:
-    return apply_visibility(list(inventory(node).gpus), node.env)
+    gpus = list(inventory(node).gpus)
+    mig_parents = None
+    if "MIG-" in node.env.get("CUDA_VISIBLE_DEVICES", "").upper() and any(
+            g.vendor == "nvidia" for g in gpus):
+        listing = gpu_list(node)  # which GPU each MIG UUID belongs to, or that none does
+        if listing.result is not None and listing.result.ok and listing.gpus:
+            mig_parents = {d.uuid.lower(): g.index for g in listing.gpus for d in g.mig}
+    return apply_visibility(gpus, node.env, mig_parents)
 
 
 @probe

@@ -1,5 +1,5 @@
-"""NVIDIA GPU state beyond the inventory: compute mode, processes already on the GPUs, and
-NVLink between them (``nvidia-smi topo -m``).
+"""NVIDIA GPU state beyond the inventory: compute mode, processes already on the GPUs, NVLink
+between them (``nvidia-smi topo -m``), and which MIG instances a process is offered.
 
 Parsers are pure (text in, records out) and fed recorded real outputs in the tests; the
 runners go through ``node.run`` (always with a timeout) and say how the tool ended.
@@ -12,7 +12,7 @@ import io
 import re
 from dataclasses import dataclass
 
-from dsenv.facts.gpu.inventory import Gpu, apply_visibility
+from dsenv.facts.gpu.inventory import Gpu, ListedGpu, MigDevice, apply_visibility
 from dsenv.facts.node import Node, probe
 from dsenv.proc import CommandResult
 
@@ -90,6 +90,47 @@ def parse_topology_nvlinks(text: str) -> list[str]:
         if fields and re.fullmatch(r"GPU\d+", fields[0]):
             links += [f for f in fields[1:] if re.fullmatch(r"NV\d+", f)]
     return links
+
+
+@dataclass(frozen=True)
+class MigView:
+    """What CUDA_VISIBLE_DEVICES leaves a process of a node's MIG devices."""
+
+    devices: tuple[MigDevice, ...]  # the MIG devices offered to the process
+    whole: tuple[ListedGpu, ...]  # the visible GPUs that are not MIG-partitioned
+    unknown: tuple[str, ...]  # MIG-... entries naming no MIG device of this node
+    named: int  # MIG devices CUDA_VISIBLE_DEVICES names one by one (0: it names none)
+
+
+def mig_view(gpus: list[ListedGpu], env) -> MigView:
+    """CUDA_VISIBLE_DEVICES applied to ``nvidia-smi -L``'s list: unset, every GPU and its MIG
+    devices; GPU indices or UUIDs, those GPUs; MIG UUIDs, those MIG devices. As the runtime
+    does, entries after the first one naming nothing are not reached."""
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return MigView(tuple(d for g in gpus for d in g.mig),
+                       tuple(g for g in gpus if not g.mig), (), 0)
+    tokens = [t.strip() for t in value.split(",") if t.strip()]
+    by_uuid = {d.uuid.lower(): d for g in gpus for d in g.mig}
+    devices: list[MigDevice] = []
+    whole: list[ListedGpu] = []
+    unknown: list[str] = []
+    for token in tokens:
+        if token.upper().startswith("MIG-"):
+            device = by_uuid.get(token.lower())
+            if device is None:
+                unknown.append(token)
+                break
+            devices.append(device)
+            continue
+        gpu = next((g for g in gpus if token == str(g.index)
+                    or g.uuid.lower().startswith(token.lower())), None)
+        if gpu is None:
+            break  # gpu.visible-devices judges GPU entries that name nothing
+        devices += gpu.mig
+        whole += [] if gpu.mig else [gpu]
+    named = sum(t.upper().startswith("MIG-") for t in tokens)
+    return MigView(tuple(dict.fromkeys(devices)), tuple(whole), tuple(unknown), named)
 
 
 @dataclass(frozen=True)
