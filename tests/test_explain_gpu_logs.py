@@ -174,6 +174,13 @@ def test_deepspeeds_leaked_df_line_is_a_notice_never_the_cause():
         "ModuleNotFoundError: No module named 'transformers'"])
     done = dsenv("explain", log)
     assert done.stdout.startswith("env.package-missing"), done.stdout
+    # nor is it shown as the log's root error "(no known cause)" above the named cause
+    assert "root    line 2" not in done.stdout and "no known cause" not in done.stdout
+    # with a job error nothing explains, the root shown is that error, not the notice
+    done = dsenv("explain", log.replace("ModuleNotFoundError: No module named 'transformers'",
+                                        "KeyError: 'input_ids'"))
+    assert done.returncode == 1 and "root" in done.stdout, done.stdout
+    assert "KeyError: 'input_ids'" in done.stdout.split("root", 1)[1].splitlines()[0], done.stdout
     assert not dsenv("explain", "df: /scratch/u: No such file or directory").stdout.startswith(
         "deepspeed.triton-autotune-df-benign")
 

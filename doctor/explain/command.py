@@ -8,6 +8,8 @@ and shows what it extracted. A catalogue id or check id prints that entry."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import sys
@@ -80,9 +82,27 @@ def _is_log(text: str) -> bool:
     return sum(1 for x in text.splitlines() if x.strip()) > 1
 
 
+def _past_notices(reading, notices: list, line):
+    """The reading with its root moved off a benign notice (DeepSpeed's leaked df line, NCCL's
+    plugin notice): the first failure-looking line is not the root error when its only cause
+    is one healthy runs print too; the explained line, or the next failure, is."""
+    if reading.root is None or reading.root not in notices:
+        return reading
+    if line is None or line in notices:
+        later = [c for c in reading.candidates if c not in notices]
+        line = later[0] if later else reading.root
+    return dataclasses.replace(reading, root=line)
+
+
 def _explain(text: str):
+    reading, line, sure, weak, notices = _explain_lines(text)
+    return _past_notices(reading, notices, line), line, sure, weak
+
+
+def _explain_lines(text: str):
     reading = logread.find_root(text)
     weak: list[rank.Match] = []
+    notices: list = []  # lines whose only confident causes are benign notices
     survived = None  # (line, matches) of the first confident line whose cause it goes on after
     for line in reading.candidates[:MAX_LINES_TRIED]:
         around = "" if reading.single else reading.context(line)
@@ -91,21 +111,23 @@ def _explain(text: str):
         matches = rank.rank(message, around, chained)
         sure = alternatives.narrow(rank.confident(matches), matches, message,
                                    f"{around}\n{chained}")
+        if sure and all(_benign(m) for m in sure):
+            notices.append(line)
         if sure and not _goes_on(sure[0]):
             if survived is not None:
                 return reading, line, sure + [m for m in survived[1] if m.id not in
-                                              {s.id for s in sure}], []
-            return reading, line, sure, []
+                                              {s.id for s in sure}], [], notices
+            return reading, line, sure, [], notices
         if sure and survived is None:
             survived = (line, sure)
         if line is reading.root and not sure:
             weak = matches[:3]
     if survived is not None:
-        return reading, survived[0], survived[1], []
+        return reading, survived[0], survived[1], [], notices
     hint = _hint_near_root(reading)
     if hint is not None:
-        return reading, hint[0], hint[1], []
-    return reading, None, [], weak
+        return reading, hint[0], hint[1], [], notices
+    return reading, None, [], weak, notices
 
 
 def _hint_near_root(reading):
