@@ -9,7 +9,6 @@ and shows what it extracted. A catalogue id or check id prints that entry."""
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 import sys
