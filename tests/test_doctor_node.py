@@ -13,7 +13,7 @@ from dsenv.facts.gpu.inventory import parse_gpu_list
 from dsenv.facts.gpu.modes import mig_view, parse_compute_apps, parse_compute_modes
 from dsenv.facts.launch import joblayout
 from dsenv.verdicts.findings import Status
-from tests.harness.doctor_cli import clean_env, doctor, fake_nvidia_smi
+from tests.harness.doctor_cli import clean_env, doctor, fake_nvidia_smi, tool
 from tests.harness.findings import here
 from tests.harness.recorded import fixture_text
 
@@ -252,3 +252,8 @@ def test_mig_skips_when_nvidia_smi_finds_nothing(make_ctx, run_one, tmp_path):
     # the tool answers -L with an error (the fake knows no -L here)
     result = run_one("gpu.mig", make_ctx(env=smi_env(tmp_path, DEFAULT), target="compute"))
     assert result.status is Status.SKIP and "did not answer" in result.summary, result
+    # it answers with nothing at all
+    silent = tool(tmp_path / "silent", "nvidia-smi", "exit 0\n")
+    result = run_one("gpu.mig", make_ctx(env={"PATH": f"{silent}:{os.environ['PATH']}"},
+                                         target="compute"))
+    assert result.status is Status.SKIP and "listed no GPU" in result.summary, result
