@@ -443,3 +443,25 @@ def test_workload_imports_drift_is_reported():
     doctored["workload"]["t5-xsum"]["imports"].remove("rouge-score")
     assert imports_drift(registry.read(doctored)) == [
         "workloads.toml t5-xsum imports lacks 'rouge-score' of what t5_xsum.py imports"]
+
+
+
+def mig_wording_drift(evidence: str, match: Iterable[str], against: Iterable[str]) -> list[str]:
+    """The catalogue patterns that do not carry the MIG evidence exactly as the family reads it."""
+    return [*(f"match {p!r}" for p in match if f"(?:{evidence})" not in p),
+            *([] if evidence in against else ["against of gpu.visible-devices-remapped"])]
+
+
+def test_the_mig_evidence_has_one_wording():
+    """The MIG evidence (a MIG profile, MIG instances, CUDA_VISIBLE_DEVICES=MIG-..., nvidia-smi's
+    'MIG M.' column at Enabled) is written three times: families/gpu.py's MIG reading, the
+    catalogue match of gpu.mig-one-instance-per-process and the `against` of
+    gpu.visible-devices-remapped. The catalogue holds patterns as text, so a test keeps them one."""
+    from dsenv.doctor.explain.families import gpu
+
+    mig = catalogue.mode("gpu.mig-one-instance-per-process")
+    against = catalogue.mode("gpu.visible-devices-remapped").against
+    assert mig_wording_drift(gpu.MIG.pattern, mig.match, against) == []
+    # a doctored family wording ("GB" for "gb") is reported in every place it no longer agrees
+    doctored = gpu.MIG.pattern.replace("gb", "GB")
+    assert len(mig_wording_drift(doctored, mig.match, against)) == len(mig.match) + 1
