@@ -300,7 +300,9 @@ class Visibility:
     unknown: tuple[str, ...] = ()  # entries naming no device ("7", "GPU-dead", "NoDevFiles")
 
 
-def _match(token: str, gpus: list[Gpu], by_position: bool) -> Gpu | None:
+def match_device(token: str, gpus: list[Gpu], by_position: bool) -> Gpu | None:
+    """The GPU one *_VISIBLE_DEVICES entry names: an index (physical, or the position among
+    those left), a UUID or its prefix; None when it names none."""
     if re.fullmatch(r"\d+", token):
         number = int(token)
         if by_position:
@@ -326,7 +328,7 @@ def select(value: str, gpus: list[Gpu], by_position: bool,
             parent = mig_parents.get(token.lower())
             gpu = next((g for g in gpus if g.index == parent), None)
         else:
-            gpu = _match(token, gpus, by_position)
+            gpu = match_device(token, gpus, by_position)
         if gpu is None:
             return chosen, tokens[position:]
         if gpu not in chosen:

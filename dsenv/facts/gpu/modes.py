@@ -12,7 +12,7 @@ import io
 import re
 from dataclasses import dataclass
 
-from dsenv.facts.gpu.inventory import Gpu, ListedGpu, MigDevice, apply_visibility
+from dsenv.facts.gpu.inventory import Gpu, ListedGpu, MigDevice, apply_visibility, match_device
 from dsenv.facts.node import Node, probe
 from dsenv.proc import CommandResult
 
@@ -123,10 +123,11 @@ def mig_view(gpus: list[ListedGpu], env) -> MigView:
                 break
             devices.append(device)
             continue
-        gpu = next((g for g in gpus if token == str(g.index)
-                    or g.uuid.lower().startswith(token.lower())), None)
-        if gpu is None:
+        named_gpu = match_device(token, [Gpu("nvidia", g.index, g.name, "", uuid=g.uuid)
+                                         for g in gpus], by_position=False)
+        if named_gpu is None:
             break  # gpu.visible-devices judges GPU entries that name nothing
+        gpu = next(g for g in gpus if g.index == named_gpu.index)
         devices += gpu.mig
         whole += [] if gpu.mig else [gpu]
     named = sum(t.upper().startswith("MIG-") for t in tokens)
