@@ -5,6 +5,7 @@ CSV is composed from nvidia-smi's documented values: its source line says how); 
 the CLI run under a real CPU affinity mask (os.sched_setaffinity in the child).
 """
 
+import json
 import os
 
 import pytest
@@ -257,3 +258,23 @@ def test_mig_skips_when_nvidia_smi_finds_nothing(make_ctx, run_one, tmp_path):
     result = run_one("gpu.mig", make_ctx(env={"PATH": f"{silent}:{os.environ['PATH']}"},
                                          target="compute"))
     assert result.status is Status.SKIP and "listed no GPU" in result.summary, result
+
+
+def test_explain_here_runs_gpu_mig_on_the_node(tmp_path):
+    """From the explanation to the proof: pytorch#131650's num_gpus assert with MIG is named
+    gpu.mig-one-instance-per-process, and --here runs gpu.mig on this node: seven instances for
+    seven ranks per node (Slurm's task count) show the cause; the H200's whole GPU does not."""
+    from tests.harness.cli import dsenv
+    from tests.harness.recorded import FIXTURES
+
+    rows = (FIXTURES / "explain_symptoms" / "gpu.jsonl").read_text().splitlines()
+    text = next(json.loads(r)["text"] for r in rows if "pytorch/issues/131650" in r)
+    for listing, shows in ((SEVEN, "the cause is present here"), (H200_LIST, "not found here")):
+        folder = fake_nvidia_smi(tmp_path / listing.replace("/", "-"), modes=DEFAULT,
+                                 listing=listing)
+        done = dsenv("explain", "--here", "--json", text, env={
+            "PATH": f"{folder}:{os.environ['PATH']}", "SLURM_NTASKS_PER_NODE": "7"})
+        match = json.loads(done.stdout)["matches"][0]
+        assert match["id"] == "gpu.mig-one-instance-per-process", match["id"]
+        here = " ".join(match["here"])
+        assert "gpu.mig finds" in here and shows in here, here
