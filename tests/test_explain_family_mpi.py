@@ -16,8 +16,11 @@ from tests.harness import symptoms
 SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
 ROWS = symptoms.rows("mpi")
 # Symptoms the catalogue's patterns name but whose text has no structure to read (MPICH's bare
-# "Attempting to use an MPI routine before initializing MPICH").
-UNSTRUCTURED = {"https://github.com/Crompulence/cpl-library/issues/6"}
+# "Attempting to use an MPI routine before initializing MPICH"; lines of slurmd's log file,
+# which carry no program prefix: the family reads them when the daemon's name leads them).
+UNSTRUCTURED = {"https://github.com/Crompulence/cpl-library/issues/6",
+                "https://github.com/NVIDIA/deepops/issues/1195",
+                "https://github.com/NVIDIA/deepops/issues/1102"}
 # Notices of healthy runs (benign modes): the catalogue's patterns name them, no parser reads them.
 NOTICES = {"mpi.pmix-no-compression-benign", "mpi.ucx-unused-env-benign"}
 
@@ -286,3 +289,18 @@ def test_the_compression_notice_is_not_the_decompression_failure():
             "enabled on one node and not enabled on another.")
     _, _, sure, weak = explain_text(text)
     assert "mpi.pmix-no-compression-benign" not in [m.id for m in sure + weak]
+
+
+def test_gres_affinity_read_when_the_daemon_leads_the_line():
+    """deepops#1195's line as journald or syslog shows it, slurmd's name first: the reason and
+    the affinity list it rejected are read; its log file's line (no name) is left to the
+    catalogue's pattern, and a slurmd line about something else is not this cause."""
+    line = ("slurmd[2211]: error: _node_config_validate: gres/gpu: invalid GRES core "
+            "specification (48-63,176-191) on node node01")
+    (mode, got), *_ = parts(line)
+    assert (mode, got["program"], got["resource"]) == ("slurm.gres-conf-affinity", "slurmd",
+                                                       "48-63,176-191")
+    (mode, got), *_ = parts("slurmd: error: Invalid GRES data for gpu, CPUs=48-63,176-191")
+    assert (mode, got["resource"]) == ("slurm.gres-conf-affinity", "CPUs=48-63,176-191")
+    assert parts(row("NVIDIA/deepops/issues/1102")["text"]) == []
+    assert parts("slurmd: error: Node configuration differs from hardware: CPUs=64:128(hw)") == []

@@ -80,6 +80,9 @@ _REASONS = (
     # slurmd cannot find the GPUs its gres.conf/slurm.conf lists.
     (r"gres\.conf file|gres/gpu count reported lower than configured",
      "slurm.gres-conf-missing-device"),
+    # slurmd rejects the GPUs' CPU affinity gres.conf gives (thread ids where cores are due).
+    (r"invalid GRES core specification|Invalid GRES data for \w+, (?:CPUs|Cores)=",
+     "slurm.gres-conf-affinity"),
 )
 _RESOURCE = (  # the resource a Slurm line names, for the parts
     re.compile(r"gres\.conf file (?P<r>/\S+?)(?::|\s|$)"),
@@ -87,6 +90,8 @@ _RESOURCE = (  # the resource a Slurm line names, for the parts
     re.compile(r"invalid partition specified: (?P<r>\S+)"),
     re.compile(r"oom[-_]kill events?(?:\(s\))? in (?:StepId=|step )(?P<r>[\w.]+)"),
     re.compile(r"(?P<r>gres/gpu) count"),
+    re.compile(r"invalid GRES core specification \((?P<r>[^)]+)\)"),
+    re.compile(r"Invalid GRES data for \w+, (?P<r>(?:CPUs|Cores)=\S+)"),
 )
 # ``srun: error: Couldn't find the specified plugin name for mpi/pmix``, ``Invalid MPI type
 # 'pmix'``, ``mpi/pmix_v5: init: ... can not load PMIx library``: the --mpi plugin srun lacks.
