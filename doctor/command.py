@@ -18,6 +18,7 @@ from dsenv.doctor.registry import AREAS, all_checks
 from dsenv.doctor.render import exit_code, redacted_report, render_json, render_text
 from dsenv.doctor.runner import run_checks
 from dsenv.errors import UsageError
+from dsenv.facts.host import mounts
 from dsenv.facts.python import target_env
 from dsenv.workloads.fetch.assets import WORKLOAD_NAMES
 
@@ -58,7 +59,10 @@ def run_doctor(args) -> int:
                       probe_timeout=args.probe_timeout, probe=args.probe,
                       environment=getattr(args, "environment", None))
     ctx = Context(options=options, env=dict(os.environ), root=args.root)
-    target_env.choose(ctx)  # a bad --env is a usage error (exit 2), before any check runs
+    try:
+        target_env.choose(ctx)  # a bad --env is a usage error (exit 2), before any check runs
+    except mounts.NoAnswer:
+        pass  # its file system stopped answering: each check that needs it says so
     selected = [c for c in checks
                 if (not args.only or c.area in args.only) and c.id not in args.skip]
     if args.distributed:

@@ -9,10 +9,24 @@ from collections.abc import Iterable
 
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import Check
+from dsenv.facts.host.mounts import NoAnswer
 from dsenv.verdicts.findings import Finding, Result, Status
 
 # A check waits on probes that each have their own timeout; this bounds the rest.
 CHECK_DEADLINE_FACTOR = 3.0
+
+
+NOT_READ_FIX = ("ask the site's admins which file server or storage target is down (on "
+                "Lustre `lfs check servers`; `lfs getstripe FILE` names the targets a file "
+                "is on: Lustre's operations manual), rerun when it answers, or run the job "
+                "from an environment on another file system")
+
+
+def not_read(exc: NoAnswer, ctx: Context) -> str:
+    """The summary of a check whose facts sit on files that gave no answer (mounts.NoAnswer)."""
+    return (f"not judged: {exc.what} {exc.path} gave no answer to a stat within "
+            f"{ctx.options.probe_timeout:g} s: its file system, or one of its storage targets, "
+            "stopped answering, and the job will hang reading it too")
 
 
 def run_check(check: Check, ctx: Context) -> Result:
@@ -24,6 +38,9 @@ def run_check(check: Check, ctx: Context) -> Result:
         return Result(check.id, check.area, check.title, finding.status, finding.summary,
                       list(finding.evidence), finding.fix, time.monotonic() - start,
                       action=finding.action, mode=finding.mode)
+    except NoAnswer as exc:  # the facts it needs were not read: said, never judged on nothing
+        return Result(check.id, check.area, check.title, Status.WARN, not_read(exc, ctx),
+                      fix=NOT_READ_FIX, seconds=time.monotonic() - start)
     except Exception as exc:  # the doctor never crashes because one check did
         return Result(check.id, check.area, check.title, Status.ERROR,
                       f"the check raised {type(exc).__name__}: {exc}",

@@ -15,6 +15,7 @@ from dsenv.doctor.context import Context, Options
 from dsenv.doctor.registry import Check
 from dsenv.doctor.render import exit_code, render_json, render_text
 from dsenv.doctor.runner import run_checks
+from dsenv.facts.host.mounts import NoAnswer
 from dsenv.verdicts.findings import Result, Status, fail, ok, warn
 from tests.harness.cli import dsenv
 
@@ -45,6 +46,24 @@ def test_a_stalled_check_is_cut_off(tmp_path):
     results = run_checks([Check("system.stuck", "Stuck", lambda c: time.sleep(30))], ctx)
     assert time.monotonic() - start < 2
     assert results[0].status is Status.ERROR and "did not finish" in results[0].summary
+
+
+def _unanswered(ctx):
+    raise NoAnswer("the environment's packages in", "/lustre/env/lib/python3.11/site-packages")
+
+
+def test_facts_on_files_that_gave_no_answer_are_not_judged(tmp_path):
+    """A fact whose files gave no answer (mounts.NoAnswer, raised to every check that asks for
+    it) is a warning that names the folder and says nothing was judged: not an error with a
+    traceback, not a pass; its twin, a check that reads nothing there, is judged as usual."""
+    results = run_checks([Check("python.x", "X", _unanswered),
+                          Check("system.fine", "Fine", lambda ctx: ok("fine"))],
+                         _ctx(tmp_path, probe_timeout=4))
+    assert [r.status for r in results] == [Status.WARN, Status.OK]
+    assert results[0].summary.startswith(
+        "not judged: the environment's packages in /lustre/env/lib/python3.11/site-packages "
+        "gave no answer to a stat within 4 s"), results[0].summary
+    assert "lfs check servers" in results[0].fix and results[0].traceback is None
 
 
 def test_a_check_that_returns_garbage_is_an_error(tmp_path):

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -23,6 +24,7 @@ from dsenv.facts.python import target_env
 from dsenv.facts.python.torch_info import read_torch_build
 from tests.harness import pyenvs
 from tests.harness.cli import dsenv
+from tests.harness.mountns import FUSE_MOUNT, in_namespace, needs_fuse
 
 SCHEMA = json.loads((Path(registry.__file__).parent / "report_schema.json").read_text())
 AREAS = "python,torch,deepspeed,system"
@@ -199,3 +201,67 @@ def test_probe_imports_nothing_and_honours_pythonpath(venv, tmp_path, make_ctx):
     assert env.probed and env.path[0] == str(extra)  # PYTHONPATH first, as the job has it
     assert env.modules["torch"].folder == pyenvs.site_packages(venv) / "torch"
     assert env.preloaded == () and not (tmp_path / "torch-imported").exists()
+
+
+# The environment under test on a Lustre whose one storage target (OST) went down: folders and
+# listings answer, files that existed when it went down do not (tests/harness/fusefs.py
+# files-hang). A prefix with an interpreter (a script that runs this one on the prefix's
+# site-packages), torch's version file and metadata. "everything": the target went down after
+# the whole prefix was written; "packages": the interpreter was written after it went down, so
+# it starts, and the packages it would import do not answer.
+DEAD_OST_ENV = FUSE_MOUNT + """
+fuse_mount "$MNT" files-hang
+S="$MNT/env/lib/python3.11/site-packages"
+mkdir -p "$MNT/env/bin" "$S/torch" "$S/torch-2.13.0.dist-info"
+printf "__version__ = '2.13.0+cpu'\\ncuda = None\\n" > "$S/torch/version.py"
+echo "from .version import __version__" > "$S/torch/__init__.py"
+printf 'Metadata-Version: 2.1\\nName: torch\\nVersion: 2.13.0+cpu\\n' > "$S/torch-2.13.0.dist-info/METADATA"
+[ "$DOWN" != packages ] || touch "$MNT/.ost-down"
+printf '#!/bin/sh\\nPYTHONPATH=%s exec %s "$@"\\n' "$S" "$PY" > "$MNT/env/bin/python3"
+chmod +x "$MNT/env/bin/python3"
+[ "$DOWN" != everything ] || touch "$MNT/.ost-down"
+timeout -s KILL 60 "$PY" -m dsenv doctor --env "$MNT/env" --only python,torch --probe-timeout 3 --json > "$OUT" || true
+"""
+
+
+def _dead_ost_env(tmp_path, down: str) -> tuple[dict, float]:
+    needs_fuse()
+    out = tmp_path / "report.json"
+    start = time.monotonic()
+    done = in_namespace(DEAD_OST_ENV, timeout=120, env={
+        "MNT": str(tmp_path / "mnt"), "OUT": str(out), "DOWN": down,
+        "HOME": str(tmp_path / "home")})
+    seconds = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    return {r["id"]: r for r in report["results"]}, seconds
+
+
+@pytest.mark.parametrize("down, what", [
+    ("everything", "the environment (--env) {mnt}/env"),
+    ("packages", "the environment's packages in {mnt}/env/lib/python3.11/site-packages")])
+def test_an_environment_whose_files_stopped_answering_is_not_judged(tmp_path, down, what):
+    """Before, the doctor stayed blocked in a stat of the prefix's bin/python3 (in this
+    process, before any check ran) until `timeout -s KILL` ended it at 90 s, with no report.
+    Now the prefix and each folder of its search path are statted in a child first
+    (mounts.require_files): every check that needs the environment says it was not judged and
+    names the folder, none passes on what was not read, none errors, and the doctor exits."""
+    found, seconds = _dead_ost_env(tmp_path, down)
+    assert seconds < 40, seconds
+    named = what.format(mnt=tmp_path / "mnt")
+    needs_env = [r for r in found.values() if r["id"] != "python.workload-packages"]
+    assert len(needs_env) > 10
+    for result in needs_env:
+        assert result["status"] == "warn", result
+        assert result["summary"].startswith(f"not judged: {named} gave no answer to a stat"), \
+            result["summary"]
+        assert "lfs check servers" in result["fix"]
+
+
+def test_the_same_environment_whose_files_answer_is_read(tmp_path):
+    found, seconds = _dead_ost_env(tmp_path, "none")
+    assert not [r["id"] for r in found.values() if "not judged" in r["summary"]]
+    assert found["torch.build"]["status"] == "ok", found["torch.build"]
+    assert "torch 2.13.0+cpu" in found["torch.build"]["summary"]
+    assert found["python.interpreter"]["status"] == "ok", found["python.interpreter"]
+    assert seconds < 40, seconds

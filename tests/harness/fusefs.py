@@ -150,6 +150,9 @@ class Server:
                 valid, _pad, _fh, size = struct.unpack_from("<IIQQ", body)
                 if valid & (1 << 3):  # FATTR_SIZE
                     del node.data[size:]
+                if valid & 1:  # FATTR_MODE (chmod): fuse_setattr_in's mode at offset 68
+                    mode, = struct.unpack_from("<I", body, 68)
+                    node.mode = (node.mode & 0o170000) | (mode & 0o7777)
             self.reply(unique, struct.pack("<QII", 0, 0, 0) + self.attr(node))
         elif opcode == MKDIR:
             mode, _umask = struct.unpack_from("<II", body)

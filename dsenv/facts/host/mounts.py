@@ -212,6 +212,23 @@ def files_answer(node: Node, path: Path | str, depth: int = 0) -> bool:
     return node.memo(f"{__name__}.files_answer:{path}:{depth}", walk_in_child)
 
 
+class NoAnswer(Exception):
+    """Files a fact is read from gave no answer to a stat in a child within the probe deadline
+    (:func:`files_answer`): the fact is not read here, rather than judged on nothing or read in
+    this process, where it would hang. Raised to whoever asks for the fact (a memoised probe
+    hands it to every check that needs it); the doctor's runner makes it a verdict."""
+
+    def __init__(self, what: str, path: Path | str):
+        self.what, self.path = what, str(path)
+        super().__init__(f"{what} {path} gave no answer to a stat")
+
+
+def require_files(node: Node, path: Path | str, depth: int, what: str) -> None:
+    """:func:`files_answer`, or :class:`NoAnswer` naming ``what`` ("the environment")."""
+    if not files_answer(node, path, depth):
+        raise NoAnswer(what, os.path.abspath(path))
+
+
 def hung_folders(node: Node) -> set[str]:
     """Folders (or files) where a walk in a child got no answer while their mount answered."""
     return node.memo(f"{__name__}.hung_folders", set)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from importlib.machinery import PathFinder
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 from dsenv import proc
 from dsenv.data import load_table
 from dsenv.errors import UsageError
+from dsenv.facts.host import mounts
 from dsenv.facts.node import Node, probe
 
 # Top-level modules whose import location the probe reports: the training packages (their
@@ -29,6 +31,10 @@ _TRAINING = load_table("dsenv.envs", "training_stack.toml")["python"]["training_
 PROBED_MODULES: tuple[str, ...] = tuple(dict.fromkeys(
     [name.replace("-", "_") for name in _TRAINING] + ["mpi4py", "ninja"]))
 MARK = "DSENV-ENV "
+# How deep the environment's folders are statted in a child before this process reads them
+# (mounts.require_files): a prefix down to bin/python3, pyvenv.cfg and lib/python3.X; a site
+# folder down to each package's and dist-info's files (METADATA, __init__.py, version.py).
+PREFIX_DEPTH = SITE_DEPTH = 2
 # Runs in the target interpreter: stdlib only, Python 3.6+, nothing of the packages imported.
 PROBE_SCRIPT = """\
 import json, os, sys
@@ -164,6 +170,9 @@ def _from_option(value: str, node: Node) -> tuple[str | None, Path | None, str, 
         found = node.which(value)  # --env python3.12: the one on PATH
         if found:
             return found, None, "option", f"--env {value} ({found})"
+    # A prefix on a file system that stopped answering (a Lustre storage target down): its
+    # python and pyvenv.cfg are statted in a child first, never in this process.
+    mounts.require_files(node, path, PREFIX_DEPTH, "the environment (--env)")
     if path.is_dir():
         if not looks_like_env(path):
             raise UsageError(f"--env {value}: not a Python environment (no bin/python, "
@@ -185,6 +194,8 @@ def _activated(node: Node) -> tuple[str, Path] | None:
     found = []
     for var in ("DSENV_ENV", "VIRTUAL_ENV", "CONDA_PREFIX"):
         value = node.env.get(var)
+        if value:
+            mounts.require_files(node, value, PREFIX_DEPTH, f"the activated environment ({var})")
         if value and Path(value).is_dir():
             found.append((var, Path(value)))
     if not found:
@@ -202,6 +213,7 @@ def choose(node: Node) -> tuple[str | None, Path | None, str, str]:
     """(python, prefix, source, chosen_by); prefix None: the interpreter will say."""
     if node.python_prefix is not None:
         prefix = Path(node.python_prefix)
+        mounts.require_files(node, prefix, PREFIX_DEPTH, "the environment")
         return interpreter_in(prefix), prefix, "prefix", str(prefix)
     if node.environment:
         return _from_option(node.environment, node)
@@ -264,10 +276,9 @@ def _version_from_files(prefix: Path) -> str | None:
 def files_only(node: Node, prefix: Path) -> tuple[tuple[str, ...], dict[str, ModuleSpot]]:
     """sys.path and module locations as far as files tell: PYTHONPATH, then the prefix's
     site-packages (no .pth lines, user site or import hooks: those need the interpreter)."""
-    lib = prefix / "lib"
-    sites = sorted(lib.glob("python3*/site-packages")) + sorted(lib.glob("python3*/dist-packages"))
     extra = [p for p in node.env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    path = tuple(extra + [str(p) for p in sites if p.is_dir()])
+    path = tuple(extra + [str(p) for p in site_folders(prefix)])
+    require_path(node, path)
     modules = {}
     for name in PROBED_MODULES:
         try:
@@ -281,13 +292,41 @@ def files_only(node: Node, prefix: Path) -> tuple[tuple[str, ...], dict[str, Mod
     return path, modules
 
 
+def site_folders(prefix: Path) -> list[Path]:
+    """The prefix's lib/python3.X/site-packages (and dist-packages) folders, by their names."""
+    lib = Path(prefix) / "lib"
+    sites = sorted(lib.glob("python3*/site-packages")) + sorted(lib.glob("python3*/dist-packages"))
+    return [p for p in sites if p.is_dir()]
+
+
+def _walk_quietly(node: Node, folder: Path) -> None:
+    try:
+        mounts.files_answer(node, folder, SITE_DEPTH)
+    except Exception:  # noqa: BLE001 - require_path asks again and meets what went wrong
+        pass
+
+
+def require_path(node: Node, path) -> None:
+    """Every folder of the environment's search path statted in a child (mounts.require_files)
+    before this process reads packages there (their metadata, their ELF files, find_spec), or
+    NoAnswer: one dead storage target hangs a read of whichever file has objects on it."""
+    for entry in path:
+        mounts.require_files(node, entry, SITE_DEPTH, "the environment's packages in")
+
+
 @probe
 def environment(node: Node) -> PythonEnv:
     """The environment under test, probed once per doctor run."""
     python, prefix, source, chosen_by = choose(node)
+    if prefix is not None:
+        # Its site folders are walked while its interpreter starts: on a dead storage target
+        # both wait a deadline, one after the other they would outlast the checks' own.
+        for folder in site_folders(prefix):
+            threading.Thread(target=_walk_quietly, args=(node, folder), daemon=True).start()
     fields, problem = (None, f"no python in {prefix}/bin") if python is None else \
         run_probe(node, python)
     if fields is not None:
+        require_path(node, fields["path"])
         return PythonEnv(python, prefix if prefix is not None else fields["sys_prefix"], source,
                          chosen_by, probed=True, **fields)
     if prefix is None:  # an interpreter that does not run: its prefix by the usual layout
@@ -329,6 +368,8 @@ def header_line(node: Node) -> str:
     """``environment PREFIX (Python X.Y.Z) — why it was chosen`` for the report's header."""
     try:
         return "environment " + environment(node).describe()
+    except mounts.NoAnswer as exc:
+        return f"environment not read: {exc} (its file system stopped answering)"
     except Exception as exc:  # noqa: BLE001 - the header never breaks the report
         return f"environment unknown ({type(exc).__name__}: {exc})"
 
