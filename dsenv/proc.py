@@ -46,8 +46,10 @@ class CommandResult:
         return f"`{self.command}` exited {self.returncode}{last}"
 
 
-def which(name: str, env: Mapping[str, str] | None = None) -> str | None:
-    path = (env if env is not None else os.environ).get("PATH", os.defpath)
+def which(name: str, env: Mapping[str, str] | None = None, path: str | None = None) -> str | None:
+    """``name`` looked up on ``path`` (default: ``env``'s PATH)."""
+    if path is None:
+        path = (env if env is not None else os.environ).get("PATH", os.defpath)
     return shutil.which(name, path=path)
 
 
@@ -58,16 +60,18 @@ def run(
     cwd: str | None = None,
     input_text: str | None = None,
     output: str | os.PathLike | None = None,
+    path: str | None = None,
 ) -> CommandResult:
     """Run ``argv`` with a hard ``timeout``; never raises for a missing or hung command.
 
     ``output``: a file that stdout and stderr are appended to while the command runs (a
     build log that can be followed, and that survives a kill); the result's ``stdout`` and
-    ``stderr`` are then empty.
+    ``stderr`` are then empty. ``path``: where a bare command name is looked up (default: the
+    PATH of ``env``); the child still gets ``env``'s PATH.
     """
     argv = tuple(str(a) for a in argv)
     env = dict(env if env is not None else os.environ)
-    exe = argv[0] if os.sep in argv[0] else which(argv[0], env)
+    exe = argv[0] if os.sep in argv[0] else which(argv[0], env, path)
     if exe is None or not os.path.exists(exe):
         return CommandResult(argv, None, not_found=True)
     start = time.monotonic()

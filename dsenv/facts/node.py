@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dsenv import proc
+from dsenv.facts.host import mounts
 
 T = TypeVar("T")
 
@@ -79,10 +80,19 @@ class Node:
         return self.root / absolute.lstrip("/")
 
     def which(self, name: str) -> str | None:
-        return proc.which(name, self.env)
+        return proc.which(name, self.env, self.searchable_path())
 
     def run(self, argv, timeout: float | None = None) -> proc.CommandResult:
-        return proc.run(argv, timeout or self.probe_timeout, env=self.env)
+        path = None if os.sep in str(argv[0]) else self.searchable_path()
+        return proc.run(argv, timeout or self.probe_timeout, env=self.env, path=path)
+
+    def searchable_path(self) -> str:
+        """PATH without the folders whose files gave no answer to a stat in a child
+        (:func:`unanswered_path`): a command is looked up in this process, and a stat on a file
+        server that stopped answering blocks it in the kernel, where no deadline reaches."""
+        unanswered = set(unanswered_path(self))
+        return os.pathsep.join(f for f in self.env.get("PATH", os.defpath).split(os.pathsep)
+                               if f not in unanswered)
 
     @property
     def is_compute(self) -> bool:
@@ -129,6 +139,29 @@ class Node:
     def probe_times(self) -> list[tuple[str, float, float]]:
         """(probe key, started s after the node was made, seconds) of every probe run."""
         return sorted(((k, *v) for k, v in list(self._times.items())), key=lambda t: t[1])
+
+
+def unanswered_path(node: Node) -> tuple[str, ...]:
+    """PATH's folders on a mount that can hang (network, FUSE, autofs) whose entries gave no
+    answer to a stat in a child (mounts.files_answer: /apps/cuda/bin on an NFS server or a
+    Lustre storage target that went down), once per node; the folders are tried at once."""
+
+    def find() -> tuple[str, ...]:
+        folders = [f for f in dict.fromkeys(node.env.get("PATH", os.defpath).split(os.pathsep))
+                   if f and mounts.may_hang(node, f)]
+        answered: dict[str, bool] = {}
+
+        def walk(folder: str) -> None:
+            answered[folder] = mounts.files_answer(node, folder, 1)
+
+        threads = [threading.Thread(target=walk, args=(f,), daemon=True) for f in folders]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return tuple(f for f in folders if not answered.get(f, True))
+
+    return node.memo(f"{__name__}.unanswered_path", find)
 
 
 def probe(func: Callable[[Node], T]) -> Callable[[Node], T]:

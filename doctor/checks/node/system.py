@@ -19,6 +19,7 @@ from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.facts.host import cachefs, mounts, tempdir
 from dsenv.facts.host import machine as host
+from dsenv.facts.node import unanswered_path
 from dsenv.facts.python import target_env
 from dsenv.redact import show_variable
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
@@ -192,6 +193,34 @@ def noexec_folders(ctx: Context):
                         f"{names}: mounted noexec, so the shared objects Triton, Inductor or "
                         "torch's JIT build there cannot be loaded", *evidence,
                         here=f"export {here}")
+
+
+@check("system.path", "PATH folders answer")
+def path_folders(ctx: Context):
+    """A command is looked up by a stat of each PATH folder's entry, in dsenv as in the job's
+    shell: a folder on a file server that stopped answering (a module's /apps/.../bin on NFS,
+    a Lustre storage target down) blocks the lookup in the kernel."""
+    folders = [f for f in dict.fromkeys(ctx.env.get("PATH", "").split(os.pathsep)) if f]
+    if not folders:
+        return skip("PATH is empty: no command is looked up on it")
+    shared = [f for f in folders if mounts.may_hang(ctx, f)]
+    if not shared:
+        return skip(f"all {len(folders)} PATH folders are on local file systems: a lookup "
+                    "there cannot wait on a file server")
+    hung_folders = unanswered_path(ctx)
+    evidence = [f"{f}: on {mounts.mount_for(ctx, f).describe()}"
+                + (", gave no answer" if f in hung_folders else ", answered") for f in shared]
+    if not hung_folders:
+        return ok(f"{len(shared)} of {len(folders)} PATH folders on network or FUSE file "
+                  "systems, each answered a stat of its entries", *evidence)
+    return (fail if ctx.is_compute else warn)(
+        f"PATH folder {', '.join(hung_folders)} gave no answer to a stat of its entries: its "
+        "file system, or one of its storage targets, stopped answering. The commands there "
+        "were not looked up (other checks may call them missing), and the job's shell hangs "
+        "looking a command up there too",
+        "ask the site's admins which file server is down; meanwhile take the folder off PATH "
+        "(`module unload` the module that added it) or run where that file system answers",
+        *evidence)
 
 
 def _exec_folder(ctx: Context) -> str:

@@ -19,9 +19,12 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dsenv.facts.host import lockprobe
-from dsenv.facts.node import Node, probe
+
+if TYPE_CHECKING:  # Node looks up commands through this module (Node.searchable_path)
+    from dsenv.facts.node import Node
 
 # Shared between nodes: caches, locks and renames here race between jobs on several nodes.
 NETWORK_TYPES = frozenset({
@@ -128,8 +131,12 @@ def parse_mounts(text: str) -> list[Mount]:
     return mounts
 
 
-@probe
 def mount_table(node: Node) -> tuple[Mount, ...]:
+    """The node's mounts, read once per node."""
+    return node.memo(f"{__name__}.mount_table", lambda: _read_mount_table(node))
+
+
+def _read_mount_table(node: Node) -> tuple[Mount, ...]:
     for name, parse in (("/proc/self/mountinfo", parse_mountinfo),
                         ("/proc/mounts", parse_mounts)):
         try:
@@ -156,6 +163,12 @@ def point_of(node: Node, path: str) -> str:
     (resolving symlinks would touch a file system that may be hung)."""
     mount = _holding(node, os.path.abspath(path))
     return (mount.point.rstrip("/") or "/") if mount is not None else "/"
+
+
+def may_hang(node: Node, path: Path | str) -> bool:
+    """Whether ``path`` lies on a mount whose file server can stop answering (by its text)."""
+    mount = _holding(node, os.path.abspath(path))
+    return mount is not None and mount.may_hang
 
 
 def answers(node: Node, path: Path | str) -> bool:

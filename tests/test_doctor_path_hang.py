@@ -1,0 +1,70 @@
+"""PATH folders on a file server that stopped answering (system.path, Node.searchable_path).
+
+A command is looked up by a stat of each PATH folder's entry. With a module's bin folder on a
+mount whose files stopped answering (tests/harness/fusefs.py files-hang: a Lustre storage
+target down; the same for a hard-mounted NFS server that went away), that stat blocks in the
+kernel, where no deadline reaches: the first version of the doctor stayed blocked looking up
+nvcc until `timeout -s KILL` ended it at 60 s, with no report (on a mount that answers nothing
+at all, not even SIGKILL ended it: the test's own limit did, by unmounting).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from dsenv.facts.node import Node
+from tests.harness.mountns import FUSE_MOUNT, in_namespace, needs_fuse
+
+DEAD_BIN = FUSE_MOUNT + """
+fuse_mount "$MNT" files-hang
+mkdir -p "$MNT/apps/cuda/bin"
+printf '#!/bin/sh\\necho "Cuda compilation tools, release 12.4, V12.4.131"\\n' > "$MNT/apps/cuda/bin/nvcc"
+chmod +x "$MNT/apps/cuda/bin/nvcc"
+[ "$DOWN" = 0 ] || touch "$MNT/.ost-down"
+export PATH="$MNT/apps/cuda/bin:$PATH"
+timeout -s KILL 60 "$PY" -m dsenv doctor --only system,toolkit --probe-timeout 3 --json > "$OUT" || true
+"""
+
+
+def _run(tmp_path, down: bool) -> tuple[dict, float]:
+    needs_fuse()
+    out = tmp_path / "report.json"
+    start = time.monotonic()
+    done = in_namespace(DEAD_BIN, timeout=100, env={
+        "MNT": str(tmp_path / "mnt"), "OUT": str(out), "DOWN": "1" if down else "0",
+        "HOME": str(tmp_path / "home")})
+    seconds = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    return {r["id"]: r for r in json.loads(out.read_text())["results"]}, seconds
+
+
+def test_a_path_folder_that_stopped_answering_is_named_and_the_doctor_exits(tmp_path):
+    found, seconds = _run(tmp_path, down=True)
+    assert seconds < 40, seconds
+    bindir = tmp_path / "mnt" / "apps" / "cuda" / "bin"
+    path = found["system.path"]
+    assert path["status"] == "warn", path  # a login node; on a compute node it fails
+    assert path["summary"].startswith(f"PATH folder {bindir} gave no answer"), path["summary"]
+    assert "module unload" in path["fix"]
+    assert f"{bindir}: on fuse.dsenvtest (FUSE file system" in path["evidence"][0]
+    assert not [r["id"] for r in found.values() if r["status"] == "error"]
+
+
+def test_the_same_folder_that_answers_is_searched(tmp_path):
+    found, seconds = _run(tmp_path, down=False)
+    path = found["system.path"]
+    assert path["status"] == "ok", path
+    assert path["summary"].startswith("1 of "), path["summary"]
+    nvcc = found["toolkit.nvcc"]
+    assert "12.4" in nvcc["summary"] + " ".join(nvcc["evidence"]), nvcc
+    assert seconds < 40, seconds
+
+
+def test_an_empty_or_local_path_has_nothing_to_hang(make_ctx, run_one, tmp_path):
+    empty = run_one("system.path", make_ctx(env={"PATH": ""}, root="/"))
+    assert empty.status.value == "skip" and "PATH is empty" in empty.summary
+    local = run_one("system.path", make_ctx(env={"PATH": str(tmp_path)}, root="/"))
+    assert local.status.value == "skip", local
+    assert "all 1 PATH folders are on local file systems" in local.summary
+    assert Node(env={"PATH": str(tmp_path)}).searchable_path() == str(tmp_path)
