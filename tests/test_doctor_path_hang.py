@@ -1,4 +1,5 @@
-"""PATH folders on a file server that stopped answering (system.path, Node.searchable_path).
+"""PATH folders and a toolkit root on a file server that stopped answering (system.path,
+Node.searchable_path, toolkit.home_binary).
 
 A command is looked up by a stat of each PATH folder's entry. With a module's bin folder on a
 mount whose files stopped answering (tests/harness/fusefs.py files-hang: a Lustre storage
@@ -22,7 +23,7 @@ mkdir -p "$MNT/apps/cuda/bin"
 printf '#!/bin/sh\\necho "Cuda compilation tools, release 12.4, V12.4.131"\\n' > "$MNT/apps/cuda/bin/nvcc"
 chmod +x "$MNT/apps/cuda/bin/nvcc"
 [ "$DOWN" = 0 ] || touch "$MNT/.ost-down"
-export PATH="$MNT/apps/cuda/bin:$PATH"
+export PATH="$MNT/apps/cuda/bin:$PATH" CUDA_HOME="$MNT/apps/cuda"
 timeout -s KILL 60 "$PY" -m dsenv doctor --only system,toolkit --probe-timeout 3 --json > "$OUT" || true
 """
 
@@ -48,6 +49,11 @@ def test_a_path_folder_that_stopped_answering_is_named_and_the_doctor_exits(tmp_
     assert path["summary"].startswith(f"PATH folder {bindir} gave no answer"), path["summary"]
     assert "module unload" in path["fix"]
     assert f"{bindir}: on fuse.dsenvtest (FUSE file system" in path["evidence"][0]
+    # CUDA_HOME there: the toolkit's bin folder is statted in a child first (toolkit.home_binary)
+    nvcc = found["toolkit.nvcc"]
+    assert nvcc["status"] == "warn", nvcc
+    assert nvcc["summary"].startswith(f"not judged: the toolkit (CUDA_HOME) {bindir} gave no "
+                                      "answer to a stat"), nvcc["summary"]
     assert not [r["id"] for r in found.values() if r["status"] == "error"]
 
 

@@ -12,6 +12,7 @@ from dsenv.facts.python import deepspeed_info as dsi
 from dsenv.facts.python import dsconfig, target_env
 from dsenv.facts.python.torch_info import TorchBuild
 from dsenv.facts.toolchain import extensions as ext
+from dsenv.facts.toolchain import toolkit as tk
 from dsenv.facts.toolchain.libaio import aio_link
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
 
@@ -58,13 +59,11 @@ def _gpu_compiler(ctx: Context, accelerator: str, torch: TorchBuild) -> tuple[st
     """(name, path or None) of the device compiler a GPU JIT build needs, if it needs one."""
     if accelerator != "cuda" or not torch.gpu_build:
         return None
-    if torch.hip:
-        home = ctx.env.get("ROCM_PATH") or ctx.env.get("ROCM_HOME")
-        found = os.path.join(home, "bin", "hipcc") if home else None
-        return "hipcc", found if found and os.path.exists(found) else ctx.which("hipcc")
-    home = ctx.env.get("CUDA_HOME") or ctx.env.get("CUDA_PATH")
-    found = os.path.join(home, "bin", "nvcc") if home else None
-    return "nvcc", found if found and os.path.exists(found) else ctx.which("nvcc")
+    name, variables = ("hipcc", ("ROCM_PATH", "ROCM_HOME")) if torch.hip else \
+        ("nvcc", ("CUDA_HOME", "CUDA_PATH"))
+    var = next((v for v in variables if ctx.env.get(v)), None)
+    found = tk.home_binary(ctx, var, name) if var else None
+    return name, str(found) if found else ctx.which(name)
 
 
 def _provision_fix(gpus) -> str:

@@ -79,7 +79,7 @@ def cuda_home(ctx: Context):
     setting = next((v for v in variables if ctx.env.get(v)), None)
     if setting:
         home = ctx.env[setting]
-        if not Path(home, "bin", binary).is_file():
+        if tk.home_binary(ctx, setting, binary) is None:
             summary = (f"{setting}={home} has no bin/{binary}: torch and DeepSpeed build "
                        "with a broken toolkit path")
             here = f"point {setting} at the toolkit root (the folder holding bin/{binary}), or unset it"

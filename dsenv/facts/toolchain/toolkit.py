@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dsenv.data import load_table
 from dsenv.envs import archs
+from dsenv.facts.host import mounts
 from dsenv.facts.node import Node, probe
 from dsenv.facts.python import pyenv, target_env
 from dsenv.facts.python.pyfiles import read_assignments
@@ -60,13 +61,25 @@ def parse_first_version(text: str) -> str | None:
     return found[-1] if found else None
 
 
+def home_binary(node: Node, var: str, binary: str) -> Path | None:
+    """``$var/bin/binary`` when it is a file (a toolkit root such as CUDA_HOME), else None;
+    its bin folder is statted in a child first on a mount that can hang (a module's toolkit on
+    an NFS server or a Lustre target that went down), else mounts.NoAnswer."""
+    home = node.env.get(var)
+    if not home:
+        return None
+    mounts.require_files(node, Path(home) / "bin", 1, f"the toolkit ({var})")
+    path = Path(home) / "bin" / binary
+    return path if path.is_file() else None
+
+
 def _locate(node: Node, binary: str, home_vars: tuple[str, ...], default_home: str):
     """(path, home, how) the way torch.utils.cpp_extension finds CUDA_HOME / ROCM_HOME."""
     for var in home_vars:
         if node.env.get(var):
             home = node.env[var]
-            path = Path(home) / "bin" / binary
-            return (str(path) if path.is_file() else None), home, f"{var}={home}"
+            path = home_binary(node, var, binary)
+            return (str(path) if path else None), home, f"{var}={home}"
     on_path = node.which(binary)
     if on_path:
         home = str(Path(os.path.realpath(on_path)).parent.parent)
