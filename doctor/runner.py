@@ -22,9 +22,12 @@ NOT_READ_FIX = ("ask the site's admins which file server or storage target is do
                 "from an environment on another file system")
 
 
+NOT_JUDGED = "not judged: "  # how the summary of a check whose facts were not read begins
+
+
 def not_read(exc: NoAnswer, ctx: Context) -> str:
     """The summary of a check whose facts sit on files that gave no answer (mounts.NoAnswer)."""
-    return (f"not judged: {exc.what} {exc.path} gave no answer to a stat within "
+    return (f"{NOT_JUDGED}{exc.what} {exc.path} gave no answer to a stat within "
             f"{ctx.options.probe_timeout:g} s: its file system, or one of its storage targets, "
             "stopped answering, and the job will hang reading it too")
 

@@ -149,7 +149,7 @@ def launch(plan: Plan, args, checks, ctx) -> int:
                 "--master_addr", env["MASTER_ADDR"], "--master_port", env["MASTER_PORT"],
                 *rank_command]
     else:
-        mpirun = proc.which("mpirun", env)
+        mpirun = ctx.which("mpirun")  # PATH as env has it, less folders that gave no answer
         if mpirun is None:
             raise UsageError("--launch mpirun: mpirun is not on PATH; load an MPI module or "
                              "use --launch torchrun")

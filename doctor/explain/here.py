@@ -64,7 +64,10 @@ def look(match: rank.Match, ctx: Context, results: dict[str, Result]) -> list[st
         results[mode.check] = found
     result = results[mode.check]
     verdict = VERDICT[result.status]
-    if result.mode == mode.id and result.status in (Status.WARN, Status.INFO):
+    if result.summary.startswith(runner.NOT_JUDGED):  # what it needs gave no answer here
+        verdict = ("the check could not read what it needs here (its file system gave no "
+                   "answer), so nothing is ruled out")
+    elif result.mode == mode.id and result.status in (Status.WARN, Status.INFO):
         # the check named this very cause; it only warns or reports it (a login node, nothing
         # it was given needs what is missing), and the log says the job met it
         verdict = ("the cause is present here (the doctor "
