@@ -1,4 +1,4 @@
-"""PATH folders and a toolkit root on a file server that stopped answering (system.path,
+"""PATH and LD_LIBRARY_PATH folders and a toolkit root on a file server that stopped answering (system.path,
 Node.searchable_path, toolkit.home_binary).
 
 A command is looked up by a stat of each PATH folder's entry. With a module's bin folder on a
@@ -19,11 +19,12 @@ from tests.harness.mountns import FUSE_MOUNT, in_namespace, needs_fuse
 
 DEAD_BIN = FUSE_MOUNT + """
 fuse_mount "$MNT" files-hang
-mkdir -p "$MNT/apps/cuda/bin"
+mkdir -p "$MNT/apps/cuda/bin" "$MNT/apps/cuda/lib64"
+echo ELF > "$MNT/apps/cuda/lib64/libcudart.so.12"
 printf '#!/bin/sh\\necho "Cuda compilation tools, release 12.4, V12.4.131"\\n' > "$MNT/apps/cuda/bin/nvcc"
 chmod +x "$MNT/apps/cuda/bin/nvcc"
 [ "$DOWN" = 0 ] || touch "$MNT/.ost-down"
-export PATH="$MNT/apps/cuda/bin:$PATH" CUDA_HOME="$MNT/apps/cuda"
+export PATH="$MNT/apps/cuda/bin:$PATH" CUDA_HOME="$MNT/apps/cuda" LD_LIBRARY_PATH="$MNT/apps/cuda/lib64"
 timeout -s KILL 60 "$PY" -m dsenv doctor --only system,toolkit --probe-timeout 3 --json > "$OUT" || true
 """
 
@@ -46,9 +47,13 @@ def test_a_path_folder_that_stopped_answering_is_named_and_the_doctor_exits(tmp_
     bindir = tmp_path / "mnt" / "apps" / "cuda" / "bin"
     path = found["system.path"]
     assert path["status"] == "warn", path  # a login node; on a compute node it fails
-    assert path["summary"].startswith(f"PATH folder {bindir} gave no answer"), path["summary"]
+    assert path["summary"].startswith(
+        f"PATH folder {bindir} and LD_LIBRARY_PATH folder {bindir.parent / 'lib64'} gave no "
+        "answer"), path["summary"]
+    assert "the job's dynamic loader hangs" in path["summary"]
     assert "module unload" in path["fix"]
-    assert f"{bindir}: on fuse.dsenvtest (FUSE file system" in path["evidence"][0]
+    assert path["evidence"][0].startswith(f"PATH {bindir}: on fuse.dsenvtest (FUSE file system")
+    assert path["evidence"][0].endswith("gave no answer")
     # CUDA_HOME there: the toolkit's bin folder is statted in a child first (toolkit.home_binary)
     nvcc = found["toolkit.nvcc"]
     assert nvcc["status"] == "warn", nvcc
@@ -61,7 +66,7 @@ def test_the_same_folder_that_answers_is_searched(tmp_path):
     found, seconds = _run(tmp_path, down=False)
     path = found["system.path"]
     assert path["status"] == "ok", path
-    assert path["summary"].startswith("1 of "), path["summary"]
+    assert path["summary"].startswith("2 of "), path["summary"]
     nvcc = found["toolkit.nvcc"]
     assert "12.4" in nvcc["summary"] + " ".join(nvcc["evidence"]), nvcc
     assert seconds < 40, seconds
@@ -69,8 +74,11 @@ def test_the_same_folder_that_answers_is_searched(tmp_path):
 
 def test_an_empty_or_local_path_has_nothing_to_hang(make_ctx, run_one, tmp_path):
     empty = run_one("system.path", make_ctx(env={"PATH": ""}, root="/"))
-    assert empty.status.value == "skip" and "PATH is empty" in empty.summary
-    local = run_one("system.path", make_ctx(env={"PATH": str(tmp_path)}, root="/"))
+    assert empty.status.value == "skip" and "LD_LIBRARY_PATH are empty" in empty.summary
+    env = {"PATH": str(tmp_path), "LD_LIBRARY_PATH": str(tmp_path / "lib")}
+    local = run_one("system.path", make_ctx(env=env, root="/"))
     assert local.status.value == "skip", local
-    assert "all 1 PATH folders are on local file systems" in local.summary
-    assert Node(env={"PATH": str(tmp_path)}).searchable_path() == str(tmp_path)
+    assert "all 2 PATH and LD_LIBRARY_PATH folders are on local file systems" in local.summary
+    node = Node(env=env)
+    assert node.searchable_path() == str(tmp_path)
+    assert node.library_path() == [str(tmp_path / "lib")]

@@ -88,11 +88,18 @@ class Node:
 
     def searchable_path(self) -> str:
         """PATH without the folders whose files gave no answer to a stat in a child
-        (:func:`unanswered_path`): a command is looked up in this process, and a stat on a file
-        server that stopped answering blocks it in the kernel, where no deadline reaches."""
-        unanswered = set(unanswered_path(self))
+        (:func:`unanswered_folders`): a command is looked up in this process, and a stat on a
+        file server that stopped answering blocks it in the kernel, where no deadline reaches."""
+        unanswered = set(unanswered_folders(self, "PATH"))
         return os.pathsep.join(f for f in self.env.get("PATH", os.defpath).split(os.pathsep)
                                if f not in unanswered)
+
+    def library_path(self) -> list[str]:
+        """LD_LIBRARY_PATH's folders, without those whose files gave no answer to a stat in a
+        child (:func:`unanswered_folders`): libraries there are statted and read here."""
+        unanswered = set(unanswered_folders(self, "LD_LIBRARY_PATH"))
+        return [f for f in self.env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+                if f and f not in unanswered]
 
     @property
     def is_compute(self) -> bool:
@@ -141,13 +148,15 @@ class Node:
         return sorted(((k, *v) for k, v in list(self._times.items())), key=lambda t: t[1])
 
 
-def unanswered_path(node: Node) -> tuple[str, ...]:
-    """PATH's folders on a mount that can hang (network, FUSE, autofs) whose entries gave no
-    answer to a stat in a child (mounts.files_answer: /apps/cuda/bin on an NFS server or a
-    Lustre storage target that went down), once per node; the folders are tried at once."""
+def unanswered_folders(node: Node, variable: str) -> tuple[str, ...]:
+    """The folders of a search path (PATH, LD_LIBRARY_PATH) on a mount that can hang (network,
+    FUSE, autofs) whose entries gave no answer to a stat in a child (mounts.files_answer:
+    /apps/cuda/bin on an NFS server or a Lustre storage target that went down), once per node
+    and variable; the folders are tried at once."""
+    default = os.defpath if variable == "PATH" else ""
 
     def find() -> tuple[str, ...]:
-        folders = [f for f in dict.fromkeys(node.env.get("PATH", os.defpath).split(os.pathsep))
+        folders = [f for f in dict.fromkeys(node.env.get(variable, default).split(os.pathsep))
                    if f and mounts.may_hang(node, f)]
         answered: dict[str, bool] = {}
 
@@ -161,7 +170,7 @@ def unanswered_path(node: Node) -> tuple[str, ...]:
             thread.join()
         return tuple(f for f in folders if not answered.get(f, True))
 
-    return node.memo(f"{__name__}.unanswered_path", find)
+    return node.memo(f"{__name__}.unanswered_folders:{variable}", find)
 
 
 def probe(func: Callable[[Node], T]) -> Callable[[Node], T]:

@@ -19,7 +19,7 @@ from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.facts.host import cachefs, mounts, tempdir
 from dsenv.facts.host import machine as host
-from dsenv.facts.node import unanswered_path
+from dsenv.facts.node import unanswered_folders
 from dsenv.facts.python import target_env
 from dsenv.redact import show_variable
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
@@ -195,31 +195,45 @@ def noexec_folders(ctx: Context):
                         here=f"export {here}")
 
 
-@check("system.path", "PATH folders answer")
+# What a search path's folder that gave no answer means here and for the job.
+SEARCH_PATHS = {
+    "PATH": "the commands there were not looked up (other checks may call them missing), and "
+            "the job's shell hangs looking a command up there too",
+    "LD_LIBRARY_PATH": "the libraries there were not read (other checks may call them "
+                       "missing), and the job's dynamic loader hangs loading one from there too",
+}
+
+
+@check("system.path", "PATH and LD_LIBRARY_PATH folders answer")
 def path_folders(ctx: Context):
-    """A command is looked up by a stat of each PATH folder's entry, in dsenv as in the job's
-    shell: a folder on a file server that stopped answering (a module's /apps/.../bin on NFS,
-    a Lustre storage target down) blocks the lookup in the kernel."""
-    folders = [f for f in dict.fromkeys(ctx.env.get("PATH", "").split(os.pathsep)) if f]
-    if not folders:
-        return skip("PATH is empty: no command is looked up on it")
-    shared = [f for f in folders if mounts.may_hang(ctx, f)]
-    if not shared:
-        return skip(f"all {len(folders)} PATH folders are on local file systems: a lookup "
-                    "there cannot wait on a file server")
-    hung_folders = unanswered_path(ctx)
-    evidence = [f"{f}: on {mounts.mount_for(ctx, f).describe()}"
-                + (", gave no answer" if f in hung_folders else ", answered") for f in shared]
-    if not hung_folders:
-        return ok(f"{len(shared)} of {len(folders)} PATH folders on network or FUSE file "
-                  "systems, each answered a stat of its entries", *evidence)
+    """A command or a library is found by a stat in each folder of PATH or LD_LIBRARY_PATH,
+    in dsenv as in the job: a folder on a file server that stopped answering (a module's
+    /apps/.../bin or lib64 on NFS, a Lustre storage target down) blocks it in the kernel."""
+    listed = {var: [f for f in dict.fromkeys(ctx.env.get(var, "").split(os.pathsep)) if f]
+              for var in SEARCH_PATHS}
+    count = sum(len(folders) for folders in listed.values())
+    if not count:
+        return skip("PATH and LD_LIBRARY_PATH are empty: nothing is looked up on them")
+    shared = {var: [f for f in folders if mounts.may_hang(ctx, f)]
+              for var, folders in listed.items()}
+    if not any(shared.values()):
+        return skip(f"all {count} PATH and LD_LIBRARY_PATH folders are on local file systems: "
+                    "a lookup there cannot wait on a file server")
+    hung_folders = {var: unanswered_folders(ctx, var) for var in SEARCH_PATHS}
+    evidence = [f"{var} {f}: on {mounts.mount_for(ctx, f).describe()}"
+                + (", gave no answer" if f in hung_folders[var] else ", answered")
+                for var, folders in shared.items() for f in folders]
+    if not any(hung_folders.values()):
+        return ok(f"{len(evidence)} of {count} PATH and LD_LIBRARY_PATH folders on network or "
+                  "FUSE file systems, each answered a stat of its entries", *evidence)
+    named = [(f"{var} folder {', '.join(folders)}", SEARCH_PATHS[var])
+             for var, folders in hung_folders.items() if folders]
     return (fail if ctx.is_compute else warn)(
-        f"PATH folder {', '.join(hung_folders)} gave no answer to a stat of its entries: its "
-        "file system, or one of its storage targets, stopped answering. The commands there "
-        "were not looked up (other checks may call them missing), and the job's shell hangs "
-        "looking a command up there too",
-        "ask the site's admins which file server is down; meanwhile take the folder off PATH "
-        "(`module unload` the module that added it) or run where that file system answers",
+        " and ".join(what for what, _ in named) + " gave no answer to a stat of its entries: "
+        "its file system, or one of its storage targets, stopped answering. "
+        + "; ".join(means[0].upper() + means[1:] for _, means in named),
+        "ask the site's admins which file server is down; meanwhile take the folder off the "
+        "path (`module unload` the module that added it) or run where that file system answers",
         *evidence)
 
 

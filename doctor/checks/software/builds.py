@@ -206,11 +206,11 @@ def library_path(ctx: Context):
         return skip(f"{tp.NOT_INSTALLED}: no CUDA libraries from pip wheels to shadow")
     if not torch.cuda:
         return skip(f"{torch.describe()}: no CUDA libraries from pip wheels to shadow")
-    shadows, count = libshadow.find_shadows(Path(torch.location), ctx.env)
+    folders = ctx.library_path()
+    shadows, count = libshadow.find_shadows(Path(torch.location), folders)
     if not count:
         return skip("torch's CUDA libraries do not come from nvidia-* wheels here (a conda or "
                     "source build): nothing to compare")
-    folders = libshadow.library_path(ctx.env)
     shown = f"LD_LIBRARY_PATH={':'.join(folders)}" if folders else "LD_LIBRARY_PATH unset"
     if not shadows:
         return ok(f"none of torch's {count} CUDA libraries has a copy on LD_LIBRARY_PATH", shown)

@@ -221,7 +221,7 @@ def comm_library(node: Node) -> CommLibrary | None:
                 return CommLibrary(name, dist.version, f"pip package {dist_name}")
     folders = [Path(build.location) / "lib"] if build.location else []
     folders += [Path(target_env.environment(node).prefix) / "lib"]
-    folders += [Path(d) for d in node.env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    folders += [Path(d) for d in node.library_path()]
     folders += [node.path(d) for d in SYSTEM_LIB_DIRS]
     unversioned = None
     for folder in folders:
@@ -259,7 +259,7 @@ def nccl_copies(node: Node) -> list[CommLibrary]:
                 "NCCL", dist.version, f"pip package {dist_name}"))
     folders = [Path(build.location) / "lib"] if build.location else []
     folders += [Path(target_env.environment(node).prefix) / "lib"]
-    folders += [Path(d) for d in node.env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    folders += [Path(d) for d in node.library_path()]
     for folder in folders:
         version, lib = _versioned(_lib_files(folder, "libnccl"))
         if version:
@@ -283,7 +283,7 @@ def net_plugin_names(node: Node, rocm: bool | None) -> list[str]:
 
 def find_net_plugin(node: Node, rocm: bool | None) -> str | None:
     """Where the OFI (aws-ofi-nccl / aws-ofi-rccl) plugin would be found, or None."""
-    folders = [d for d in node.env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    folders = node.library_path()
     for name in net_plugin_names(node, rocm):
         if "/" in name:
             if Path(name).is_file():

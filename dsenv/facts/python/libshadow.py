@@ -87,10 +87,6 @@ def wheel_versions(site: Path) -> dict[str, str]:
     return versions
 
 
-def library_path(env) -> list[str]:
-    return [d for d in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
-
-
 def file_version(path: Path, soname: str) -> str | None:
     """'12.1.3.1' when ``path`` resolves to libcublas.so.12.1.3.1; None for the bare soname."""
     real = Path(os.path.realpath(path)).name
@@ -114,14 +110,15 @@ def _differs(wheel: Path, other: Path, ours: str | None, theirs: str | None) -> 
         return True
 
 
-def find_shadows(torch_folder: Path, env) -> tuple[list[Shadow], int]:
-    """(same-soname copies on LD_LIBRARY_PATH, how many wheel libraries were looked for)."""
+def find_shadows(torch_folder: Path, library_path: list[str]) -> tuple[list[Shadow], int]:
+    """(same-soname copies in ``library_path``'s folders (LD_LIBRARY_PATH's: Node.library_path),
+    how many wheel libraries were looked for)."""
     libs = wheel_libraries(torch_folder)
     if not libs:
         return [], 0
     found = []
     for soname, wheel in libs.items():
-        for folder in library_path(env):
+        for folder in library_path:
             other = Path(folder) / soname
             if other.exists() and os.path.realpath(other) != os.path.realpath(wheel):
                 found.append((soname, wheel, other))

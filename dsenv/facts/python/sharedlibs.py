@@ -36,7 +36,7 @@ DEFAULT_LIB_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
 
 def find_library(node: Node, names) -> str | None:
     """Where the dynamic linker would find the first of ``names`` (LD_LIBRARY_PATH, cache, dirs)."""
-    folders = [d for d in node.env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    folders = node.library_path()
     cache = ldconfig_cache(node)
     for name in names:
         for folder in folders:
