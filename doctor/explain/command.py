@@ -14,9 +14,11 @@ import os
 import sys
 import textwrap
 
+from dsenv.argtypes import positive_float
 from dsenv.doctor import catalogue
 from dsenv.doctor.explain import alternatives, here, logread, rank
 from dsenv.errors import UsageError
+from dsenv.facts.node import DEFAULT_PROBE_TIMEOUT
 
 MAX_LINES_TRIED = 40  # distinct failure lines scored, from the root on
 HINT_WINDOW = 8  # lines either side of the root read for a cause when no failure line names one
@@ -41,6 +43,9 @@ def add_explain_parser(subparsers) -> None:
                    help="also run the doctor check of each cause on this node and say whether "
                         "the cause is present here (a missing library: where LD_LIBRARY_PATH, "
                         "ldconfig and the env's wheels have it)")
+    p.add_argument("--probe-timeout", type=positive_float, default=DEFAULT_PROBE_TIMEOUT,
+                   metavar="S", help="with --here: seconds each external probe may take, as "
+                                     "`dsenv doctor --probe-timeout` (default 10)")
     p.add_argument("--env", metavar="PREFIX|PYTHON", dest="environment",
                    help="with --here: the environment the job runs in (default: as `dsenv "
                         "doctor` picks it: the activated environment, else python3 on PATH)")
@@ -178,7 +183,7 @@ def run_explain(args) -> int:
     if exact:
         return _print([rank.Match(rank.BAR, mode=m) for m in exact], None, None, args)
     if args.here:  # the environment probe runs while the text is read
-        args.here_context = here.context(args.environment)
+        args.here_context = here.context(args.environment, args.probe_timeout)
     reading, line, sure, weak = explain_text(text)
     if sure:
         return _print(sure, reading, line, args)
@@ -271,7 +276,7 @@ def para(label: str, text: str) -> str:
 
 def _look_here(matches, args) -> dict[int, list[str]]:
     """{id(match): what this node shows}; each doctor check runs once."""
-    ctx = getattr(args, "here_context", None) or here.context(args.environment)
+    ctx = getattr(args, "here_context", None) or here.context(args.environment, args.probe_timeout)
     results: dict = {}
     return {id(m): here.look(m, ctx, results) for m in matches}
 

@@ -14,6 +14,7 @@ import threading
 from dsenv.doctor import registry, runner
 from dsenv.doctor.context import Context, Options
 from dsenv.doctor.explain import loader, rank
+from dsenv.facts.node import DEFAULT_PROBE_TIMEOUT
 from dsenv.facts.python import target_env
 from dsenv.verdicts.findings import Result, Status
 
@@ -29,10 +30,12 @@ VERDICT = {
 }
 
 
-def context(environment: str | None = None) -> Context:
+def context(environment: str | None = None,
+            probe_timeout: float = DEFAULT_PROBE_TIMEOUT) -> Context:
     """This node as the doctor sees it; the job's environment starts being probed at once
     (every check needs it) while explain reads the text."""
-    ctx = Context(options=Options(environment=environment), env=dict(os.environ))
+    ctx = Context(options=Options(environment=environment, probe_timeout=probe_timeout),
+                  env=dict(os.environ))
     threading.Thread(target=_probe_quietly, args=(ctx,), daemon=True).start()
     return ctx
 
