@@ -26,7 +26,11 @@ chmod +x "$MNT/apps/cuda/bin/nvcc"
 [ "$DOWN" = 0 ] || touch "$MNT/.ost-down"
 export PATH="$MNT/apps/cuda/bin:$PATH" CUDA_HOME="$MNT/apps/cuda" LD_LIBRARY_PATH="$MNT/apps/cuda/lib64"
 timeout -s KILL 60 "$PY" -m dsenv doctor --only system,toolkit --probe-timeout 3 --json > "$OUT" || true
+echo "$LOG" | timeout -s KILL 60 "$PY" -m dsenv explain --here --probe-timeout 3 - > "$OUT.explain" || true
 """
+# The kernel's line when an NFS server stops answering (TIGRLab/admin#525, in syslog there).
+LOG = ("May  3 09:30:47 backup kernel: [74505.779405] nfs: server rprshnas01.camh.ca not "
+       "responding, still trying")
 
 
 def _run(tmp_path, down: bool) -> tuple[dict, float]:
@@ -34,7 +38,7 @@ def _run(tmp_path, down: bool) -> tuple[dict, float]:
     out = tmp_path / "report.json"
     start = time.monotonic()
     done = in_namespace(DEAD_BIN, timeout=100, env={
-        "MNT": str(tmp_path / "mnt"), "OUT": str(out), "DOWN": "1" if down else "0",
+        "MNT": str(tmp_path / "mnt"), "OUT": str(out), "DOWN": "1" if down else "0", "LOG": LOG,
         "HOME": str(tmp_path / "home")})
     seconds = time.monotonic() - start
     assert done.returncode == 0, done.stderr
@@ -51,7 +55,10 @@ def test_a_path_folder_that_stopped_answering_is_named_and_the_doctor_exits(tmp_
         f"PATH folder {bindir} and LD_LIBRARY_PATH folder {bindir.parent / 'lib64'} gave no "
         "answer"), path["summary"]
     assert "the job's dynamic loader hangs" in path["summary"]
-    assert "module unload" in path["fix"]
+    assert "which server the kernel names" in path["fix"]  # the catalogue mode's fix
+    assert path["mode"] == "system.file-server-not-answering"
+    assert any(e.startswith("here: meanwhile take the folder off the path (`module unload`")
+               for e in path["evidence"]), path["evidence"]
     assert path["evidence"][0].startswith(f"PATH {bindir}: on fuse.dsenvtest (FUSE file system")
     assert path["evidence"][0].endswith("gave no answer")
     # CUDA_HOME there: the toolkit's bin folder is statted in a child first (toolkit.home_binary)
@@ -60,6 +67,11 @@ def test_a_path_folder_that_stopped_answering_is_named_and_the_doctor_exits(tmp_
     assert nvcc["summary"].startswith(f"not judged: the toolkit (CUDA_HOME) {bindir} gave no "
                                       "answer to a stat"), nvcc["summary"]
     assert not [r["id"] for r in found.values() if r["status"] == "error"]
+    # explain --here on the kernel's NFS line runs system.path here: the cause is present
+    explained = " ".join((tmp_path / "report.json.explain").read_text().split())
+    assert explained.startswith("system.file-server-not-answering:"), explained
+    assert "on this node system.path finds: WARN PATH folder" in explained, explained
+    assert "the cause is present here (the doctor warns of it)" in explained, explained
 
 
 def test_the_same_folder_that_answers_is_searched(tmp_path):
@@ -69,6 +81,9 @@ def test_the_same_folder_that_answers_is_searched(tmp_path):
     assert path["summary"].startswith("2 of "), path["summary"]
     nvcc = found["toolkit.nvcc"]
     assert "12.4" in nvcc["summary"] + " ".join(nvcc["evidence"]), nvcc
+    explained = " ".join((tmp_path / "report.json.explain").read_text().split())
+    assert "on this node system.path finds: OK 2 of " in explained, explained
+    assert "not found here" in explained, explained
     assert seconds < 40, seconds
 
 

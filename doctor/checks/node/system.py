@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import resource
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -219,7 +220,10 @@ def path_folders(ctx: Context):
     if not any(shared.values()):
         return skip(f"all {count} PATH and LD_LIBRARY_PATH folders are on local file systems: "
                     "a lookup there cannot wait on a file server")
-    hung_folders = {var: unanswered_folders(ctx, var) for var in SEARCH_PATHS}
+    # both paths' folders are walked at once: each that hangs costs the probe deadline
+    with ThreadPoolExecutor(len(SEARCH_PATHS)) as pool:
+        hung_folders = dict(zip(SEARCH_PATHS, pool.map(
+            lambda var: unanswered_folders(ctx, var), SEARCH_PATHS), strict=True))
     evidence = [f"{var} {f}: on {mounts.mount_for(ctx, f).describe()}"
                 + (", gave no answer" if f in hung_folders[var] else ", answered")
                 for var, folders in shared.items() for f in folders]
@@ -228,13 +232,13 @@ def path_folders(ctx: Context):
                   "FUSE file systems, each answered a stat of its entries", *evidence)
     named = [(f"{var} folder {', '.join(folders)}", SEARCH_PATHS[var])
              for var, folders in hung_folders.items() if folders]
-    return (fail if ctx.is_compute else warn)(
+    return mode_finding(
+        fail if ctx.is_compute else warn, "system.file-server-not-answering",
         " and ".join(what for what, _ in named) + " gave no answer to a stat of its entries: "
         "its file system, or one of its storage targets, stopped answering. "
-        + "; ".join(means[0].upper() + means[1:] for _, means in named),
-        "ask the site's admins which file server is down; meanwhile take the folder off the "
-        "path (`module unload` the module that added it) or run where that file system answers",
-        *evidence)
+        + "; ".join(means[0].upper() + means[1:] for _, means in named), *evidence,
+        here="meanwhile take the folder off the path (`module unload` the module that added "
+             "it) or run where that file system answers")
 
 
 def _exec_folder(ctx: Context) -> str:
