@@ -45,9 +45,6 @@ def run_doctor(args) -> int:
     if unknown_ids:
         raise UsageError(f"--skip: unknown check id {', '.join(unknown_ids)}; "
                          "`dsenv doctor --list` shows them")
-    if args.deepspeed_config and not args.deepspeed_config.is_file():
-        raise UsageError(f"--deepspeed-config: {args.deepspeed_config} is not a file; "
-                         "give the path of your ds_config JSON")
     validate_usage(args)
     if args.workload and args.workload not in WORKLOAD_NAMES:
         raise UsageError(f"--for: unknown workload {args.workload!r}; "
@@ -59,6 +56,12 @@ def run_doctor(args) -> int:
                       probe_timeout=args.probe_timeout, probe=args.probe,
                       environment=getattr(args, "environment", None))
     ctx = Context(options=options, env=dict(os.environ), root=args.root)
+    # a config on a file server that stopped answering is statted in a child first: the
+    # job.* checks say it was not read, rather than this stat blocking before any check
+    if args.deepspeed_config and mounts.files_answer(ctx, args.deepspeed_config) \
+            and not args.deepspeed_config.is_file():
+        raise UsageError(f"--deepspeed-config: {args.deepspeed_config} is not a file; "
+                         "give the path of your ds_config JSON")
     try:
         target_env.choose(ctx)  # a bad --env is a usage error (exit 2), before any check runs
     except mounts.NoAnswer:

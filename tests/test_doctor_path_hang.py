@@ -1,5 +1,6 @@
-"""PATH and LD_LIBRARY_PATH folders and a toolkit root on a file server that stopped answering (system.path,
-Node.searchable_path, toolkit.home_binary).
+"""PATH and LD_LIBRARY_PATH folders, a toolkit root, a ds_config and a hostfile on a file
+server that stopped answering (system.path, Node.searchable_path, toolkit.home_binary,
+mounts.require_files).
 
 A command is looked up by a stat of each PATH folder's entry. With a module's bin folder on a
 mount whose files stopped answering (tests/harness/fusefs.py files-hang: a Lustre storage
@@ -97,3 +98,50 @@ def test_an_empty_or_local_path_has_nothing_to_hang(make_ctx, run_one, tmp_path)
     node = Node(env=env)
     assert node.searchable_path() == str(tmp_path)
     assert node.library_path() == [str(tmp_path / "lib")]
+
+
+# The files a job names: its ds_config (--deepspeed-config, statted before any check ran, in
+# the doctor's main thread) and the runner's hostfile, on the same dead mount.
+JOB_FILES = FUSE_MOUNT + """
+fuse_mount "$MNT" files-hang
+echo '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1}' > "$MNT/ds.json"
+echo "localhost slots=8" > "$MNT/hostfile"
+[ "$DOWN" = 0 ] || touch "$MNT/.ost-down"
+export DSENV_HOSTFILE="$MNT/hostfile"
+timeout -s KILL 60 "$PY" -m dsenv doctor --only job,launch --launcher deepspeed --deepspeed-config "$MNT/ds.json" --probe-timeout 3 --json > "$OUT" || true
+"""
+
+
+def _job_files(tmp_path, down: bool) -> tuple[dict, float]:
+    needs_fuse()
+    out = tmp_path / "report.json"
+    start = time.monotonic()
+    done = in_namespace(JOB_FILES, timeout=100, env={
+        "MNT": str(tmp_path / "mnt"), "OUT": str(out), "DOWN": "1" if down else "0",
+        "HOME": str(tmp_path / "home")})
+    seconds = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    return {r["id"]: r for r in json.loads(out.read_text())["results"]}, seconds
+
+
+def test_a_config_and_hostfile_that_stopped_answering_are_not_judged(tmp_path):
+    """Before, the doctor's usage check statted the ds_config in its main thread and blocked
+    there (no check ran, no report); the config and the hostfile are now statted in a child
+    first, and the checks that read them say so."""
+    found, seconds = _job_files(tmp_path, down=True)
+    assert seconds < 40, seconds
+    mnt = tmp_path / "mnt"
+    for check, what in (("job.ds-config", f"the DeepSpeed config {mnt / 'ds.json'}"),
+                        ("job.batch-size", f"the DeepSpeed config {mnt / 'ds.json'}"),
+                        ("launch.ds-hostfile", f"the hostfile {mnt / 'hostfile'}")):
+        assert found[check]["status"] == "warn", found[check]
+        assert found[check]["summary"].startswith(f"not judged: {what} gave no answer"), \
+            found[check]["summary"]
+    assert not [r["id"] for r in found.values() if r["status"] in ("error", "ok")]
+
+
+def test_the_same_config_and_hostfile_that_answer_are_read(tmp_path):
+    found, seconds = _job_files(tmp_path, down=False)
+    assert found["job.ds-config"]["status"] == "ok", found["job.ds-config"]
+    assert not [r["id"] for r in found.values() if "not judged" in r["summary"]]
+    assert seconds < 40, seconds

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dsenv.facts.host import mounts
 from dsenv.facts.node import Node, probe
 from dsenv.facts.python import target_env
 from dsenv.facts.python.pyfiles import read_assignments
@@ -73,6 +74,7 @@ def hostfile_choice(ctx: Node) -> tuple[Path, str]:
 @probe
 def hostfile(ctx: Node) -> Hostfile:
     path, source = hostfile_choice(ctx)
+    mounts.require_files(ctx, path, 0, "the hostfile")
     try:
         text = path.read_text(errors="replace")
     except FileNotFoundError:
@@ -164,6 +166,7 @@ def env_files(ctx: Node, cwd: Path) -> list[EnvFile]:
     found, seen = [], set()
     for folder in folders:
         path = folder / name
+        mounts.require_files(ctx, path, 0, "the runner's environment file")
         try:
             key = path.resolve()
             if key in seen or not path.is_file():

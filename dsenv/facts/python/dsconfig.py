@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsenv.errors import UsageError
+from dsenv.facts.host import mounts
 from dsenv.facts.node import Node, probe
 from dsenv.jsonfiles import JsonFileError, read_json
 
@@ -98,6 +99,7 @@ def loaded(node: Node) -> LoadedConfig | None:
     path = config_path(node)
     if path is None:
         return None
+    mounts.require_files(node, path, 0, "the DeepSpeed config")
     try:
         return LoadedConfig(path, read_config(path))
     except DsConfigError as exc:
