@@ -26,8 +26,8 @@ printf '#!/bin/sh\\necho "Cuda compilation tools, release 12.4, V12.4.131"\\n' >
 chmod +x "$MNT/apps/cuda/bin/nvcc"
 [ "$DOWN" = 0 ] || touch "$MNT/.ost-down"
 export PATH="$MNT/apps/cuda/bin:$PATH" CUDA_HOME="$MNT/apps/cuda" LD_LIBRARY_PATH="$MNT/apps/cuda/lib64"
-timeout -s KILL 60 "$PY" -m dsenv doctor --only system,toolkit --probe-timeout 3 --json > "$OUT" || true
-echo "$LOG" | timeout -s KILL 60 "$PY" -m dsenv explain --here --probe-timeout 3 - > "$OUT.explain" || true
+timeout -s KILL 60 "$PY" -m dsenv doctor --only system,toolkit --probe-timeout 2 --json > "$OUT" || true
+echo "$LOG" | timeout -s KILL 60 "$PY" -m dsenv explain --here --probe-timeout 2 - > "$OUT.explain" || true
 """
 # The kernel's line when an NFS server stops answering (TIGRLab/admin#525, in syslog there).
 LOG = ("May  3 09:30:47 backup kernel: [74505.779405] nfs: server rprshnas01.camh.ca not "
@@ -108,7 +108,7 @@ echo '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1}' > "$MNT/ds.j
 echo "localhost slots=8" > "$MNT/hostfile"
 [ "$DOWN" = 0 ] || touch "$MNT/.ost-down"
 export DSENV_HOSTFILE="$MNT/hostfile"
-timeout -s KILL 60 "$PY" -m dsenv doctor --only job,launch --launcher deepspeed --deepspeed-config "$MNT/ds.json" --probe-timeout 3 --json > "$OUT" || true
+timeout -s KILL 60 "$PY" -m dsenv doctor --only job,launch --launcher deepspeed --deepspeed-config "$MNT/ds.json" --probe-timeout 2 --json > "$OUT" || true
 """
 
 

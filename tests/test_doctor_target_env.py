@@ -220,8 +220,8 @@ printf 'Metadata-Version: 2.1\\nName: torch\\nVersion: 2.13.0+cpu\\n' > "$S/torc
 printf '#!/bin/sh\\nPYTHONPATH=%s exec %s "$@"\\n' "$S" "$PY" > "$MNT/env/bin/python3"
 chmod +x "$MNT/env/bin/python3"
 [ "$DOWN" != everything ] || touch "$MNT/.ost-down"
-timeout -s KILL 60 "$PY" -m dsenv doctor --env "$MNT/env" --only python,torch --probe-timeout 3 --json > "$OUT" || true
-[ -z "$LOG" ] || echo "$LOG" | timeout -s KILL 60 "$PY" -m dsenv explain --here --probe-timeout 3 --env "$MNT/env" - > "$OUT.explain" || true
+timeout -s KILL 60 "$PY" -m dsenv doctor --env "$MNT/env" --only python,torch --probe-timeout 2 --json > "$OUT" || true
+[ -z "$LOG" ] || echo "$LOG" | timeout -s KILL 60 "$PY" -m dsenv explain --here --probe-timeout 2 --env "$MNT/env" - > "$OUT.explain" || true
 """
 # A log whose cause torch.driver checks (it needs the environment's torch).
 DRIVER_LOG = ("UserWarning: CUDA initialization: The NVIDIA driver on your system is too old "

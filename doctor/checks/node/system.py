@@ -205,7 +205,7 @@ SEARCH_PATHS = {
 }
 
 
-@check("system.path", "PATH and LD_LIBRARY_PATH folders answer")
+@check("system.path", "PATH and LD_LIBRARY_PATH answer")
 def path_folders(ctx: Context):
     """A command or a library is found by a stat in each folder of PATH or LD_LIBRARY_PATH,
     in dsenv as in the job: a folder on a file server that stopped answering (a module's
