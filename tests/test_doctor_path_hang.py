@@ -145,3 +145,12 @@ def test_the_same_config_and_hostfile_that_answer_are_read(tmp_path):
     assert found["job.ds-config"]["status"] == "ok", found["job.ds-config"]
     assert not [r["id"] for r in found.values() if "not judged" in r["summary"]]
     assert seconds < 40, seconds
+
+
+def test_every_search_path_has_its_meaning():
+    """system.path says what a folder that gave no answer means for each search path the node
+    walks (dsenv.facts.node.SEARCH_PATHS): one table each, kept in step."""
+    from dsenv.doctor.checks.node.system import UNANSWERED_MEANS
+    from dsenv.facts.node import SEARCH_PATHS
+
+    assert set(UNANSWERED_MEANS) == set(SEARCH_PATHS)

@@ -91,15 +91,13 @@ class Node:
         (:func:`unanswered_folders`): a command is looked up in this process, and a stat on a
         file server that stopped answering blocks it in the kernel, where no deadline reaches."""
         unanswered = set(unanswered_folders(self, "PATH"))
-        return os.pathsep.join(f for f in self.env.get("PATH", os.defpath).split(os.pathsep)
-                               if f not in unanswered)
+        return os.pathsep.join(f for f in _search_path(self, "PATH") if f not in unanswered)
 
     def library_path(self) -> list[str]:
         """LD_LIBRARY_PATH's folders, without those whose files gave no answer to a stat in a
         child (:func:`unanswered_folders`): libraries there are statted and read here."""
         unanswered = set(unanswered_folders(self, "LD_LIBRARY_PATH"))
-        return [f for f in self.env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
-                if f and f not in unanswered]
+        return [f for f in _search_path(self, "LD_LIBRARY_PATH") if f and f not in unanswered]
 
     @property
     def is_compute(self) -> bool:
@@ -148,15 +146,23 @@ class Node:
         return sorted(((k, *v) for k, v in list(self._times.items())), key=lambda t: t[1])
 
 
+SEARCH_PATHS = ("PATH", "LD_LIBRARY_PATH")  # where this process looks commands and libraries up
+
+
+def _search_path(node: Node, variable: str) -> list[str]:
+    default = os.defpath if variable == "PATH" else ""
+    return node.env.get(variable, default).split(os.pathsep)
+
+
 def unanswered_folders(node: Node, variable: str) -> tuple[str, ...]:
     """The folders of a search path (PATH, LD_LIBRARY_PATH) on a mount that can hang (network,
     FUSE, autofs) whose entries gave no answer to a stat in a child (mounts.files_answer:
-    /apps/cuda/bin on an NFS server or a Lustre storage target that went down), once per node
-    and variable; the folders are tried at once."""
-    default = os.defpath if variable == "PATH" else ""
+    /apps/cuda/bin on an NFS server or a Lustre storage target that went down). Both paths'
+    folders are walked at once, once per node: each that hangs costs the probe deadline."""
 
-    def find() -> tuple[str, ...]:
-        folders = [f for f in dict.fromkeys(node.env.get(variable, default).split(os.pathsep))
+    def find() -> dict[str, bool]:
+        folders = [f for f in dict.fromkeys(f for var in SEARCH_PATHS
+                                            for f in _search_path(node, var))
                    if f and mounts.may_hang(node, f)]
         answered: dict[str, bool] = {}
 
@@ -168,9 +174,11 @@ def unanswered_folders(node: Node, variable: str) -> tuple[str, ...]:
             thread.start()
         for thread in threads:
             thread.join()
-        return tuple(f for f in folders if not answered.get(f, True))
+        return answered
 
-    return node.memo(f"{__name__}.unanswered_folders:{variable}", find)
+    answered = node.memo(f"{__name__}.unanswered_folders", find)
+    return tuple(f for f in dict.fromkeys(_search_path(node, variable))
+                 if not answered.get(f, True))
 
 
 def probe(func: Callable[[Node], T]) -> Callable[[Node], T]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import platform
 import resource
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -20,7 +19,7 @@ from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.facts.host import cachefs, mounts, tempdir
 from dsenv.facts.host import machine as host
-from dsenv.facts.node import unanswered_folders
+from dsenv.facts.node import SEARCH_PATHS, unanswered_folders
 from dsenv.facts.python import target_env
 from dsenv.redact import show_variable
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
@@ -196,8 +195,9 @@ def noexec_folders(ctx: Context):
                         here=f"export {here}")
 
 
-# What a search path's folder that gave no answer means here and for the job.
-SEARCH_PATHS = {
+# What a search path's folder that gave no answer means here and for the job (one entry for
+# each of dsenv.facts.node.SEARCH_PATHS).
+UNANSWERED_MEANS = {
     "PATH": "the commands there were not looked up (other checks may call them missing), and "
             "the job's shell hangs looking a command up there too",
     "LD_LIBRARY_PATH": "the libraries there were not read (other checks may call them "
@@ -220,17 +220,14 @@ def path_folders(ctx: Context):
     if not any(shared.values()):
         return skip(f"all {count} PATH and LD_LIBRARY_PATH folders are on local file systems: "
                     "a lookup there cannot wait on a file server")
-    # both paths' folders are walked at once: each that hangs costs the probe deadline
-    with ThreadPoolExecutor(len(SEARCH_PATHS)) as pool:
-        hung_folders = dict(zip(SEARCH_PATHS, pool.map(
-            lambda var: unanswered_folders(ctx, var), SEARCH_PATHS), strict=True))
+    hung_folders = {var: unanswered_folders(ctx, var) for var in SEARCH_PATHS}
     evidence = [f"{var} {f}: on {mounts.mount_for(ctx, f).describe()}"
                 + (", gave no answer" if f in hung_folders[var] else ", answered")
                 for var, folders in shared.items() for f in folders]
     if not any(hung_folders.values()):
         return ok(f"{len(evidence)} of {count} PATH and LD_LIBRARY_PATH folders on network or "
                   "FUSE file systems, each answered a stat of its entries", *evidence)
-    named = [(f"{var} folder {', '.join(folders)}", SEARCH_PATHS[var])
+    named = [(f"{var} folder {', '.join(folders)}", UNANSWERED_MEANS[var])
              for var, folders in hung_folders.items() if folders]
     return mode_finding(
         fail if ctx.is_compute else warn, "system.file-server-not-answering",
