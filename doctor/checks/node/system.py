@@ -218,7 +218,8 @@ def path_folders(ctx: Context):
     shared = {var: [f for f in folders if mounts.may_hang(ctx, f)]
               for var, folders in listed.items()}
     if not any(shared.values()):
-        return skip(f"all {count} PATH and LD_LIBRARY_PATH folders are on local file systems: "
+        # No count in the summary: it differs with every shell, and README quotes this line.
+        return skip("every PATH and LD_LIBRARY_PATH folder is on a local file system: "
                     "a lookup there cannot wait on a file server")
     hung_folders = {var: unanswered_folders(ctx, var) for var in SEARCH_PATHS}
     evidence = [f"{var} {f}: on {mounts.mount_for(ctx, f).describe()}"
