@@ -155,6 +155,23 @@ def test_a_busy_smoke_is_compared_without_its_performance_row():
                       .replace("performance    INCONCLUSIVE", "performance    FAIL")) is not None
 
 
+def test_a_cpu_without_a_reference_is_compared_without_its_performance_row():
+    """CI ran on another CPU model than README's: no reference row, so the verdict is
+    REPORTED (fresh-clone CI of 2026-11-28). Any other difference still counts."""
+    readme = ("╭─ dsenv smoke bert-squad: PASS ─╮\n│ performance    PASS 995.7 samples/s >= 225.0"
+              " │\n│ model          /tmp/m/model │\n╰─╯")
+    other_cpu = ("╭─ dsenv smoke bert-squad: PASS ─╮\n│ performance    REPORTED 812.4 samples/s "
+                 "(812.4 per device); no reference for │\n│                'cpu:Intel(R) Xeon(R) "
+                 "Processor' (world size 1, preset fp32): │\n│                reported only │\n"
+                 "│ model          /tmp/x/model │\n╰─╯")
+    screen = _screen(readme)
+    assert rs.compare(screen, other_cpu) is None
+    assert rs.compare(screen, other_cpu.replace("bert-squad: PASS", "bert-squad: FAIL")) \
+        is not None
+    reported = other_cpu.replace("; no reference for", "; reported at the user's request")
+    assert rs.compare(screen, reported) is not None
+
+
 def test_a_rate_that_happens_to_be_whole_still_matches():
     """CI printed `= 50 GFLOP/s` where README had `= 7.55 GFLOP/s` (3 significant digits);
     a rate's unit is what is compared, and another unit is not."""

@@ -181,29 +181,6 @@ def slurm_env(cluster, run_env) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="the test Slurm runs as root")
-def test_checks_pass_on_the_test_slurm_with_srun_ranks(tmp_path, slurm_cluster, run_env):
-    """Two srun ranks for the smoke and the distributed test, the doctor as a batch job; the
-    cluster's srun speaks PMIx (MpiDefault=pmix), so the doctor has nothing to fail."""
-    cluster = slurm_cluster(mpi_default="pmix")
-    done, data = reframe(tmp_path, "-r", *SLURM_RUN, env=slurm_env(cluster, run_env),
-                         config=SLURM_CONFIG, slurm=cluster)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    ran = cases(data)
-    assert {name: (case["result"], case["scheduler"]) for name, case in ran.items()} == {
-        "DsenvDoctor": ("pass", "squeue"),
-        "DsenvSmoke %workload=bert-squad %preset=fp32 %launcher=srun": ("pass", "squeue"),
-        "DsenvDistributed %launcher=srun": ("pass", "squeue")}
-    kept = Path(ran["DsenvSmoke %workload=bert-squad %preset=fp32 %launcher=srun"]["outputdir"])
-    run = json.loads((kept / "report.json").read_text())["run"]
-    assert (run["launcher"], run["world_size"]) == ("srun", 2)
-    logs = tmp_path / "perflogs/testslurm/debug"
-    assert "samples_per_s=" in (logs / "DsenvSmoke.log").read_text()
-    busbw = (logs / "DsenvDistributed.log").read_text()
-    assert float(busbw.split("busbw=")[1].split()[0]) > 0, busbw
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(os.geteuid() != 0, reason="the test Slurm runs as root")
 def test_a_broken_slurm_host_fails_the_preflight_with_dsenvs_reason(tmp_path, slurm_cluster,
                                                                      run_env):
     """The default test cluster: srun's MpiDefault=none and an Open MPI without Slurm's PMI,
@@ -257,24 +234,25 @@ TWO_HOSTS = ("-S", "nodes=2", "-S", "ranks_per_node=1")
 @pytest.mark.skipif(os.geteuid() != 0, reason="namespaced hosts need root")
 def test_on_two_hosts_the_checks_pass_and_a_broken_host_fails_by_name(tmp_path, slurm_cluster,
                                                                       run_env, no_references):
-    """The multi-host test Slurm (h1, h2; ReFrame on h1, the login node; srun speaks PMIx): each node's health,
-    a bert-squad smoke with one srun rank per host over the fabric, and the distributed test
-    pass, the perflog has samples/s and busbw; then h1's /dev/shm is made 64 MB and the node
-    health check fails naming h1 with the doctor's line, h2 not named."""
+    """The multi-host test Slurm (h1, h2; ReFrame on h1, the login node; jobs submitted with
+    sbatch and polled with squeue, no accounting database; srun speaks PMIx, so the doctor
+    has nothing to fail): the doctor as a batch job, each node's health, a bert-squad smoke
+    with one srun rank per host over the fabric, and the distributed test pass, the perflog
+    has samples/s and busbw; then h1's /dev/shm is made 64 MB and the node health check fails
+    naming h1 with the doctor's line, h2 not named."""
     cluster = slurm_cluster(mpi_default="pmix", hosts=2)  # as SLURM_CONFIG's cluster: no
     # MPI rank srun starts would abort, so the doctor inside the distributed test passes
     env = cluster.env({**run_env, "GLOO_SOCKET_IFNAME": "hsn0", "OMP_NUM_THREADS": "1"})
     env = {k: v for k, v in env.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
     smoke = "DsenvSmoke %workload=bert-squad %preset=fp32 %launcher=srun"
-    done, data = reframe(tmp_path, "-r", "-n", "DsenvNodeHealth$", "-n",
-                         "DsenvSmoke%workload=bert-squad%preset=fp32%launcher=srun$",
-                         "-n", "DsenvDistributed%launcher=srun$", *TWO_HOSTS,
+    done, data = reframe(tmp_path, "-r", "-n", "DsenvNodeHealth$", *SLURM_RUN, *TWO_HOSTS,
                          "-S", f"DsenvSmoke.references={no_references}",
                          env=env, config=SLURM_CONFIG, slurm=cluster)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     ran = cases(data)
-    assert {name: case["result"] for name, case in ran.items()} == {
-        "DsenvNodeHealth": "pass", smoke: "pass", "DsenvDistributed %launcher=srun": "pass"}
+    assert {name: (case["result"], case["scheduler"]) for name, case in ran.items()} == {
+        "DsenvDoctor": ("pass", "squeue"), "DsenvNodeHealth": ("pass", "squeue"),
+        smoke: ("pass", "squeue"), "DsenvDistributed %launcher=srun": ("pass", "squeue")}
     health = Path(ran["DsenvNodeHealth"]["outputdir"])
     assert sorted(p.name for p in health.glob("node-health.*")) == ["node-health.h1",
                                                                     "node-health.h2"]

@@ -43,12 +43,15 @@ def rescore(out: Path, settings: dict) -> dict:
 
 # ----------------------------------------------------------------------------- 1 process
 @pytest.mark.slow
-# zero3 and zero3-offload run with two ranks across hosts (tests/test_multihost_launch.py)
-@pytest.mark.parametrize("preset, seed", [("fp32", 1), ("zero2", 2)])
-def test_single_process_presets_pass(tmp_path, run_env, no_references, preset, seed):
+# Three healthy runs, three seeds, each must pass: the sanity bar holds three times out of
+# three, under both single-process presets (zero3 and zero3-offload run with two ranks across
+# hosts, tests/test_multihost_launch.py).
+@pytest.mark.parametrize("preset, seed", [("fp32", 11), ("zero2", 12), ("fp32", 13)])
+def test_single_process_presets_pass_for_three_seeds(tmp_path, run_env, no_references, preset,
+                                                     seed):
     result, doc = run_dsenv(tmp_path, run_env, "--preset", preset, "--seed", str(seed),
-                        "--references", no_references, timeout=240)
-    assert result.returncode == 0, explain(result)
+                            "--references", no_references, "--examples", "0", timeout=240)
+    assert result.returncode == 0, f"seed {seed}: " + explain(result)
     assert doc["status"] == "PASS" and doc["batch"]["preset"] == preset
     assert doc["run"]["launcher"] == "none" and doc["run"]["world_size"] == 1
     assert doc["batch"]["train_batch_size"] == 16 == doc["ds_config"]["train_batch_size"]
@@ -57,7 +60,8 @@ def test_single_process_presets_pass(tmp_path, run_env, no_references, preset, s
     sanity, perf = doc["verdicts"]
     assert (sanity["name"], sanity["status"]) == ("sanity", "PASS")
     assert (perf["name"], perf["status"]) == ("performance", "REPORTED")
-    assert doc["metrics"]["exact_match"] >= 60 and doc["training"]["samples_per_s"] > 0
+    assert doc["metrics"]["exact_match"] >= 60 and doc["training"]["loss_drop"] >= 0.5
+    assert doc["training"]["samples_per_s"] > 0
     assert len(doc["training"]["loss_curve"]) == doc["training"]["steps"]
     assert "dsenv smoke bert-squad: PASS" in result.stdout
     assert rescore(tmp_path / "out", doc["settings"]) == pytest.approx(doc["metrics"])
@@ -95,18 +99,7 @@ def test_model_is_saved_atomically_over_leftovers_and_loads_back(tmp_path, run_e
     assert doc["versions"]["deepspeed"] and doc["run"]["backend"] == "gloo"
 
 
-# ----------------------------------------------------------------------------- both sides
-@pytest.mark.slow
-def test_healthy_runs_pass_three_times_out_of_three(tmp_path, run_env, no_references):
-    scores = []
-    for seed in (11, 12, 13):
-        result, doc = run_dsenv(tmp_path, run_env, "--seed", str(seed), "--references",
-                            no_references, "--examples", "0", name=f"seed{seed}", timeout=240)
-        assert result.returncode == 0, f"seed {seed}: " + explain(result)
-        scores.append((doc["metrics"]["exact_match"], doc["training"]["loss_drop"]))
-    assert all(em >= 60 and drop >= 0.5 for em, drop in scores), scores
-
-
+# ----------------------------------------------------------------------------- broken twins
 @pytest.mark.slow
 @pytest.mark.parametrize("broken", [["--lr", "0"], ["--shuffle-labels"]],
                          ids=["lr0", "shuffled-labels"])

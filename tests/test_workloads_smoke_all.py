@@ -2,7 +2,7 @@
 
 Broken here with learning rate 0 (each must fail its sanity verdict); healthy, with their
 default settings, inside an environment provisioned from the CPU lock
-(tests/test_provision_smokes_in_env.py), as a user runs them."""
+(tests/provision/test_smokes_in_env.py), as a user runs them."""
 
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ number, none included); everything else must be what the command prints now.
   temporary names, the shares of the node a smoke measured. Verdict lines, counts and the checks' texts are compared. Wrapping is not
   (a longer value moves the line breaks): the comparison is over words.
   A smoke whose performance verdict is INCONCLUSIVE (the node was busy: the verdict says so)
-  is compared with README's PASS except for that row.
+  or REPORTED for want of a reference for this machine's CPU model is compared with README's
+  PASS except for that row.
 - :func:`write` puts fresh output into README's blocks, keeping each prompt and each ``...``
   (the lines between two ``...`` are matched to the fresh output by their first and last
   line).
@@ -205,8 +206,8 @@ def masked(text: str, hostname: str | None = None) -> str:
     return text
 
 
-PERF_ROW = re.compile(r"\bperformance (?:PASS|INCONCLUSIVE)\b.*?(?= model | report | wall time "
-                      r"|$)")
+PERF_ROW = re.compile(r"\bperformance (?:PASS|INCONCLUSIVE|REPORTED)\b.*?"
+                      r"(?= model | report | wall time |$)")
 SMOKE_TITLE = re.compile(r"(: )(?:PASS|INCONCLUSIVE)\b")
 
 
@@ -226,12 +227,16 @@ def compare(screen: Screen, fresh: str) -> str | None:
     """None when README's block says what ``fresh`` says (masked, over words, ``...`` leaving
     lines out); else why not, with a unified diff of the masked lines."""
     host = socket.gethostname()
+    # The performance row depends on the machine: a busy node (INCONCLUSIVE), or a CPU model
+    # the references table has no row for (REPORTED): README's row is then not comparable.
     busy = bool(re.search(r"performance\s+INCONCLUSIVE", fresh))
+    unreferenced = bool(re.search(r"performance\s+REPORTED\b[^\n]*\n?[^\n]*no reference for",
+                                  fresh))
 
     def norm(lines: list[str]) -> str:
         text = masked(words(lines), host)
-        if busy:
-            text = SMOKE_TITLE.sub(r"\1<VERDICT>", PERF_ROW.sub("performance <BUSY>", text))
+        if busy or unreferenced:
+            text = SMOKE_TITLE.sub(r"\1<VERDICT>", PERF_ROW.sub("performance <MACHINE>", text))
         return text
 
     got = " " + norm(fresh.splitlines()) + " "
@@ -254,8 +259,8 @@ def compare(screen: Screen, fresh: str) -> str | None:
     theirs = [masked(line, host) for line in fresh.splitlines()]
     diff = "\n".join(difflib.unified_diff(mine, theirs, "README.md (masked)",
                                           f"{screen.command} (masked)", lineterm=""))
-    busy_note = ("\n(the node was busy: the smoke's performance verdict is INCONCLUSIVE and "
-                 "left out of the comparison)") if busy else ""
+    busy_note = ("\n(the node was busy, or its CPU has no reference: the smoke's performance "
+                 "verdict is left out of the comparison)") if busy or unreferenced else ""
     return (f"README.md:{screen.marker_line}: the block quoting `{screen.command}` no longer "
             f"matches what it prints here (masked: durations, versions and decimals, paths, "
             f"host, CPU model; compared over words, `...` lines leave lines out){busy_note}\n"

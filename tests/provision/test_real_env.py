@@ -22,17 +22,12 @@ from dsenv.provision import ProvisionError
 from dsenv.provision.locks import lock_path
 from dsenv.provision.ops.build import build_ops, verify_installed_ops
 from dsenv.provision.shown import logged_commands, not_carried_out, planned_commands
-from dsenv.provision.uvcmd import Sources
 from dsenv.provision.venv import make_venv, venv_python
 from dsenv.provision.verify.imports import import_check_lock
 from dsenv.provision.verify.shared_libs import missing_shared_libraries
-from tests.harness.cli import dsenv
+from tests.provision.conftest import LOCAL_TORCH
 
 pytestmark = pytest.mark.slow
-
-LOCAL_TORCH = Path("/opt/wheels")
-TORCH_SOURCES = (Sources.of([LOCAL_TORCH]) if LOCAL_TORCH.is_dir()
-                 else Sources.of(extra_index_urls=["https://download.pytorch.org/whl/cpu"]))
 
 STEP = r"""
 import json, sys, time
@@ -56,41 +51,6 @@ print("@@" + json.dumps({"losses": losses, "op_file": getattr(op, "__file__", No
                          "seconds": time.monotonic() - start, "prefix": sys.prefix}))
 del opt
 """
-
-
-@pytest.fixture(scope="module")
-def cpu_root(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("real")
-
-
-def cpu_command(root: Path) -> list:
-    """`dsenv provision --arch cpu --ops cpu_adam` into ROOT/envs/dsenv-cpu, with an ops
-    cache of this module's own: empty, so the build compiles (test_a_second_... reuses it)."""
-    links = ["--find-links", str(LOCAL_TORCH)] if LOCAL_TORCH.is_dir() else []
-    return ["provision", "--arch", "cpu", "--ops", "cpu_adam", "--no-bytecode", "--prefix",
-            root / "envs" / "dsenv-cpu", "--ops-cache", root / "ops-cache", *links]
-
-
-@pytest.fixture(scope="module")
-def cpu_plan(cpu_root) -> str:
-    """The --dry-run of cpu_env's command, printed before the real run."""
-    done = dsenv(*cpu_command(cpu_root), "--dry-run", env={"COLUMNS": "400"})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def cpu_env(cpu_root, cpu_plan):
-    """`dsenv provision --arch cpu --ops cpu_adam`: envs/locks/cpu.txt in a venv built in
-    staging with cpu_adam precompiled, then renamed: (final prefix, manifest, seconds)."""
-    final = cpu_root / "envs" / "dsenv-cpu"
-    start = time.monotonic()
-    done = dsenv(*cpu_command(cpu_root), env={"COLUMNS": "200"}, timeout=1800)
-    seconds = time.monotonic() - start
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    print(f"\n{done.stdout}\ndsenv provision --arch cpu --ops cpu_adam: {seconds:.0f} s")
-    manifest = json.loads((final / "dsenv-env.json").read_text())
-    return final, manifest, done.stdout
 
 
 def test_the_real_run_logs_the_commands_the_dry_run_printed_in_order(cpu_plan, cpu_env):
@@ -144,30 +104,6 @@ def test_cpu_adam_is_precompiled_and_ds_report_runs_from_the_renamed_env(cpu_env
     row = next(line for line in out.stdout.splitlines() if line.startswith("cpu_adam "))
     assert "[YES]" in row
     assert f"deepspeed install path ........... ['{final}" in out.stdout
-
-
-def test_a_second_provision_reuses_the_built_wheel(cpu_env, tmp_path):
-    """The same stack again, with the same ops cache: the wheel the first build made is
-    installed (hash-checked), verified as usual, and its precompiled op loads without JIT."""
-    final, manifest, _ = cpu_env
-    assert manifest["ops"]["cache"]["result"] != "hit"  # the first build compiled
-    assert manifest["ops"]["cpu_flags"]["flags"]  # -march=native's flags recorded
-    second = tmp_path / "again"
-    links = ["--find-links", str(LOCAL_TORCH)] if LOCAL_TORCH.is_dir() else []
-    done = _run([sys.executable, "-m", "dsenv", "provision", "--arch", "cpu", "--ops",
-                 "cpu_adam", "--no-bytecode", "--prefix", second, "--ops-cache",
-                 final.parent.parent / "ops-cache", *links], timeout=1800)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    again = json.loads((second / "dsenv-env.json").read_text())
-    assert again["ops"]["cache"]["result"] == "hit"
-    assert again["ops"]["installed"] == ["cpu_adam"]
-    assert "DeepSpeed ops from the ops cache and verified: cpu_adam" in " ".join(
-        done.stdout.split())
-    load = _run([second / "bin" / "python", "-c", "from deepspeed.ops.op_builder import "
-                 "CPUAdamBuilder; print(CPUAdamBuilder().load().__file__)"],
-                env={**os.environ, "DS_ACCELERATOR": "cpu"})
-    assert load.returncode == 0, load.stderr
-    assert str(second) in load.stdout  # the precompiled op of the second env, no JIT build
 
 
 def test_a_training_step_uses_the_precompiled_op_and_compiles_nothing(cpu_env, tmp_path):
@@ -232,8 +168,12 @@ def test_a_new_users_journey_provisions_then_smokes_in_that_environment(cpu_env,
     """Issue 24: provision with warm shared caches, activate, `dsenv smoke bert-squad`: the
     smoke runs in the new environment's interpreter (its lock's transformers, its
     precompiled ops, nothing JIT-built), the first line and the report say which environment
-    ran and why, and the whole journey takes at most 120 s on this machine."""
-    final, _manifest, _ = cpu_env
+    ran and why, and the whole journey takes at most 120 s on this machine.
+    The provision is the second with the first's ops cache: the wheel the first build made is
+    installed (hash-checked), verified as usual, and its precompiled op loads without JIT."""
+    final, manifest, _ = cpu_env
+    assert manifest["ops"]["cache"]["result"] != "hit"  # the first build compiled
+    assert manifest["ops"]["cpu_flags"]["flags"]  # -march=native's flags recorded
     env_dir = tmp_path / "journey"
     links = ["--find-links", str(LOCAL_TORCH)] if LOCAL_TORCH.is_dir() else []
     start = time.monotonic()
@@ -242,6 +182,11 @@ def test_a_new_users_journey_provisions_then_smokes_in_that_environment(cpu_env,
                   final.parent.parent / "ops-cache", *links], timeout=1800)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     provisioned = time.monotonic() - start
+    again = json.loads((env_dir / "dsenv-env.json").read_text())
+    assert again["ops"]["cache"]["result"] == "hit"
+    assert again["ops"]["installed"] == ["cpu_adam"]
+    assert "DeepSpeed ops from the ops cache and verified: cpu_adam" in " ".join(
+        built.stdout.split())
     out = tmp_path / "smoke"
     smoke = _run(["bash", "-c", f". {env_dir}/activate && {sys.executable} -m dsenv smoke "
                   f"bert-squad --output-dir {out}"], timeout=600,
@@ -257,6 +202,11 @@ def test_a_new_users_journey_provisions_then_smokes_in_that_environment(cpu_env,
     lock = (Path(__file__).resolve().parents[2] / "envs" / "locks" / "cpu.txt").read_text()
     assert f"transformers=={report['versions']['transformers']} " in lock
     assert "compiling DeepSpeed op" not in smoke.stdout
+    load = _run([env_dir / "bin" / "python", "-c", "from deepspeed.ops.op_builder import "
+                 "CPUAdamBuilder; print(CPUAdamBuilder().load().__file__)"],
+                env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    assert load.returncode == 0, load.stderr
+    assert str(env_dir) in load.stdout  # the precompiled op of the second env, no JIT build
     took = (f"provision (warm caches) {provisioned:.0f} s + smoke in the new environment "
             f"{seconds - provisioned:.0f} s = {seconds:.0f} s")
     print(f"\n{took}")

@@ -3,10 +3,10 @@ lock carries what they import beyond torch and DeepSpeed (accelerate for gpt2-wi
 transformers Trainer, rouge-score for t5-xsum's ROUGE, sentencepiece for T5 tokenizers), as
 a user's own Trainer script needs it.
 
-Slow: `dsenv provision --arch cpu --ops none` (hashes required; ~10 s with a warm uv cache,
-torch from /opt/wheels on this project's machines), then `dsenv smoke all --env PREFIX` from
-dsenv's own interpreter: the smokes run in the env's interpreter (issue 24), with nothing of
-dsenv added to the env.
+Slow: the package's one real environment (tests/provision/conftest.py: `dsenv provision
+--arch cpu --ops cpu_adam`), then `dsenv smoke all --env PREFIX` from dsenv's own
+interpreter: the smokes run in the env's interpreter (issue 24), with nothing of dsenv added
+to the env.
 The smokes run with their default settings and must pass their sanity verdicts there, as a
 user runs them (their broken twin, learning rate 0, is in test_workloads_smoke_all.py).
 """
@@ -22,13 +22,10 @@ import pytest
 
 from dsenv import proc
 from dsenv.provision.locks import lock_path, parse_lock
-from tests.harness.cli import dsenv
 from tests.harness.workload_runs import explain
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-LOCAL_TORCH = Path("/opt/wheels")
 WORKLOADS = ["bert-squad", "t5-xsum", "gpt2-wikitext", "bert-mrpc"]
 MAIN_METRIC = {"bert-squad": ("exact_match", 60.0), "t5-xsum": ("rouge1", 70.0),
                "gpt2-wikitext": ("perplexity", None), "bert-mrpc": ("accuracy", 80.0)}
@@ -42,15 +39,10 @@ def test_the_locks_carry_what_the_workloads_and_a_trainer_script_import():
                                                               if n not in pins])
 
 
-@pytest.fixture(scope="module")
-def provisioned(tmp_path_factory):
-    """`dsenv provision --arch cpu --ops none`: the env's python."""
-    prefix = tmp_path_factory.mktemp("smokes") / "env"
-    links = ["--find-links", str(LOCAL_TORCH)] if LOCAL_TORCH.is_dir() else []
-    done = dsenv("provision", "--arch", "cpu", "--ops", "none", "--no-bytecode", "--prefix",
-                 prefix, *links, env={"COLUMNS": "200"}, timeout=1800)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return prefix / "bin" / "python"
+@pytest.fixture
+def provisioned(cpu_env) -> Path:
+    """The env's python."""
+    return cpu_env[0] / "bin" / "python"
 
 
 def test_the_four_smokes_pass_in_the_provisioned_env(provisioned, tmp_path, run_env,
