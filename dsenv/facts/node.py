@@ -164,17 +164,7 @@ def unanswered_folders(node: Node, variable: str) -> tuple[str, ...]:
         folders = [f for f in dict.fromkeys(f for var in SEARCH_PATHS
                                             for f in _search_path(node, var))
                    if f and mounts.may_hang(node, f)]
-        answered: dict[str, bool] = {}
-
-        def walk(folder: str) -> None:
-            answered[folder] = mounts.files_answer(node, folder, 1)
-
-        threads = [threading.Thread(target=walk, args=(f,), daemon=True) for f in folders]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return answered
+        return mounts.walk_folders(node, folders, 1)
 
     answered = node.memo(f"{__name__}.unanswered_folders", find)
     return tuple(f for f in dict.fromkeys(_search_path(node, variable))

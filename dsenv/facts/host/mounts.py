@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -223,6 +224,30 @@ def files_answer(node: Node, path: Path | str, depth: int = 0) -> bool:
         return True
 
     return node.memo(f"{__name__}.files_answer:{path}:{depth}", walk_in_child)
+
+
+def walk_folders(node: Node, folders, depth: int, wait: bool = True) -> dict[str, bool]:
+    """:func:`files_answer` for each of ``folders`` at once, one thread each (each that hangs
+    costs the probe deadline: in turn they would add up). ``wait=False`` starts them and
+    returns at once (an empty dict): whoever reads a folder later asks :func:`files_answer`,
+    which is memoised, and waits only for what is still running. A walk that raised is left
+    out; asking again meets what went wrong."""
+    answered: dict[str, bool] = {}
+
+    def walk(folder: str) -> None:
+        try:
+            answered[folder] = files_answer(node, folder, depth)
+        except Exception:  # noqa: BLE001 - a thread must not die with it; see the docstring
+            pass
+
+    threads = [threading.Thread(target=walk, args=(str(f),), daemon=True, name=f"walk {f}")
+               for f in folders]
+    for thread in threads:
+        thread.start()
+    if wait:
+        for thread in threads:
+            thread.join()
+    return answered
 
 
 class NoAnswer(Exception):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from dataclasses import dataclass, field
 from importlib.machinery import PathFinder
 from pathlib import Path
@@ -299,13 +298,6 @@ def site_folders(prefix: Path) -> list[Path]:
     return [p for p in sites if p.is_dir()]
 
 
-def _walk_quietly(node: Node, folder: Path) -> None:
-    try:
-        mounts.files_answer(node, folder, SITE_DEPTH)
-    except Exception:  # noqa: BLE001 - require_path asks again and meets what went wrong
-        pass
-
-
 def require_path(node: Node, path) -> None:
     """Every folder of the environment's search path statted in a child (mounts.require_files)
     before this process reads packages there (their metadata, their ELF files, find_spec), or
@@ -321,8 +313,7 @@ def environment(node: Node) -> PythonEnv:
     if prefix is not None:
         # Its site folders are walked while its interpreter starts: on a dead storage target
         # both wait a deadline, one after the other they would outlast the checks' own.
-        for folder in site_folders(prefix):
-            threading.Thread(target=_walk_quietly, args=(node, folder), daemon=True).start()
+        mounts.walk_folders(node, site_folders(prefix), SITE_DEPTH, wait=False)
     fields, problem = (None, f"no python in {prefix}/bin") if python is None else \
         run_probe(node, python)
     if fields is not None:
