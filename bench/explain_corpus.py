@@ -31,10 +31,15 @@ import sys
 import time
 from pathlib import Path
 
-from dsenv.doctor import catalogue
-from dsenv.doctor.explain.command import explain_text
+ROOT = Path(__file__).resolve().parents[1]
+# this checkout's explain, not whichever dsenv is installed (the script's folder, not the
+# checkout, comes first on sys.path)
+sys.path.insert(0, str(ROOT))
 
-CORPUS = Path(__file__).resolve().parents[1] / "tests/fixtures/explain_corpus/messages.jsonl"
+from dsenv.doctor import catalogue  # noqa: E402
+from dsenv.doctor.explain.command import explain_text  # noqa: E402
+
+CORPUS = ROOT / "tests/fixtures/explain_corpus/messages.jsonl"
 
 
 def first_cause(text: str) -> str:
@@ -50,7 +55,6 @@ def answer(text: str) -> tuple[str, tuple[str, ...]]:
 
 def gpu_log_rows() -> list[dict]:
     """The recorded GPU-node logs as corpus rows; their expected causes live in the test."""
-    sys.path.insert(0, str(CORPUS.parents[3]))
     from tests.test_explain_gpu_logs import CASES, NO_MODE_YET, recorded
     return [{"id": name.removesuffix(".log"), "url": "tests/fixtures/explain_gpu/" + name,
              "family": "gpu-node log" if want or name in NO_MODE_YET else "NOT-ENVIRONMENT",
