@@ -230,8 +230,8 @@ def compare(screen: Screen, fresh: str) -> str | None:
     # The performance row depends on the machine: a busy node (INCONCLUSIVE), or a CPU model
     # the references table has no row for (REPORTED): README's row is then not comparable.
     busy = bool(re.search(r"performance\s+INCONCLUSIVE", fresh))
-    unreferenced = bool(re.search(r"performance\s+REPORTED\b[^\n]*\n?[^\n]*no reference for",
-                                  fresh))
+    unreferenced = bool(re.search(r"\bperformance REPORTED\b[^;]*; no reference for\b",
+                                  words(fresh.splitlines())))
 
     def norm(lines: list[str]) -> str:
         text = masked(words(lines), host)
