@@ -12,11 +12,7 @@ import sys
 import pytest
 
 from dsenv import proc
-from tests.harness.workload_runs import explain
-
-WORKLOADS = ["bert-squad", "t5-xsum", "gpt2-wikitext", "bert-mrpc"]
-MAIN_METRIC = {"bert-squad": ("exact_match", 60.0), "t5-xsum": ("rouge1", 70.0),
-               "gpt2-wikitext": ("perplexity", None), "bert-mrpc": ("accuracy", 80.0)}
+from tests.harness.workload_runs import SMOKE_ALL, explain
 
 
 @pytest.mark.slow
@@ -31,9 +27,9 @@ def test_smoke_all_fails_when_the_runs_cannot_learn(tmp_path, run_env, no_refere
     assert not result.timed_out and result.returncode == 1, explain(result)
     rows = json.loads((tmp_path / "all.json").read_text())["workloads"]
     assert [(r["workload"], r["status"], r["sanity"]) for r in rows] == \
-        [(name, "FAIL", "FAIL") for name in WORKLOADS]
+        [(name, "FAIL", "FAIL") for name in SMOKE_ALL]
     docs = {name: json.loads((tmp_path / "all" / name / "report.json").read_text())
-            for name in WORKLOADS}
+            for name in SMOKE_ALL}
     for name, doc in docs.items():
         assert doc["batch"]["lr"] == 0.0 and abs(doc["training"]["loss_drop"]) < 0.05, name
         assert "FAIL" in result.stdout and doc["verdicts"][0]["status"] == "FAIL"

@@ -18,6 +18,11 @@ from tests.harness.cli import explain, run
 MODULE = "dsenv.workloads.cli"
 SMOKE = [sys.executable, "-m", MODULE, "smoke", "bert-squad"]
 RUN = [sys.executable, "-m", MODULE, "run", "bert-squad"]
+# `dsenv smoke all`: the workloads in the order it runs them, and the main metric each healthy
+# smoke must reach at its default settings (None: perplexity, judged <= 20 instead)
+SMOKE_ALL = ["bert-squad", "t5-xsum", "gpt2-wikitext", "bert-mrpc"]
+MAIN_METRIC = {"bert-squad": ("exact_match", 60.0), "t5-xsum": ("rouge1", 70.0),
+               "gpt2-wikitext": ("perplexity", None), "bert-mrpc": ("accuracy", 80.0)}
 # what mpirun passes on to its ranks (-x), for every workload's 2-rank tests
 MPI_EXPORTED = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS",
                 "TORCH_EXTENSIONS_DIR", "DS_ACCELERATOR", "HF_HUB_OFFLINE", "PATH",

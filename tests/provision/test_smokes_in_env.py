@@ -22,13 +22,10 @@ import pytest
 
 from dsenv import proc
 from dsenv.provision.locks import lock_path, parse_lock
-from tests.harness.workload_runs import explain
+from tests.harness.workload_runs import MAIN_METRIC, SMOKE_ALL, explain
 
 pytestmark = pytest.mark.slow
 
-WORKLOADS = ["bert-squad", "t5-xsum", "gpt2-wikitext", "bert-mrpc"]
-MAIN_METRIC = {"bert-squad": ("exact_match", 60.0), "t5-xsum": ("rouge1", 70.0),
-               "gpt2-wikitext": ("perplexity", None), "bert-mrpc": ("accuracy", 80.0)}
 NEEDED = ("accelerate", "rouge-score", "sentencepiece")
 
 
@@ -60,7 +57,7 @@ def test_the_four_smokes_pass_in_the_provisioned_env(provisioned, tmp_path, run_
     assert not result.timed_out and result.returncode == 0, explain(result)
     assert result.stdout.splitlines()[0].startswith(f"environment {prefix} (Python ")
     summary = json.loads((tmp_path / "all.json").read_text())
-    assert [row["workload"] for row in summary["workloads"]] == WORKLOADS
+    assert [row["workload"] for row in summary["workloads"]] == SMOKE_ALL
     stdout = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", result.stdout)
     table = stdout[stdout.index("dsenv smoke all: 4 workloads in"):]
     for row in summary["workloads"]:
@@ -83,7 +80,7 @@ def test_the_four_smokes_pass_in_the_provisioned_env(provisioned, tmp_path, run_
         log = (out / name / "smoke.log").read_text()
         assert not re.search(r"ModuleNotFoundError|ImportError|requires the .* library", log), \
             (name, log[-2000:])
-    logs = {name: (out / name / "smoke.log").read_text() for name in WORKLOADS}
+    logs = {name: (out / name / "smoke.log").read_text() for name in SMOKE_ALL}
     assert "generated summaries" in logs["t5-xsum"] and "classified pairs" in logs["bert-mrpc"]
     assert "continuations" in logs["gpt2-wikitext"]
     assert all(f"dsenv smoke {name}: PASS" in log for name, log in logs.items())
