@@ -1,9 +1,11 @@
 """Record the test command's run: counts and duration, for README's stated suite time.
 
-``python .ci/record.py LOG SECONDS STATUS`` reads the last pytest summary line of LOG (the
-output of README's test command, ``1557 passed, 5 skipped in 1559.12s (0:25:59)``) and, when
-the run passed, writes ``.ci/last-run.json``: the command, each count, pytest's seconds, the
-wall seconds the command took (SECONDS) and when it finished. It prints one line either way.
+``python .ci/record.py LOG SECONDS STATUS`` reads the pytest summary lines of LOG (the output
+of README's test command, one line per phase: ``3792 passed in 459.71s (0:07:39)`` for the
+tests on both cores, ``176 passed, 5 skipped in 1459.12s (0:24:19)`` for the serial ones),
+adds them up and, when the run passed, writes ``.ci/last-run.json``: the command, each count,
+pytest's seconds, the wall seconds the command took (SECONDS) and when it finished. It prints
+one line either way.
 tests/test_readme_screens.py holds README's "~N min" and "N passed" to this record;
 ``python tests/harness/readme_screens.py --write`` puts the record's figures into README.
 """
@@ -17,17 +19,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 RECORD = Path(__file__).resolve().parent / "last-run.json"
-COMMAND = "python -m pytest -q"
-SUMMARY = re.compile(r"^=*\s*((?:\d+ [a-z]+(?:, )?)+) in (\d+(?:\.\d+)?)s\b")
+# README's test command: the tests that may share the machine on both cores, then the ones
+# that need it to themselves (tests/conftest.py SERIAL_MODULES).
+PHASES = ('python -m pytest -q -n 2 -m "not serial"', "python -m pytest -q -m serial")
+COMMAND = " && ".join(PHASES)
+# pytest's last line: counts, then the time ("=" around it unless -q)
+SUMMARY = re.compile(r"^=*\s*((?:\d+ [a-z]+(?:, )?)+|no tests ran) in (\d+(?:\.\d+)?)s\b")
 
 
 def summary(log: str) -> tuple[dict[str, int], float] | None:
-    """The counts and seconds of the log's last pytest summary line."""
+    """The counts and seconds of the log's pytest summary lines (one per phase), added up;
+    None when there is none."""
     found = [m for line in log.splitlines() if (m := SUMMARY.match(line.strip()))]
     if not found:
         return None
-    counts = {word: int(n) for n, word in re.findall(r"(\d+) ([a-z]+)", found[-1].group(1))}
-    return counts, float(found[-1].group(2))
+    counts: dict[str, int] = {}
+    for match in found:
+        for n, word in re.findall(r"(\d+) ([a-z]+)", match.group(1)):
+            counts[word] = counts.get(word, 0) + int(n)
+    return counts, sum(float(match.group(2)) for match in found)
 
 
 def main(argv: list[str]) -> int:

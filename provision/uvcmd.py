@@ -132,7 +132,7 @@ def _local_or_url(link: str | os.PathLike) -> str:
 
 def uv_env(base: Mapping[str, str] | None = None, *, strip_sources: bool = False,
            extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a uv call: plain, uncoloured output; optionally without the UV_*
+    """The environment for a uv call: plain, uncoloured, unwrapped output; optionally without the UV_*
     variables that would change where packages come from (``strip_sources``)."""
     env = dict(base if base is not None else os.environ)
     if strip_sources:
@@ -140,6 +140,9 @@ def uv_env(base: Mapping[str, str] | None = None, *, strip_sources: bool = False
             env.pop(name, None)
     env["NO_COLOR"] = "1"
     env.pop("FORCE_COLOR", None)
+    # uv wraps its error report to COLUMNS when it is set (pytest-xdist's workers set 80):
+    # a compiler's error line split in two is one dsenv's one-line summaries cannot quote.
+    env.pop("COLUMNS", None)
     env.setdefault("UV_NO_PROGRESS", "1")
     if extra:
         env.update(extra)

@@ -28,9 +28,24 @@ def test_readme_states_the_skips_of_a_fresh_clone_once():
     ("=========== 1 failed, 2 skipped, 1 error in 0.52s ===========", 2),
     ("no tests ran in 0.01s", 0),
 ])
-def test_the_count_is_read_from_the_last_summary_line(line, count):
-    log = f"..s..\nSKIPPED [1] tests/test_x.py:3: why\n3 skipped in 0.1s\n{line}\n"
+def test_the_count_is_read_from_the_summary_line(line, count):
+    log = f"..s..\nSKIPPED [1] tests/test_x.py:3: why\n{line}\n"
     assert skips.run_skips(log) == count
+
+
+def test_the_phases_skips_add_up():
+    """README's test command has two phases, each with its own summary line."""
+    log = ("..s..\n3790 passed, 4 skipped in 460.10s (0:07:40)\n"
+           "...s\n176 passed, 1 skipped in 1459.00s (0:24:19)\n")
+    assert skips.run_skips(log) == 5
+
+
+def test_every_serial_module_exists():
+    """A renamed module would lose its serial marker and run on both cores unnoticed."""
+    from tests.conftest import SERIAL_MODULES
+
+    here = {path.name for path in (ROOT / "tests").rglob("test_*.py")}
+    assert SERIAL_MODULES <= here, sorted(SERIAL_MODULES - here)
 
 
 def test_a_log_without_a_summary_says_so():

@@ -231,8 +231,8 @@ def test_ci_run_records_the_test_commands_counts_and_seconds_when_it_passed(tmp_
     record = _ci_record()
     monkeypatch.setattr(record, "RECORD", tmp_path / "last-run.json")
     log = tmp_path / "log"
-    log.write_text("....s\nSKIPPED [1] x.py:1: opt-in\n1557 passed, 5 skipped, 2 warnings in "
-                   "1559.31s (0:25:59)\n")
+    log.write_text("....s\nSKIPPED [1] x.py:1: opt-in\n1380 passed, 4 skipped, 2 warnings in "
+                   "459.31s (0:07:39)\n....s\n177 passed, 1 skipped in 1100.00s (0:18:20)\n")
     assert record.main([str(log), "1601", "1"]) == 0
     assert not record.RECORD.exists()  # a failed run is not the suite's time
     assert record.main([str(log), "1601", "0"]) == 0
@@ -240,6 +240,9 @@ def test_ci_run_records_the_test_commands_counts_and_seconds_when_it_passed(tmp_
     got = json.loads(record.RECORD.read_text())
     assert (got["passed"], got["skipped"], got["seconds"], got["wall_seconds"]) == \
         (1557, 5, 1559.3, 1601)
-    assert got["command"] == "python -m pytest -q"
-    assert "pytest -q | tee" in (ROOT / ".ci" / "run").read_text()
+    assert got["command"] == record.COMMAND
+    # README's test command is the one .ci/run runs, phase by phase, and the one recorded
+    assert f"```bash\n{record.COMMAND}\n```" in TEXT
+    run = (ROOT / ".ci" / "run").read_text()
+    assert all(f"{phase} | tee" in run for phase in record.PHASES)
     assert ".ci/record.py" in (ROOT / ".ci" / "run").read_text()

@@ -142,8 +142,16 @@ def test_max_jobs_defaults_to_the_usable_cpus(env_python, tmp_path, fake_deepspe
     assert _build_env(env_python)["MAX_JOBS"] == str(len(os.sched_getaffinity(0)))
 
 
+# A terminal's width in COLUMNS (exported by some shells, and by pytest-xdist's workers) made
+# uv wrap the compiler's line inside its error report; the summary quoted half of it.
+@pytest.mark.parametrize("columns", [None, "80"])
 def test_a_failing_compile_is_one_line_with_the_error_and_the_log(env_python, tmp_path,
-                                                                   fake_deepspeed):
+                                                                   fake_deepspeed, monkeypatch,
+                                                                   columns):
+    if columns:
+        monkeypatch.setenv("COLUMNS", columns)
+    else:
+        monkeypatch.delenv("COLUMNS", raising=False)
     with pytest.raises(ProvisionError) as err:
         _build(env_python, {"DS_BUILD_CPU_ADAM": "1", "DS_BUILD_BROKEN_OP": "1"}, tmp_path,
                fake_deepspeed)
