@@ -18,6 +18,8 @@ import sys
 
 from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
 from dsenv.errors import run_command
+from dsenv.facts.host import mounts
+from dsenv.facts.node import Node
 from dsenv.suggest import Parser
 from dsenv.workloads import registry
 from dsenv.workloads.errors import WorkloadError
@@ -160,13 +162,32 @@ def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
                         help=argparse.SUPPRESS)
 
 
+def answering_output_dir(path: str) -> str:
+    """``path``, once a stat of it (of its nearest existing folder) answered in a child within
+    the probe deadline. On a file server that stopped answering, the run's first touch of its
+    output folder (resolving it, making it, locking it) blocks in the kernel, where no
+    deadline reaches: the run would hang before its first line."""
+    node = Node(wanted_target="login")
+    try:
+        mounts.require_answer(node, path, "the output folder (--output-dir)")
+    except mounts.NoAnswer as exc:
+        mount = mounts.mount_for(node, path)
+        where = f" ({mount.fstype} on {mount.point})" if mount is not None else ""
+        raise WorkloadError(
+            f"{exc} within {node.probe_timeout:g} s{where}: its file server is not answering; "
+            "pass an --output-dir on a file system that answers (a local disk, $TMPDIR) and "
+            "ask the site about the mount") from None
+    return path
+
+
 def run_workload_command(args, argv: list[str] | None = None) -> int:
     """Run what ``args`` asks for, in the job's environment (launch/target.py: this process, or
     the environment's interpreter in its place); WorkloadError (one line, exit 2) for bad
     input or an environment that cannot run it."""
     target.prepare(args, sys.argv[1:] if argv is None else argv)
     mode = getattr(args, "workload_mode", args.command)
-    args.output_dir = args.output_dir.format(workload=args.workload, mode=mode)
+    args.output_dir = answering_output_dir(args.output_dir.format(workload=args.workload,
+                                                                   mode=mode))
     if mode == "smoke" and args.workload == SMOKE_ALL:
         return run_all(args, list(SMOKE_WORKLOADS))
     if args.workload not in WORKLOAD_MODULES:

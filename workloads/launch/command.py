@@ -277,7 +277,9 @@ def node_local(node: Node, path: str) -> str | None:
     """Why ``path`` is node-local (a compute node has its own copy, out of reach after the
     job), or None: under /tmp, /var/tmp or /dev/shm, or on a local file system by the mount
     table (tmpfs, a local disk; not NFS, Lustre, GPFS, BeeGFS, ...)."""
-    for candidate in dict.fromkeys((path, os.path.realpath(path))):
+    # realpath stats each part of the path: only where its file system answers
+    real = os.path.realpath(path) if mounts.answers(node, path) else path
+    for candidate in dict.fromkeys((path, real)):
         for folder in NODE_LOCAL_FOLDERS:
             if candidate == folder or candidate.startswith(folder + "/"):
                 return f"under {folder}"
@@ -287,8 +289,10 @@ def node_local(node: Node, path: str) -> str | None:
     return None
 
 
-def node_local_line(plan: JobPlan, print_only: bool, env) -> str | None:
-    """One warning line naming the paths the job writes or reads that are node-local."""
+def path_lines(plan: JobPlan, print_only: bool, env) -> list[str]:
+    """Warning lines about the paths the job writes or reads: those that gave no answer to a
+    stat here (a file server that stopped answering: the job would hang on them too), and
+    those that are node-local."""
     node = Node(wanted_target="login", env=dict(env))
     paths = [("job log (#SBATCH --output)", f"{plan.job_output_dir}/%x-%j.out",
               "run --print from there" if print_only else "--out"),
@@ -297,15 +301,32 @@ def node_local_line(plan: JobPlan, print_only: bool, env) -> str | None:
         paths.append(("environment", plan.env_prefix, "--env"))
     if plan.deepspeed_config:
         paths.append(("ds_config", plan.deepspeed_config, "--deepspeed-config"))
+    paths = [(label, os.path.dirname(path) if "log" in label else path, flag)
+             for label, path, flag in paths]
+    lines = []
+    silent = [(label, path, flag) for label, path, flag in paths
+              if not mounts.answers(node, path)]
+    if silent:
+        named = ", ".join(f"{label} {path} ({_mount_words(node, path)})"
+                          for label, path, _ in silent)
+        lines.append(f"dsenv launch: warning: no answer to a stat within "
+                     f"{node.probe_timeout:g} s from {named}: a job touching it hangs there; "
+                     f"ask the site about the mount, or choose another with "
+                     f"{', '.join(dict.fromkeys(flag for _, _, flag in silent))}")
     local = [(label, path, flag, why) for label, path, flag in paths
-             if (why := node_local(node, os.path.dirname(path) if "log" in label else path))]
-    if not local:
-        return None
-    named = ", ".join(f"{label} {path} ({why})" for label, path, _, why in local)
-    flags = list(dict.fromkeys(flag for _, _, flag, _ in local))
-    return (f"dsenv launch: warning: node-local paths, which a job on another node cannot "
-            f"share with you: {named}; keep them on a shared file system (home, project, "
-            f"scratch): {', '.join(flags)}")
+             if (why := node_local(node, path))]
+    if local:
+        named = ", ".join(f"{label} {path} ({why})" for label, path, _, why in local)
+        flags = list(dict.fromkeys(flag for _, _, flag, _ in local))
+        lines.append(f"dsenv launch: warning: node-local paths, which a job on another node "
+                     f"cannot share with you: {named}; keep them on a shared file system "
+                     f"(home, project, scratch): {', '.join(flags)}")
+    return lines
+
+
+def _mount_words(node: Node, path: str) -> str:
+    mount = mounts.mount_for(node, path)
+    return f"{mount.fstype} on {mount.point}" if mount is not None else "its mount"
 
 
 def submit(script: Path, timeout: float) -> str:
@@ -347,7 +368,7 @@ def run_launch(args, argv: list[str] | None = None) -> int:
     notes = []  # said once the script is out: a command that fails ends in its one line
     if not args.k8s:  # a manifest names paths inside the pods and asks Slurm nothing
         notes = [line for line in (unset_slurm_line(plan, os.environ),
-                                   node_local_line(plan, args.print_only, os.environ)) if line]
+                                   *path_lines(plan, args.print_only, os.environ)) if line]
     if args.k8s:
         text = to_yaml(render_mpijob(plan, args.output_dir, args.job_name))
         default = f"{plan.workload}-mpijob.yaml"

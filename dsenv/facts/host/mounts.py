@@ -261,6 +261,12 @@ class NoAnswer(Exception):
         super().__init__(f"{what} {path} gave no answer to a stat")
 
 
+def require_answer(node: Node, path: Path | str, what: str) -> None:
+    """:func:`answers`, or :class:`NoAnswer` naming ``what`` ("the output folder")."""
+    if not answers(node, path):
+        raise NoAnswer(what, os.path.abspath(path))
+
+
 def require_files(node: Node, path: Path | str, depth: int, what: str) -> None:
     """:func:`files_answer`, or :class:`NoAnswer` naming ``what`` ("the environment")."""
     if not files_answer(node, path, depth):
