@@ -1,5 +1,5 @@
 """A run's output folder on a file server that stopped answering (workloads/cli.py
-answering_output_dir, mounts.require_answer).
+answering_output_dir, workloads/fetch/command.py, mounts.unanswered).
 
 The run's first touch of its output folder (resolving it, making it, taking its lock) is a stat
 that blocks in the kernel when the folder's file server stopped answering, where no deadline
@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
+from tests.harness.hubserver import SECRET, HubServer, bert_squad_repos, hub_env
 from tests.harness.mountns import FUSE_MOUNT, in_namespace, needs_fuse
 
 SMOKE = FUSE_MOUNT + """
@@ -122,3 +125,54 @@ def test_launch_with_the_same_folder_answering_says_nothing_of_it(tmp_path):
     said, _ = _launch(tmp_path, "local")
     assert said.endswith("exit 0") and "no answer to a stat" not in said, said
     assert f"output dir {tmp_path / 'mnt' / 'out'} (under /tmp)" in said  # still node-local
+
+
+
+FETCH = FUSE_MOUNT + """
+fuse_mount "$MNT" "$MODE"
+set +e
+HF_HOME="$MNT/hf" timeout -s KILL 90 "$PY" -m dsenv fetch bert-squad > "$OUT" 2>&1
+echo "exit $?" >> "$OUT"
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """The test Hub on 127.0.0.1 (tests/harness/hubserver.py): a fetch that gets past the
+    cache check downloads, and writes into the cache."""
+    with HubServer(bert_squad_repos(tmp_path_factory.mktemp("hub-content"))) as server:
+        yield server
+
+
+def _fetch(tmp_path, hub, mode: str) -> tuple[str, float]:
+    needs_fuse()
+    out = tmp_path / "out.txt"
+    hub.reset()
+    start = time.monotonic()
+    # in_namespace lays this over the test process's environment (HF_HUB_OFFLINE=1 there)
+    env = hub_env(tmp_path / "unused", hub.url, MNT=str(tmp_path / "mnt"), MODE=mode,
+                  OUT=str(out), HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="0")
+    done = in_namespace(FETCH, timeout=150, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    output = out.read_text()
+    assert SECRET not in output and "Traceback" not in output, output
+    return output, time.monotonic() - start
+
+
+def test_fetch_into_a_cache_that_stopped_answering_ends_in_one_line(tmp_path, hub):
+    """Before, the fetch downloaded from the Hub and blocked on its first write there."""
+    output, seconds = _fetch(tmp_path, hub, "all-hang")
+    assert seconds < 60, (seconds, output)
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert lines[-1] == "exit 2" and len(lines) == 2, output
+    assert lines[0] == (f"dsenv fetch: the hub cache {tmp_path / 'mnt' / 'hf' / 'hub'} gave no "
+                        f"answer to a stat within 10 s (fuse.dsenvtest on {tmp_path / 'mnt'}): "
+                        "its file server is not answering; choose a cache on a file system "
+                        "that answers (--cache-dir, HF_HOME) and ask the site about the mount")
+    assert hub.requests == []  # nothing downloaded that could not be kept
+
+
+def test_fetch_into_the_same_cache_answering_goes_on_to_the_hub(tmp_path, hub):
+    output, _ = _fetch(tmp_path, hub, "local")
+    assert "gave no answer to a stat" not in output, output
+    assert hub.requests, output  # past the check, it asked the Hub

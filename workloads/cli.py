@@ -167,16 +167,11 @@ def answering_output_dir(path: str) -> str:
     the probe deadline. On a file server that stopped answering, the run's first touch of its
     output folder (resolving it, making it, locking it) blocks in the kernel, where no
     deadline reaches: the run would hang before its first line."""
-    node = Node(wanted_target="login")
-    try:
-        mounts.require_answer(node, path, "the output folder (--output-dir)")
-    except mounts.NoAnswer as exc:
-        mount = mounts.mount_for(node, path)
-        where = f" ({mount.fstype} on {mount.point})" if mount is not None else ""
-        raise WorkloadError(
-            f"{exc} within {node.probe_timeout:g} s{where}: its file server is not answering; "
-            "pass an --output-dir on a file system that answers (a local disk, $TMPDIR) and "
-            "ask the site about the mount") from None
+    problem = mounts.unanswered(Node(wanted_target="login"), path,
+                                "the output folder (--output-dir)")
+    if problem:
+        raise WorkloadError(f"{problem}; pass an --output-dir on a file system that answers "
+                            "(a local disk, $TMPDIR) and ask the site about the mount")
     return path
 
 

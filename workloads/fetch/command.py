@@ -25,6 +25,8 @@ import os
 import sys
 from pathlib import Path
 
+from dsenv.facts.host import mounts
+from dsenv.facts.node import Node
 from dsenv.redact import Redactor
 from dsenv.workloads.errors import FetchError
 from dsenv.workloads.fetch.assets import WORKLOAD_NAMES, CacheLayout
@@ -73,6 +75,14 @@ def run_fetch(args) -> int:
                          f"({sys.prefix}): `pip install \"dsenv[train]\"` there (fetch "
                          "downloads with the Hub client and checks data sets with datasets)")
     layout = CacheLayout.under(args.cache_dir) if args.cache_dir else CacheLayout.from_env()
+    # On a file server that stopped answering, the first touch of a folder blocks in the
+    # kernel where no deadline reaches: each is statted in a child first.
+    node = Node(wanted_target="login")
+    for what, path in (("the hub cache", layout.hub), ("the data sets' cache", layout.saved),
+                       ("the bundle (--from)", args.from_dir)):
+        if path and (problem := mounts.unanswered(node, path, what)):
+            raise FetchError(f"{problem}; choose a cache on a file system that answers "
+                             "(--cache-dir, HF_HOME) and ask the site about the mount")
     if args.verify:
         if args.from_dir:
             raise FetchError("--verify checks a cache, --from imports one: give one of them "

@@ -261,10 +261,15 @@ class NoAnswer(Exception):
         super().__init__(f"{what} {path} gave no answer to a stat")
 
 
-def require_answer(node: Node, path: Path | str, what: str) -> None:
-    """:func:`answers`, or :class:`NoAnswer` naming ``what`` ("the output folder")."""
-    if not answers(node, path):
-        raise NoAnswer(what, os.path.abspath(path))
+def unanswered(node: Node, path: Path | str, what: str) -> str | None:
+    """None when :func:`answers`; else what went wrong, in words naming ``what`` ("the output
+    folder (--output-dir)"), the path and its mount, for the caller's one line."""
+    if answers(node, path):
+        return None
+    mount = mount_for(node, path)
+    where = f" ({mount.fstype} on {mount.point})" if mount is not None else ""
+    return (f"{what} {os.path.abspath(path)} gave no answer to a stat within "
+            f"{node.probe_timeout:g} s{where}: its file server is not answering")
 
 
 def require_files(node: Node, path: Path | str, depth: int, what: str) -> None:
