@@ -116,9 +116,10 @@ def test_launch_warns_of_an_output_folder_that_stopped_answering_and_does_not_ha
     said, seconds = _launch(tmp_path, "all-hang")
     assert seconds < 60, (seconds, said)
     assert said.endswith("exit 0"), said
-    assert (f"dsenv launch: warning: no answer to a stat within 10 s from output dir "
-            f"{tmp_path / 'mnt' / 'out'} (fuse.dsenvtest on {tmp_path / 'mnt'}): a job "
-            f"touching it hangs there;") in said, said
+    assert (f"dsenv launch: warning: output dir {tmp_path / 'mnt' / 'out'} gave no answer to "
+            f"a stat within 10 s (fuse.dsenvtest on {tmp_path / 'mnt'}): its file server is "
+            f"not answering; a job touching it hangs there too: ask the site about the mount, "
+            f"or choose another with --output-dir") in said, said
 
 
 def test_launch_with_the_same_folder_answering_says_nothing_of_it(tmp_path):

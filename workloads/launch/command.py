@@ -301,20 +301,15 @@ def path_lines(plan: JobPlan, print_only: bool, env) -> list[str]:
         paths.append(("environment", plan.env_prefix, "--env"))
     if plan.deepspeed_config:
         paths.append(("ds_config", plan.deepspeed_config, "--deepspeed-config"))
-    paths = [(label, os.path.dirname(path) if "log" in label else path, flag)
-             for label, path, flag in paths]
-    lines = []
-    silent = [(label, path, flag) for label, path, flag in paths
-              if not mounts.answers(node, path)]
-    if silent:
-        named = ", ".join(f"{label} {path} ({_mount_words(node, path)})"
-                          for label, path, _ in silent)
-        lines.append(f"dsenv launch: warning: no answer to a stat within "
-                     f"{node.probe_timeout:g} s from {named}: a job touching it hangs there; "
-                     f"ask the site about the mount, or choose another with "
-                     f"{', '.join(dict.fromkeys(flag for _, _, flag in silent))}")
+    # the job log's name holds Slurm's %x-%j: its folder is what is there to look at
+    folder = {label: os.path.dirname(path) if "log" in label else path
+              for label, path, _ in paths}
+    lines = [f"dsenv launch: warning: {problem}; a job touching it hangs there too: ask the "
+             f"site about the mount, or choose another with {flag}"
+             for label, _, flag in paths
+             if (problem := mounts.unanswered(node, folder[label], label))]
     local = [(label, path, flag, why) for label, path, flag in paths
-             if (why := node_local(node, path))]
+             if (why := node_local(node, folder[label]))]
     if local:
         named = ", ".join(f"{label} {path} ({why})" for label, path, _, why in local)
         flags = list(dict.fromkeys(flag for _, _, flag, _ in local))
@@ -322,11 +317,6 @@ def path_lines(plan: JobPlan, print_only: bool, env) -> list[str]:
                      f"cannot share with you: {named}; keep them on a shared file system "
                      f"(home, project, scratch): {', '.join(flags)}")
     return lines
-
-
-def _mount_words(node: Node, path: str) -> str:
-    mount = mounts.mount_for(node, path)
-    return f"{mount.fstype} on {mount.point}" if mount is not None else "its mount"
 
 
 def submit(script: Path, timeout: float) -> str:
