@@ -319,10 +319,16 @@ def test_error_803_with_a_compat_libcuda_on_the_path():
 
 
 @pytest.mark.parametrize("text, modes", [
-    # A bare 803: also a driver update not rebooted into, or a driver too old: not named.
+    # A bare 803 is read as what NVIDIA documents it to be, the kernel module and libcuda out
+    # of step; explain lists the compat libcuda and a driver too old with it (alternatives.toml
+    # cuda-driver-mismatch, tests/test_explain_shared.py).
     ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
      "before calling NumCudaDevices() that might have already set an error? Error 803: system "
-     "has unsupported display driver / cuda driver combination", []),
+     "has unsupported display driver / cuda driver combination", ["gpu.driver-library-mismatch"]),
+    # Another CUDA error is not this one.
+    ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
+     "before calling NumCudaDevices() that might have already set an error? Error 802: system "
+     "not yet initialized", ["gpu.fabric-manager-not-running"]),
     # NVML saying the library and the module differ: a driver updated without a reboot.
     ("Failed to initialize NVML: Driver/library version mismatch\nError 803: system has "
      "unsupported display driver / cuda driver combination /usr/local/cuda/compat",

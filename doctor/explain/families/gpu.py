@@ -339,13 +339,18 @@ def read(message: str, around: str = "") -> list[Reading]:
             found.append(reading(FAMILY, "gpu.no-visible-gpu", kind[1], error=kind[1],
                                  code=kind[2]))
     elif kind[0] == "driver-mismatch":
-        # 803 alone is also a driver updated without a reboot (NVML's "Driver/library version
-        # mismatch", read below) or one too old for the runtime: named only where the message
-        # shows the forward-compat libcuda on the path.
+        # 803 is CUDA's "display driver / CUDA driver" mismatch: the libcuda loaded is not the
+        # running kernel module's. The forward-compat libcuda on the path says which libcuda;
+        # NVML's "Driver/library version mismatch" is read below. Bare, it is read as what the
+        # error states (a driver update not rebooted into, an image's own libcuda), and
+        # alternatives.toml lists the other causes threads settled for the same words.
         compat = COMPAT_LIB.search(message)
         if compat and not NVML_MISMATCH.search(message):
             found.append(reading(FAMILY, SIMPLE["driver-mismatch"], kind[1], error=kind[1],
                                  code=kind[2], compat_library=compat.group(0)))
+        elif not NVML_MISMATCH.search(message):
+            found.append(reading(FAMILY, "gpu.driver-library-mismatch", kind[1], error=kind[1],
+                                 code=kind[2]))
     elif kind[0] == "stub":
         path = STUB_PATH.search(message)
         found.append(reading(FAMILY, SIMPLE["stub"], kind[1], error=kind[1], code=kind[2],
