@@ -342,10 +342,11 @@ def read(message: str) -> list[Reading]:
         else:
             add("hf.ssl-interception", "CERTIFICATE_VERIFY_FAILED", cause="certificate chain")
         return found
-    # A read timeout: the Hub accepted the connection and answered late, so the node is not
-    # offline. Many ranks querying at once, a slow link and an outage all read the same once
-    # the launchers' [rankN]: prefixes are cleaned off the line: no reading.
-    if hub and _READ_TIMEOUT.search(message) and not _CONNECT_FAILED.search(message):
+    # A read timeout: the Hub accepted the connection and answered later than the client's
+    # read timeout, so the node is not offline. Read as a slow answer (many ranks asking at
+    # once, a slow link); alternatives.toml lists a degraded Hub with it, the same words.
+    if hub and (m := _READ_TIMEOUT.search(message)) and not _CONNECT_FAILED.search(message):
+        add("hf.hub-read-timeout", m[0], read_timeout=f"{m['secs']} s" if m["secs"] else "")
         return found
     # No answer at all from the Hub (timeout, DNS, unreachable, refused), or the libraries'
     # cache fallback saying so: a node without outbound access and offline mode unset.
