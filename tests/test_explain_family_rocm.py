@@ -172,9 +172,33 @@ def test_tensile_forms_name_the_missing_arch():
     assert (mode, got["gfx"]) == ("gpu.rocm-gfx-unsupported", "gfx1201")
     mode, got = parts(row("ollama/ollama/issues/12908")["text"])[0]
     assert (mode, got["gfx"]) == ("gpu.rocm-gfx-unsupported", "gfx1200")
-    # the merged library unreadable with no arch named (apptainer's host rocBLAS) is not this
+    # the merged library unreadable under apptainer's bind folder (the host's rocBLAS) is not this
     assert "gpu.rocm-gfx-unsupported" not in [m for m, _ in parts(
         row("apptainer/apptainer/issues/1621")["text"])]
+    # releases before ROCm 6 name no arch: the unreadable library is still read (AMD's answer
+    # in legacy-rocm-build#2914: a GPU the release does not support); the group lists the other
+    # cause (tests/test_explain_shared.py)
+    assert [m for m, _ in parts("rocBLAS error: Cannot read /opt/rocm-5.4.0/lib/rocblas/library/"
+                                "TensileLibrary.dat: Illegal seek")] == ["gpu.rocm-gfx-unsupported"]
+
+
+def test_tensile_files_that_are_not_there():
+    """rocBLAS's own evidence that its folder is empty, missing or not where it looked names
+    the files, not the target; a list of other targets' files names the target; a list that
+    holds the GPU's own target names neither; a paste cut after the list's header says
+    nothing of the folder."""
+    mode, got = parts(row("vladmandic/sdnext/issues/4737")["text"])[0]
+    assert (mode, got["gfx"]) == ("rocm.rocblas-tensile-files-missing", "gfx1201")
+    assert "directory iterator" in got["library"]
+    mode, got = parts(row("justxi/rocm/issues/182")["text"])[0]
+    assert mode == "rocm.rocblas-tensile-files-missing" and "No paths matched" in got["library"]
+    listed = row("ROCm/AMDMIGraphX/pull/3517")["text"]
+    mode, got = parts(listed)[0]
+    assert mode == "gpu.rocm-gfx-unsupported" and "gfx942" in got["library has"]
+    own = listed.replace("gfx1201", "gfx1100")  # the list holds TensileLibrary_lazy_gfx1100.dat
+    assert parts(own) == []
+    cut = listed.split("\n")[0] + "\n List of available TensileLibrary Files :"
+    assert [m for m, _ in parts(cut)] == ["gpu.rocm-gfx-unsupported"]
 
 
 def test_device_libraries_and_execstack():

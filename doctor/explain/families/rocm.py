@@ -34,12 +34,22 @@ NO_CODE_OBJECT = re.compile(
     r"|Unable to find code object for all current devices|Cou?l?dn.t find binary for current "
     r"devices|HSA_STATUS_ERROR_INVALID_ISA|HIP error: no kernel image is available for "
     r"execution on the device|HIP error: device kernel image is invalid|hipErrorInvalidImage", IC)
-# rocBLAS's form: no Tensile library for the GPU's arch in the build (the errno text varies:
-# ENOENT, or ESPIPE "Illegal seek" from the merged library), or hipBLASLt/rocBLAS's lazy-loading
-# form naming the per-arch file it could not load.
-TENSILE = re.compile(r"Cannot read [^\n]*?TensileLibrary\S*: (?:No such file or directory|Illegal seek)"
-                     r" for GPU arch ?: ?(?P<gfx>gfx\w+)"
+# rocBLAS's form: no Tensile library for the GPU's arch where rocBLAS looks (the errno text
+# varies: ENOENT, or ESPIPE "Illegal seek" from the merged library; releases before ROCm 6 do
+# not name the arch), or hipBLASLt/rocBLAS's lazy-loading form naming the per-arch file it
+# could not load.
+TENSILE = re.compile(r"Cannot read [^\n]*?TensileLibrary\S*?:? (?:No such file or directory|Illegal "
+                     r"seek)(?: for GPU arch ?: ?(?P<gfx>gfx\w+))?"
                      r"|Could not load [^\n]*?TensileLibrary_lazy_(?P<lazy>gfx\w+)\.dat", IC)
+# rocBLAS (ROCm >= 6) lists the Tensile files its library folder holds after that error: files
+# for other targets and none for the GPU's is a build without the target (AMDMIGraphX#3517); an
+# empty list, a folder it cannot open (vladmandic/sdnext#4737) or its own warning that no path
+# matched (justxi/rocm#182) is a library whose files are not where rocBLAS looks.
+TENSILE_LIST = re.compile(r"List of available TensileLibrary Files :(?P<files>(?:\s*\"[^\"\n]*\")*)", IC)
+LISTED_ARCH = re.compile(r"TensileLibrary_(?:lazy_)?(gfx\w+?)\.dat", IC)
+TENSILE_NOT_THERE = re.compile(
+    r"directory iterator cannot open directory: No such file or directory \[[^\]\n]*"
+    r"|No paths matched [^\n]*?Make sure that ROCBLAS_TENSILE_LIBPATH is set correctly", IC)
 GFX = re.compile(r"\bgfx(?P<target>[0-9a-f]{3,4})\b(?P<features>(?::[\w+-]+)*)", IC)
 OVERRIDE = re.compile(r"HSA_OVERRIDE_GFX_VERSION=?(?P<value>[0-9.]*)", IC)
 
@@ -157,7 +167,33 @@ def _errno(match: re.Match) -> tuple[str, str]:
                 ("", said.strip()))
 
 
-def read(message: str) -> list[Reading]:
+def _tensile(message: str, around: str) -> Reading | None:
+    """rocBLAS's Tensile files, read with the list of files it printed (in the lines around):
+    files-missing when the folder is empty or missing; None otherwise (a list of other targets'
+    files is the code-object reading below)."""
+    error = TENSILE.search(message)
+    if not error:
+        return None
+    text = f"{message}\n{around}"
+    listing, missing = TENSILE_LIST.search(text), TENSILE_NOT_THERE.search(text)
+    # an empty list is one rocBLAS went on from (a paste cut after the header says nothing)
+    empty = listing and not LISTED_ARCH.search(listing["files"]) and text[listing.end():].strip()
+    if missing or empty:
+        return reading(FAMILY, "rocm.rocblas-tensile-files-missing", error.group(0),
+                       error=error.group(0), gfx=error["gfx"] or "",
+                       library=(missing.group(0) if missing else "no files listed")[:160])
+    return None
+
+
+def _lists_own_target(message: str, around: str) -> bool:
+    """rocBLAS named the GPU's target and listed a file for it: the files are there, so the
+    failure to read them is not a build without the target."""
+    error, listing = TENSILE.search(message), TENSILE_LIST.search(f"{message}\n{around}")
+    return bool(error and error["gfx"] and listing and error["gfx"].lower() in
+                {a.lower() for a in LISTED_ARCH.findall(listing["files"])})
+
+
+def read(message: str, around: str = "") -> list[Reading]:
     if not message:
         return []
     found: list[Reading] = []
@@ -166,7 +202,14 @@ def read(message: str) -> list[Reading]:
     if bnb:  # the library bitsandbytes asks for is named after torch's HIP, not its build's
         found.append(reading(FAMILY, "rocm.bnb-binary-version-tag", bnb.group(0)[:160],
                              asked_for=f"libbitsandbytes_rocm{bnb['tag']}"))
-    code = NO_CODE_OBJECT.search(message) or TENSILE.search(message)
+    files = _tensile(message, around)
+    if files:
+        found.append(files)
+    # a Tensile file under apptainer's bind folder is the host's rocBLAS shadowing the image's
+    # (rocm.apptainer-rocm-binds-host-libs, read below), not a build without the target
+    code = NO_CODE_OBJECT.search(message) or (
+        not files and not _lists_own_target(message, around)
+        and not SINGULARITY_LIB.search(message) and TENSILE.search(message))
     # An APU's iGPU beside a discrete GPU (in the line or the lines around) makes it
     # rocm.igpu-selected instead: that evidence has one home, the mode's `also`, which is also
     # gpu.rocm-gfx-unsupported's `against` (rank.py weighs both).
@@ -174,9 +217,12 @@ def read(message: str) -> list[Reading]:
         named = code.groupdict().get("gfx") or code.groupdict().get("lazy")
         gfx = GFX.search(message)
         override = OVERRIDE.search(message)
+        listing = TENSILE_LIST.search(f"{message}\n{around}")
         found.append(reading(FAMILY, "gpu.rocm-gfx-unsupported", code.group(0), error=code.group(0),
                              gfx=named or (f"gfx{gfx['target']}{gfx['features']}" if gfx else ""),
-                             override=override["value"] if override else ""))
+                             override=override["value"] if override else "",
+                             library_has=", ".join(sorted(set(LISTED_ARCH.findall(
+                                 listing["files"])))) if listing else ""))
     kfd = KFD_OPEN.search(message)
     kind, said = _errno(kfd) if kfd else ("", "")
     member = NOT_MEMBER.search(message)
