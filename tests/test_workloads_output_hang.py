@@ -21,7 +21,8 @@ from tests.harness.mountns import FUSE_MOUNT, in_namespace, needs_fuse
 SMOKE = FUSE_MOUNT + """
 fuse_mount "$MNT" "$MODE"
 set +e
-timeout -s KILL 90 "$PY" -m dsenv smoke bert-squad --output-dir "$MNT/out" > "$OUT" 2>&1
+timeout -s KILL 90 "$PY" -m dsenv smoke bert-squad --output-dir "$MNT/out" --probe-timeout 2 \\
+    > "$OUT" 2>&1
 echo "exit $?" >> "$OUT"
 """
 
@@ -34,7 +35,7 @@ import sys
 from dsenv.workloads.cli import answering_output_dir
 from dsenv.workloads.errors import WorkloadError
 try:
-    print("answered", answering_output_dir(sys.argv[1]))
+    print("answered", answering_output_dir(sys.argv[1], 2))
 except WorkloadError as exc:
     print("refused", exc)
 ' "$MNT/out" > "$OUT" 2>&1 || echo "exit $?" >> "$OUT"
@@ -55,13 +56,13 @@ def _run(tmp_path, script: str, mode: str) -> tuple[str, float]:
 
 def test_a_smoke_whose_output_folder_stopped_answering_ends_in_one_line(tmp_path):
     output, seconds = _run(tmp_path, SMOKE, "all-hang")
-    assert seconds < 60, (seconds, output)  # the probe deadline (10 s), not the kill at 90 s
+    assert seconds < 60, (seconds, output)  # the probe deadline (2 s), not the kill at 90 s
     lines = [line for line in output.splitlines() if line.strip()]
     assert lines[-1] == "exit 2", output
     assert lines[0].startswith("environment "), output  # which interpreter runs it, first
     said = " ".join(lines[1:-1])
     assert said.startswith(f"dsenv smoke bert-squad: the output folder (--output-dir) "
-                           f"{tmp_path / 'mnt' / 'out'} gave no answer to a stat within 10 s "
+                           f"{tmp_path / 'mnt' / 'out'} gave no answer to a stat within 2 s "
                            f"(fuse.dsenvtest on {tmp_path / 'mnt'})"), said
     assert "pass an --output-dir on a file system that answers" in said
     assert "Traceback" not in output
@@ -76,7 +77,7 @@ def test_the_check_alone_refuses_the_folder_that_stopped_answering(tmp_path):
     output, seconds = _run(tmp_path, CHECK, "all-hang")
     assert seconds < 45, (seconds, output)
     assert output.startswith(f"refused the output folder (--output-dir) {tmp_path / 'mnt'}"
-                             f"/out gave no answer to a stat within 10 s"), output
+                             f"/out gave no answer to a stat within 2 s"), output
 
 
 def test_a_local_output_folder_needs_no_probe(tmp_path, monkeypatch):
@@ -94,7 +95,7 @@ LAUNCH = FUSE_MOUNT + """
 fuse_mount "$MNT" "$MODE"
 set +e
 timeout -s KILL 90 "$PY" -m dsenv launch bert-squad --nodes 1 --launcher srun --cpu \\
-    --out "$JOB" --output-dir "$MNT/out" > "$OUT" 2>&1
+    --out "$JOB" --output-dir "$MNT/out" --probe-timeout 2 > "$OUT" 2>&1
 echo "exit $?" >> "$OUT"
 """
 
@@ -117,7 +118,7 @@ def test_launch_warns_of_an_output_folder_that_stopped_answering_and_does_not_ha
     assert seconds < 60, (seconds, said)
     assert said.endswith("exit 0"), said
     assert (f"dsenv launch: warning: output dir {tmp_path / 'mnt' / 'out'} gave no answer to "
-            f"a stat within 10 s (fuse.dsenvtest on {tmp_path / 'mnt'}): its file server is "
+            f"a stat within 2 s (fuse.dsenvtest on {tmp_path / 'mnt'}): its file server is "
             f"not answering; a job touching it hangs there too: ask the site about the mount, "
             f"or choose another with --output-dir") in said, said
 
@@ -132,7 +133,7 @@ def test_launch_with_the_same_folder_answering_says_nothing_of_it(tmp_path):
 FETCH = FUSE_MOUNT + """
 fuse_mount "$MNT" "$MODE"
 set +e
-HF_HOME="$MNT/hf" timeout -s KILL 90 "$PY" -m dsenv fetch bert-squad > "$OUT" 2>&1
+HF_HOME="$MNT/hf" timeout -s KILL 90 "$PY" -m dsenv fetch bert-squad --probe-timeout 2 > "$OUT" 2>&1
 echo "exit $?" >> "$OUT"
 """
 
@@ -167,7 +168,7 @@ def test_fetch_into_a_cache_that_stopped_answering_ends_in_one_line(tmp_path, hu
     lines = [line for line in output.splitlines() if line.strip()]
     assert lines[-1] == "exit 2" and len(lines) == 2, output
     assert lines[0] == (f"dsenv fetch: the hub cache {tmp_path / 'mnt' / 'hf' / 'hub'} gave no "
-                        f"answer to a stat within 10 s (fuse.dsenvtest on {tmp_path / 'mnt'}): "
+                        f"answer to a stat within 2 s (fuse.dsenvtest on {tmp_path / 'mnt'}): "
                         "its file server is not answering; choose a cache on a file system "
                         "that answers (--cache-dir, HF_HOME) and ask the site about the mount")
     assert hub.requests == []  # nothing downloaded that could not be kept

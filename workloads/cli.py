@@ -16,10 +16,10 @@ import argparse
 import importlib
 import sys
 
-from dsenv.argtypes import non_negative_float, non_negative_int, positive_int
+from dsenv.argtypes import non_negative_float, non_negative_int, positive_float, positive_int
 from dsenv.errors import run_command
 from dsenv.facts.host import mounts
-from dsenv.facts.node import Node
+from dsenv.facts.node import DEFAULT_PROBE_TIMEOUT, Node
 from dsenv.suggest import Parser
 from dsenv.workloads import registry
 from dsenv.workloads.errors import WorkloadError
@@ -84,6 +84,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                              "without ZeRO)")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="keep DeepSpeed's own logging")
+    parser.add_argument("--probe-timeout", type=positive_float, default=DEFAULT_PROBE_TIMEOUT,
+                        metavar="S", help="seconds a stat of the output folder may take before "
+                        "its file server is taken as not answering (default 10)")
 
 
 def add_workload_parsers(subparsers) -> None:
@@ -162,12 +165,12 @@ def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
                         help=argparse.SUPPRESS)
 
 
-def answering_output_dir(path: str) -> str:
+def answering_output_dir(path: str, timeout: float = DEFAULT_PROBE_TIMEOUT) -> str:
     """``path``, once a stat of it (of its nearest existing folder) answered in a child within
     the probe deadline. On a file server that stopped answering, the run's first touch of its
     output folder (resolving it, making it, locking it) blocks in the kernel, where no
     deadline reaches: the run would hang before its first line."""
-    problem = mounts.unanswered(Node(wanted_target="login"), path,
+    problem = mounts.unanswered(Node(wanted_target="login", probe_timeout=timeout), path,
                                 "the output folder (--output-dir)")
     if problem:
         raise WorkloadError(f"{problem}; pass an --output-dir on a file system that answers "
@@ -182,7 +185,8 @@ def run_workload_command(args, argv: list[str] | None = None) -> int:
     target.prepare(args, sys.argv[1:] if argv is None else argv)
     mode = getattr(args, "workload_mode", args.command)
     args.output_dir = answering_output_dir(args.output_dir.format(workload=args.workload,
-                                                                   mode=mode))
+                                                                   mode=mode),
+                                           args.probe_timeout)
     if mode == "smoke" and args.workload == SMOKE_ALL:
         return run_all(args, list(SMOKE_WORKLOADS))
     if args.workload not in WORKLOAD_MODULES:

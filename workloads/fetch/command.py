@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 from dsenv.facts.host import mounts
-from dsenv.facts.node import Node
+from dsenv.argtypes import positive_float
+from dsenv.facts.node import DEFAULT_PROBE_TIMEOUT, Node
 from dsenv.redact import Redactor
 from dsenv.workloads.errors import FetchError
 from dsenv.workloads.fetch.assets import WORKLOAD_NAMES, CacheLayout
@@ -56,6 +57,9 @@ def add_fetch_parser(subparsers) -> None:
     fetch.add_argument("--from", dest="from_dir", type=Path, metavar="DIR",
                        help="import a bundle made by `dsenv fetch WORKLOAD --cache-dir DIR` on "
                             "another machine (no network)")
+    fetch.add_argument("--probe-timeout", type=positive_float, default=DEFAULT_PROBE_TIMEOUT,
+                       metavar="S", help="seconds a stat of the caches may take before their "
+                       "file server is taken as not answering (default 10)")
     fetch.add_argument("--verify", action="store_true",
                        help="recompute the size and sha256 of every file in the manifests; "
                             "exit 1 if any is missing or changed")
@@ -77,7 +81,7 @@ def run_fetch(args) -> int:
     layout = CacheLayout.under(args.cache_dir) if args.cache_dir else CacheLayout.from_env()
     # On a file server that stopped answering, the first touch of a folder blocks in the
     # kernel where no deadline reaches: each is statted in a child first.
-    node = Node(wanted_target="login")
+    node = Node(wanted_target="login", probe_timeout=args.probe_timeout)
     for what, path in (("the hub cache", layout.hub), ("the data sets' cache", layout.saved),
                        ("the bundle (--from)", args.from_dir)):
         if path and (problem := mounts.unanswered(node, path, what)):

@@ -25,7 +25,7 @@ from dsenv.envs.mpi_launch import mpi_profile, working_plugins
 from dsenv.envs.sites import Container, load_site
 from dsenv.facts.host import mounts
 from dsenv.facts.mpi import installation as mpi
-from dsenv.facts.node import Node
+from dsenv.facts.node import DEFAULT_PROBE_TIMEOUT, Node
 from dsenv.redact import Redactor
 from dsenv.staging import write_file_atomically
 from dsenv.workloads import registry
@@ -97,6 +97,9 @@ def add_launch_parser(subparsers) -> None:
     launch.add_argument("--submit", action="store_true", help="submit the script with sbatch")
     launch.add_argument("--sbatch-timeout", type=positive_float, default=60.0, metavar="S",
                         help="seconds sbatch may take to answer (default 60)")
+    launch.add_argument("--probe-timeout", type=positive_float, default=DEFAULT_PROBE_TIMEOUT,
+                        metavar="S", help="seconds each probe here may take (ompi_info for "
+                        "srun's --mpi, a stat of the job's paths; default 10)")
     launch.add_argument("--k8s", action="store_true",
                         help="write a Kubeflow MPIJob (kubeflow.org/v2beta1) manifest instead")
 
@@ -134,7 +137,7 @@ def _container(spec: str | None, site):
     return Container(runtime, image, site.container.binds if site.container else ())
 
 
-def choose_srun_mpi(site, env, timeout: float = 10.0) -> tuple[str, str]:
+def choose_srun_mpi(site, env, timeout: float = DEFAULT_PROBE_TIMEOUT) -> tuple[str, str]:
     """(plugin, why) for `srun --mpi=`: the site's srun_mpi, else the first plugin the
     doctor's launch rules (envs/mpi_launch.toml) say starts the MPI on PATH, else pmix."""
     if site.srun_mpi:
@@ -238,7 +241,7 @@ def build_plan(args, env=None):
         binds = tuple(p for p in (str(Path(output_dir).parent), env_prefix) if p)
     srun_mpi, origin = ("pmix", "")
     if launcher == "srun" and not args.k8s:
-        srun_mpi, origin = choose_srun_mpi(site, env)
+        srun_mpi, origin = choose_srun_mpi(site, env, args.probe_timeout)
     python = "python" if (env_prefix or container is not None) else sys.executable
     return JobPlan(
         workload=args.workload, mode=mode, launcher=launcher, nodes=args.nodes,
@@ -289,11 +292,12 @@ def node_local(node: Node, path: str) -> str | None:
     return None
 
 
-def path_lines(plan: JobPlan, print_only: bool, env) -> list[str]:
+def path_lines(plan: JobPlan, print_only: bool, env,
+               timeout: float = DEFAULT_PROBE_TIMEOUT) -> list[str]:
     """Warning lines about the paths the job writes or reads: those that gave no answer to a
     stat here (a file server that stopped answering: the job would hang on them too), and
     those that are node-local."""
-    node = Node(wanted_target="login", env=dict(env))
+    node = Node(wanted_target="login", probe_timeout=timeout, env=dict(env))
     paths = [("job log (#SBATCH --output)", f"{plan.job_output_dir}/%x-%j.out",
               "run --print from there" if print_only else "--out"),
              ("output dir", plan.output_dir, "--output-dir")]
@@ -358,7 +362,8 @@ def run_launch(args, argv: list[str] | None = None) -> int:
     notes = []  # said once the script is out: a command that fails ends in its one line
     if not args.k8s:  # a manifest names paths inside the pods and asks Slurm nothing
         notes = [line for line in (unset_slurm_line(plan, os.environ),
-                                   *path_lines(plan, args.print_only, os.environ)) if line]
+                                   *path_lines(plan, args.print_only, os.environ,
+                                              args.probe_timeout)) if line]
     if args.k8s:
         text = to_yaml(render_mpijob(plan, args.output_dir, args.job_name))
         default = f"{plan.workload}-mpijob.yaml"
