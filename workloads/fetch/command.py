@@ -25,8 +25,8 @@ import os
 import sys
 from pathlib import Path
 
-from dsenv.facts.host import mounts
 from dsenv.argtypes import positive_float
+from dsenv.facts.host import mounts
 from dsenv.facts.node import DEFAULT_PROBE_TIMEOUT, Node
 from dsenv.redact import Redactor
 from dsenv.workloads.errors import FetchError
