@@ -188,7 +188,8 @@ def test_smoke_all_runs_the_registry_smokes_in_order(monkeypatch, tmp_path):
     handed = []
     monkeypatch.setattr(cli, "run_all", lambda args, names: handed.extend(names) or 0)
     args = argparse.Namespace(workload=cli.SMOKE_ALL, command="smoke", workload_mode="smoke",
-                              output_dir=str(tmp_path / "{workload}-{mode}"))
+                              output_dir=str(tmp_path / "{workload}-{mode}"),
+                              probe_timeout=cli.DEFAULT_PROBE_TIMEOUT)
     assert cli.run_workload_command(args) == 0
     assert handed == list(registry.smoke_names()) == list(cli.SMOKE_WORKLOADS)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from dsenv.doctor.catalogue import mode_finding, mode_id
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
-from dsenv.facts.gpu import cuda_driver
+from dsenv.facts.gpu import cuda_driver, rocblas
 from dsenv.facts.gpu import inventory as gpu_probe
 from dsenv.facts.python import target_env
 from dsenv.facts.python import torch_info as tp
@@ -93,6 +93,46 @@ def arch_list(ctx: Context):
                             "kernel image is available for execution on the device'", *evidence,
                             here=_wheel_fix(ctx, gpus))
     return ok(f"compiled arch list covers all {len(gpus)} GPU(s)", *evidence)
+
+
+@check("torch.rocblas-kernels", "rocBLAS has GEMM kernels for every visible AMD GPU")
+def rocblas_kernels(ctx: Context):
+    """ROCm builds: the Tensile files in the folder rocBLAS will read, against each GPU's gfx
+    target (or HSA_OVERRIDE_GFX_VERSION's). None there fails every GEMM at its first call with
+    "rocBLAS error: Cannot read .../TensileLibrary.dat"."""
+    state = _gpu_torch(ctx)
+    if not isinstance(state, tuple):
+        return state
+    found, gpus = state
+    if found.kind != "hip":
+        return skip(f"{found.describe()}: rocBLAS is ROCm's")
+    amd = [g for g in gpus if g.vendor == "amd" and g.arch.startswith("gfx")]
+    if not amd:
+        return skip("no AMD GPU with a gfx target visible")
+    lib = rocblas.tensile_folder(ctx, found.location)
+    if lib is None:
+        return skip(f"no librocblas beside torch ({found.location}/lib) or in "
+                    f"{ctx.env.get('ROCM_PATH') or '/opt/rocm'}/lib: nothing to read")
+    if not lib.exists or not (lib.targets or lib.merged):
+        held = "does not exist" if not lib.exists else "holds no TensileLibrary files"
+        return mode_finding(fail, "rocm.rocblas-tensile-files-missing",
+                            f"rocBLAS reads its kernels from {lib.describe()}, which {held}: "
+                            "every GEMM fails with 'rocBLAS error: Cannot read "
+                            ".../TensileLibrary.dat'", here=f"folder {lib.folder}")
+    if not lib.targets:
+        return skip(f"{lib.folder} holds one merged TensileLibrary.dat: its targets are not in "
+                    "the file names, so they are not compared")
+    evidence = [f"{lib.describe()}: files for {' '.join(lib.targets)}"]
+    wanted = {g: rocblas.target_of(g.arch, ctx.env) for g in amd}
+    missing = [f"{g.name} ({target}, {why})" for g, (target, why) in wanted.items()
+               if target not in lib.targets]
+    if missing:
+        return mode_finding(fail, "gpu.rocm-gfx-unsupported",
+                            f"rocBLAS has no kernels for {', '.join(sorted(set(missing)))}: every "
+                            "GEMM fails with 'rocBLAS error: Cannot read .../TensileLibrary.dat'",
+                            *evidence, here=f"targets with kernels: {' '.join(lib.targets)}")
+    targets = sorted({target for target, _ in wanted.values()})
+    return ok(f"rocBLAS has kernels for {' '.join(targets)} ({len(amd)} GPU(s))", *evidence)
 
 
 def _lacking_mode(gpus, compiled) -> str:
