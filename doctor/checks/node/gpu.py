@@ -6,6 +6,7 @@ GPUs (:func:`gpu_expectation`).
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -15,9 +16,11 @@ from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
 from dsenv.envs import archs
 from dsenv.facts.gpu import inventory as probe
+from dsenv.facts.gpu import libcuda
 from dsenv.facts.python import pyenv, torch_info
 from dsenv.provision.record.manifest import installed_versions
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
+from dsenv.versions import version_tuple
 
 HANG_FIX = ("the node's GPU driver is stuck (look for Xid errors in `dmesg`): tell the admins "
             "and keep jobs off the node: `sbatch --exclude=$(hostname)`")
@@ -155,6 +158,37 @@ def nvidia_smi(ctx: Context):
     return _tool_finding(ctx, outcome, "load the NVIDIA kernel module or ask the admins: "
                          "`nvidia-smi` must list the GPUs before CUDA can use them",
                          _nvidia_mode(ctx, outcome) if outcome.status != "ok" else "")
+
+
+@check("gpu.libcuda", "the libcuda programs load matches the NVIDIA kernel module")
+def libcuda_matches_module(ctx: Context):
+    """A libcuda.so of another version than the loaded kernel module fails CUDA's start with
+    error 803; the forward-compat libcuda is meant to be newer than the module (a data-center
+    GPU on an older driver branch), never older."""
+    module = libcuda.kernel_module_version(ctx)
+    if module is None:
+        return skip("no NVIDIA kernel module loaded (/proc/driver/nvidia/version absent)")
+    lib = libcuda.loaded_libcuda(ctx)
+    if lib is None:
+        return skip(f"no {libcuda.SONAME} on LD_LIBRARY_PATH or in the ld.so cache")
+    evidence = [f"{lib.found} ({lib.how}) -> {lib.target}", f"kernel module {module}"]
+    if lib.version is None:
+        return skip(f"{lib.target}: its name carries no driver version, so it is not compared")
+    if lib.version == module:
+        return ok(f"{lib.target} is driver {module}, the kernel module's", *evidence)
+    newer = version_tuple(lib.version) > version_tuple(module)
+    if lib.compat and newer:
+        return info(f"forward compatibility: {lib.target} (driver {lib.version}) over kernel "
+                    f"module {module}; it runs on data-center GPUs only (error 804 on others)",
+                    *evidence)
+    said = (f"programs load {lib.target} ({lib.how}), driver {lib.version}, while the kernel "
+            f"module is {module}: CUDA fails to start with error 803 ('system has unsupported "
+            "display driver / cuda driver combination')")
+    if lib.compat:
+        return mode_finding(fail, "gpu.compat-libcuda-mismatch", said, *evidence,
+                            here=f"take {os.path.dirname(lib.found)} off LD_LIBRARY_PATH (or "
+                            "out of /etc/ld.so.conf.d) on this node")
+    return mode_finding(fail, "gpu.driver-library-mismatch", said, *evidence)
 
 
 @check("gpu.rocm", "AMD GPU tools (amd-smi, rocminfo, rocm-smi)")
