@@ -222,19 +222,20 @@ def test_folded_line_without_verbose_every_row_with_it_every_check_in_json():
                              timeout=60)
     report = subprocess.run([*argv, "--json"], capture_output=True, text=True, env=_env(),
                             timeout=60)
-    assert "6 checks do not apply here  no NVIDIA driver; no ROCm; no GPU; no NVIDIA GPU to " \
-        "compare" in folded.stdout
+    assert "7 checks do not apply here  no NVIDIA driver; no NVIDIA kernel module loaded; no " \
+        "ROCm; no GPU; no NVIDIA GPU to compare" in folded.stdout
     assert "NVIDIA driver tool (nvidia-smi)" not in folded.stdout
     for title in ("NVIDIA driver tool (nvidia-smi)", "AMD GPU tools", "GPUs visible to this job",
                   "CUDA/ROCR/HIP_VISIBLE_DEVICES", "GPU compute mode", "MIG instances",
-                  "GPUs new enough for FlashAttention-2 and Triton"):
+                  "GPUs new enough for FlashAttention-2 and Triton",
+                  "the libcuda programs load matches the NVIDIA kernel module"):
         assert title in verbose.stdout
     assert "do not apply here" not in verbose.stdout
     results = json.loads(report.stdout)["results"]
     assert {r["id"]: r["status"] for r in results} == {
         "gpu.nvidia-smi": "skip", "gpu.rocm": "skip", "gpu.devices": "info",
         "gpu.visible-devices": "skip", "gpu.compute-mode": "skip", "gpu.mig": "skip",
-        "gpu.kernel-floors": "skip"}
+        "gpu.kernel-floors": "skip", "gpu.libcuda": "skip"}
     assert folded.returncode == verbose.returncode == report.returncode == 0
 
 
