@@ -218,6 +218,31 @@ def test_slingshot_with_the_plugin_on_ld_library_path_passes(make_ctx, run_one, 
     assert result.status is Status.OK and "-net.so" in result.summary
 
 
+@pytest.mark.parametrize("launcher, status", [
+    ("torchrun", Status.WARN),  # ranks started outside srun: no VNI (uiuc-hpc/lci#110)
+    ("deepspeed", Status.WARN),
+    ("srun", Status.OK),  # the healthy twin: every step gets its VNI from Slurm
+])
+def test_slingshot_ranks_get_a_vni_only_from_srun(make_ctx, run_one, slingshot_root, launcher,
+                                                  status):
+    ctx = make_ctx(env={"PATH": "/usr/bin"}, root=slingshot_root, launcher=launcher)
+    result = run_one("comm.slingshot-vni", ctx)
+    assert result.status is status, result
+    assert "cxi0" in result.evidence[0] and f"--launcher {launcher}" in result.evidence[1]
+    if status is Status.WARN:
+        assert result.mode == "comm.slingshot-no-vni" and launcher in result.summary
+        assert "--launcher srun" in here(result) and "single_node_vni" in result.fix
+
+
+def test_slingshot_vni_skips_without_cxi_or_a_launcher(make_ctx, run_one, slingshot_root,
+                                                       tmp_path):
+    none = run_one("comm.slingshot-vni", make_ctx(env={}, root=tmp_path / "bare",
+                                                  launcher="torchrun"))
+    assert none.status is Status.SKIP and "no Slingshot" in none.summary
+    unknown = run_one("comm.slingshot-vni", make_ctx(env={}, root=slingshot_root))
+    assert unknown.status is Status.SKIP and "--launcher" in unknown.summary
+
+
 def test_nccl_net_plugin_names_the_file(make_ctx):
     ctx = make_ctx(env={"NCCL_NET_PLUGIN": "ofi"})
     assert fabric.net_plugin_names(ctx, rocm=False)[0] == "libnccl-net-ofi.so"

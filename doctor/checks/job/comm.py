@@ -133,6 +133,29 @@ def slingshot(ctx: Context):
         "LD_LIBRARY_PATH) and `export FI_PROVIDER=cxi`")
 
 
+@check("comm.slingshot-vni", "Slingshot network service (VNI) for the ranks")
+def slingshot_vni(ctx: Context):
+    """Slurm's HPE Slingshot plugin grants each srun step a VNI; ranks another launcher starts
+    (torchrun, DeepSpeed's runner over ssh, mpirun's own daemons) have none, and libfabric's
+    cxi provider then fails at fi_domain (ENOSYS) unless the site keeps its default service
+    open (uiuc-hpc/lci#110, open-mpi/ompi#12038)."""
+    devices = fabric.cxi_devices(ctx)
+    if not devices:
+        return skip("no Slingshot (cxi) devices under /sys/class/cxi")
+    launcher = ctx.job.launcher
+    if launcher is None:
+        return skip("the launcher is not known: give --launcher to judge how ranks get a VNI")
+    evidence = ["cxi devices: " + ", ".join(devices), f"--launcher {launcher}"]
+    if launcher == "srun":
+        return ok("srun starts the ranks: each step gets its VNI from Slurm (one node: add "
+                  "--network=single_node_vni where the site asks for it)", *evidence)
+    return mode_finding(warn, "comm.slingshot-no-vni",
+                        f"{launcher} starts the ranks on Slingshot: they get no network service "
+                        "(VNI) from Slurm, and the cxi provider fails at fi_domain unless the "
+                        "site keeps its default service open", *evidence,
+                        here="`dsenv launch --launcher srun` (srun starts every rank)")
+
+
 def _interface_list_check(ctx: Context, setting: Setting, names: list[str], what: str):
     variable = setting.name
     spec = fabric.parse_nccl_list(setting.value)
