@@ -68,12 +68,10 @@ def test_two_launches_writing_one_script_leave_a_whole_one(tmp_path):
 @pytest.mark.slow
 def test_a_second_smoke_into_a_busy_output_folder_refuses_in_one_line(tmp_path, run_env,
                                                                       no_references):
-    """The first smoke is a short one (80 of its 400 steps: whether it learns enough to pass
-    is not what is tested here); the second asks for the same folder while it runs."""
     out = tmp_path / "runs" / "mrpc"
     command = ["smoke", "bert-mrpc", "--output-dir", str(out),
                "--references", no_references]
-    first = start(*command, "--steps", "80", env=run_env)
+    first = start(*command, env=run_env)
     lock = out.with_name(".mrpc.lock")
     deadline = time.monotonic() + 120
     while not lock.exists() and time.monotonic() < deadline and first.poll() is None:
@@ -88,8 +86,6 @@ def test_a_second_smoke_into_a_busy_output_folder_refuses_in_one_line(tmp_path, 
     assert lines[0].endswith("wait for it to finish, or pass another --output-dir")
     assert time.monotonic() - began < 90
     code, out1, err1 = finish(first, 300)
-    # it ran to its end undisturbed: a verdict (PASS, or FAIL for a run too short to learn),
-    # its report written, and the folder released
-    assert code in (0, 1) and "Traceback" not in err1, out1 + err1
-    assert json.loads((out / "report.json").read_text())["status"] in ("PASS", "FAIL")
+    assert code == 0, out1 + err1
+    assert json.loads((out / "report.json").read_text())["status"] == "PASS"
     assert not lock.exists()
