@@ -22,6 +22,14 @@ os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
 
+# pytest-xdist's workers share the cores: each worker's processes get its share of OpenMP
+# threads. Left unset, torch in every worker starts one thread per core and the workers'
+# OpenMP barriers wait on each other's descheduled threads: two bert-mrpc smokes at once took
+# 80 s each on this 2-core machine, against 13.6 s each with one thread (13.5 s alone).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
 
 # ----------------------------------------------------------------------------- two phases
 # README's test command runs the suite in two phases: everything else on both cores

@@ -10,6 +10,10 @@ tells them apart. Telling evidence (a ProxyError) names its member alone; a text
 family parser compares (torch's list of the capabilities it was built for) keeps its ranked
 cause.
 
+A group marked ``unranked`` has words that no single cause ranks above the bar (a bare "No space
+left on device" says a file system is full, not which): when no line of the text names a cause,
+those words alone make the answer the group (:func:`unranked`).
+
 Each group's members have verbatim texts with the shared words from threads that settled each
 cause (tests/fixtures/explain_shared/, checked against this table by tests/test_explain_shared.py).
 """
@@ -39,6 +43,7 @@ class Group:
     which: str  # how to find out which it is
     sources: tuple[str, ...]  # threads that settled each member for these words
     cuda_errors: tuple[str, ...] = ()  # CUDA error kinds whose every form counts as the words
+    unranked: bool = False  # the words alone make the group when nothing else was named
 
     def says(self, text: str) -> bool:
         return any(re.search(p, text, FLAGS) for p in self.words) or \
@@ -56,7 +61,7 @@ def groups() -> tuple[Group, ...]:
     return tuple(Group(r["id"], r["what"], tuple(r["words"]), tuple(r["modes"]),
                        {k: tuple(v) for k, v in r.get("tells", {}).items()},
                        tuple(r.get("decided", ())), r["which"], tuple(r["sources"]),
-                       tuple(r.get("cuda_errors", ())))
+                       tuple(r.get("cuda_errors", ())), bool(r.get("unranked", False)))
                  for r in rows)
 
 
@@ -73,8 +78,8 @@ def narrow(sure: list[rank.Match], ranked: list[rank.Match], message: str,
         return sure
     best = sure[0]
     for g in groups():
-        if best.id not in g.modes or not g.says(message):
-            continue
+        if g.unranked or best.id not in g.modes or not g.says(message):
+            continue  # an unranked group's words never outweigh a cause ranked on them
         if any(re.search(p, text, FLAGS) for p in g.decided for text in (message, around)):
             return sure  # torch's supported-capabilities line: the gpu family compared them
         told = g.told(message) or g.told(around)
@@ -98,6 +103,34 @@ def narrow(sure: list[rank.Match], ranked: list[rank.Match], message: str,
                 m.why.append(f"shares these words with {best.id} ({g.id})")
         return members + [m for m in sure if m.id not in g.modes]
     return sure
+
+
+def unranked(message: str, around: str = "") -> list[rank.Match]:
+    """The answer of an ``unranked`` group whose words ``message`` holds (a line no cause ranked
+    above the bar): the member its telling evidence singles out, else every member in the
+    table's order; [] when no such group's words are there, or a text the parsers read decides."""
+    for g in groups():
+        if not g.unranked or not g.says(message):
+            continue
+        if any(re.search(p, text, FLAGS) for p in g.decided for text in (message, around)):
+            continue
+        words = next(hit.group(0) for p in g.words for hit in [re.search(p, message, FLAGS)]
+                     if hit) if not g.cuda_errors else message.strip()
+        told = g.told(message) or g.told(around)
+        if told:
+            member, pattern = told[0]
+            chosen = _match(member, [], rank.BAR)
+            chosen.matched.append(words)
+            chosen.why.append(f"the words of {g.id}, told apart by {pattern!r}")
+            return [chosen]
+        members = [_match(m, [], rank.BAR) for m in g.modes
+                   if not rank.evidence_against(catalogue.mode(m), message, around)]
+        for m in members:
+            m.shared = g.id
+            m.matched.append(words)
+            m.why.append(f"the words of {g.id}, which no one cause ranks above the others")
+        return members if len(members) > 1 else []
+    return []
 
 
 def _match(mode_id: str, ranked: list[rank.Match], score: float) -> rank.Match:

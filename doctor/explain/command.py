@@ -108,6 +108,7 @@ def _explain_lines(text: str):
     weak: list[rank.Match] = []
     notices: list = []  # lines whose only confident causes are benign notices
     survived = None  # (line, matches) of the first confident line whose cause it goes on after
+    unsure = None  # (line, matches): the first line whose words only an unranked group reads
     for line in reading.candidates[:MAX_LINES_TRIED]:
         around = "" if reading.single else reading.context(line)
         chained = "" if reading.single else reading.chained(line)
@@ -126,11 +127,16 @@ def _explain_lines(text: str):
             survived = (line, sure)
         if line is reading.root and not sure:
             weak = matches[:3]
+        if not sure and unsure is None:
+            grouped = alternatives.unranked(message, f"{around}\n{chained}")
+            unsure = (line, grouped) if grouped else None
     if survived is not None:
         return reading, survived[0], survived[1], [], notices
     hint = _hint_near_root(reading)
     if hint is not None:
         return reading, hint[0], hint[1], [], notices
+    if unsure is not None:  # words several causes share, and no line that names one
+        return reading, unsure[0], unsure[1], [], notices
     return reading, None, [], weak, notices
 
 
