@@ -21,7 +21,8 @@ from pathlib import Path
 RECORD = Path(__file__).resolve().parent / "last-run.json"
 # README's test command: the tests that may share the machine on both cores, then the ones
 # that need it to themselves (tests/conftest.py SERIAL_MODULES).
-PHASES = ('python -m pytest -q -n 2 -m "not serial"', "python -m pytest -q -m serial")
+PHASES = ('python -m pytest -q -n 2 --dist loadgroup -m "not serial"',
+          "python -m pytest -q -m serial")
 COMMAND = " && ".join(PHASES)
 # pytest's last line: counts, then the time ("=" around it unless -q)
 SUMMARY = re.compile(r"^=*\s*((?:\d+ [a-z]+(?:, )?)+|no tests ran) in (\d+(?:\.\d+)?)s\b")

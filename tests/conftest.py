@@ -33,25 +33,35 @@ if _WORKERS > 1:
 
 # ----------------------------------------------------------------------------- two phases
 # README's test command runs the suite in two phases: everything else on both cores
-# (pytest-xdist, `-n 2 -m "not serial"`), then these modules alone (`-m serial`). They need
-# the machine to themselves: one test Slurm and its namespaced hosts per session (a second
-# worker would start a second cluster), timings and performance verdicts judged against an
-# idle node, and DeepSpeed jobs that already keep both cores busy.
+# (pytest-xdist, `-n 2 --dist loadgroup -m "not serial"`), then these modules alone
+# (`-m serial`). They need the machine to themselves: timings and performance verdicts judged
+# against an idle node, DeepSpeed jobs that already keep both cores busy (on the test Slurm's
+# namespaced hosts too), and tests whose deadlines are a few seconds wide. Groups of modules
+# that share one expensive fixture run on one worker of the first phase (xdist_group).
 SERIAL_MODULES = {
-    # the test Slurm and namespaced hosts (tests/harness/slurmcluster.py, netns.py)
-    "test_doctor_distributed_env.py", "test_doctor_mpi_slurm.py", "test_doctor_node_health.py",
-    "test_launch_slurm.py", "test_multihost_distributed.py", "test_multihost_doctor.py",
-    "test_multihost_launch.py", "test_netns.py", "test_reframe_checks.py",
-    "test_slurmcluster.py",
+    # the test Slurm's namespaced hosts running training jobs, and tight deadlines there
+    "test_doctor_node_health.py", "test_multihost_distributed.py", "test_multihost_launch.py",
+    "test_reframe_checks.py",
     # timings and performance verdicts that need an idle node
     "test_explain_speed.py", "test_html_reports.py", "test_readme_screens.py",
     "test_workloads_contention.py",
-    # training runs on both cores (and the real environment's cpu_adam build they share)
+    # training runs on both cores
     "test_workloads_bert_mrpc.py", "test_workloads_bert_squad.py",
     "test_workloads_bert_squad_full.py", "test_workloads_gpt2_wikitext.py",
-    "test_workloads_smoke_all.py", "test_workloads_t5_xsum.py", "test_real_env.py",
-    "test_smokes_in_env.py",
+    "test_workloads_smoke_all.py", "test_workloads_t5_xsum.py",
 }
+# The other modules of the test Slurm (tests/harness/slurmcluster.py, netns.py) wait on its
+# daemons and on deadlines far more than they compute: they run in the first phase, all on one
+# worker (one cluster per session: a second worker would start a second), while the other
+# worker uses the core they leave idle.
+SLURM_GROUP_MODULES = {
+    "test_doctor_distributed_env.py", "test_doctor_mpi_slurm.py", "test_launch_slurm.py",
+    "test_multihost_doctor.py", "test_netns.py", "test_slurmcluster.py",
+}
+# The real environment (tests/provision/conftest.py cpu_env, built once for the package's two
+# modules) also runs in the first phase on one worker: its cpu_adam build compiles its two
+# sources one after the other, a core the other worker uses meanwhile.
+REAL_ENV_MODULES = {"test_real_env.py", "test_smokes_in_env.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects on the marker
@@ -59,6 +69,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
+        elif item.path.name in SLURM_GROUP_MODULES:
+            item.add_marker(pytest.mark.xdist_group("test-slurm"))
+        elif item.path.name in REAL_ENV_MODULES:
+            item.add_marker(pytest.mark.xdist_group("real-env"))
 
 
 @pytest.fixture

@@ -41,11 +41,15 @@ def test_the_phases_skips_add_up():
 
 
 def test_every_serial_module_exists():
-    """A renamed module would lose its serial marker and run on both cores unnoticed."""
-    from tests.conftest import SERIAL_MODULES
+    """A renamed module would lose its serial marker (or its worker group) and run on both
+    cores unnoticed; no module is in both."""
+    from tests.conftest import REAL_ENV_MODULES, SERIAL_MODULES, SLURM_GROUP_MODULES
 
     here = {path.name for path in (ROOT / "tests").rglob("test_*.py")}
-    assert SERIAL_MODULES <= here, sorted(SERIAL_MODULES - here)
+    for modules in (SERIAL_MODULES, SLURM_GROUP_MODULES, REAL_ENV_MODULES):
+        assert modules <= here, sorted(modules - here)
+    assert not (SERIAL_MODULES & SLURM_GROUP_MODULES or SERIAL_MODULES & REAL_ENV_MODULES
+                or SLURM_GROUP_MODULES & REAL_ENV_MODULES)
 
 
 def test_a_log_without_a_summary_says_so():

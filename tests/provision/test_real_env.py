@@ -168,7 +168,8 @@ def test_a_new_users_journey_provisions_then_smokes_in_that_environment(cpu_env,
     """Issue 24: provision with warm shared caches, activate, `dsenv smoke bert-squad`: the
     smoke runs in the new environment's interpreter (its lock's transformers, its
     precompiled ops, nothing JIT-built), the first line and the report say which environment
-    ran and why, and the whole journey takes at most 120 s on this machine.
+    ran and why, and the whole journey takes at most 120 s on this machine (idle; more in
+    proportion to the load when other tests share the cores).
     The provision is the second with the first's ops cache: the wheel the first build made is
     installed (hash-checked), verified as usual, and its precompiled op loads without JIT."""
     final, manifest, _ = cpu_env
@@ -210,8 +211,10 @@ def test_a_new_users_journey_provisions_then_smokes_in_that_environment(cpu_env,
     took = (f"provision (warm caches) {provisioned:.0f} s + smoke in the new environment "
             f"{seconds - provisioned:.0f} s = {seconds:.0f} s")
     print(f"\n{took}")
-    # the time is judged on an idle machine only, as the smokes judge their throughput
-    if os.getloadavg()[0] < (os.cpu_count() or 1):
-        assert seconds <= 120, took
-    else:
-        print(f"time not judged: load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    # 120 s on an idle machine; on a busy one (the suite's first phase runs this package beside
+    # other tests) every process gets its share of the cores, and the bound grows with the
+    # load: a journey several times slower than it should be still fails
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    bound = 120 * max(1.0, load / cores)
+    print(f"time judged against {bound:.0f} s (load {load:.1f} on {cores} cores)")
+    assert seconds <= bound, took
