@@ -40,7 +40,7 @@ VACUOUS = re.compile(
 # Every command a probe runs, present, exiting 0 and printing nothing.
 SILENT_TOOLS = ("nvidia-smi", "amd-smi", "rocm-smi", "rocminfo", "nvcc", "hipcc", "c++", "g++",
                 "ninja", "ldconfig", "mpirun", "mpiexec", "ompi_info", "srun", "ssh", "pdsh",
-                "python3")
+                "python3", "ip")
 JUDGED = {"MASTER_ADDR": "node-a", "NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "ib0",
           "NCCL_IB_HCA": "mlx5_0"}
 SLURM = {"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NNODES": "2"}

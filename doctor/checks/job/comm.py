@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dsenv.doctor.catalogue import mode_finding
+from dsenv.doctor.checks.job.launch import multi_node
 from dsenv.doctor.context import Context
 from dsenv.doctor.fix import actions as fix_actions
 from dsenv.doctor.registry import check
-from dsenv.facts.comm import fabric
+from dsenv.facts.comm import fabric, interfaces
 from dsenv.facts.comm.ncclconf import Setting, looked_in, nccl_setting
 from dsenv.facts.python import torch_info
 from dsenv.redact import show_variable
@@ -193,6 +194,37 @@ def socket_ifname(ctx: Context):
         action = fix_actions.nccl_reset(ctx, [(setting.name, setting.source)])
         return replace(finding, action=action)
     return finding
+
+
+@check("comm.bootstrap-interface", "Interface NCCL picks by itself")
+def bootstrap_interface(ctx: Context):
+    if nccl_setting(ctx, "NCCL_SOCKET_IFNAME") is not None:
+        return skip("NCCL_SOCKET_IFNAME chooses the interface (comm.socket-ifname judges it)")
+    read = interfaces.read(ctx)
+    if read.found is None:
+        return skip(f"the node's interfaces could not be read: {read.why}")
+    chosen, step = interfaces.nccl_choice(read.found)
+    listed = [i.describe() for i in read.found] or ["(none)"]
+    if not chosen:
+        return skip("no interface has an IP address: nothing for NCCL to choose from",
+                    *listed)
+    multi, why = multi_node(ctx)
+    picked = ", ".join(i.name for i in chosen)
+    summary = f"NCCL_SOCKET_IFNAME unset: NCCL picks {picked} ({step})"
+    evidence = [f"interfaces ({read.why}): " + "; ".join(listed), f"nodes: {why}"]
+    if ctx.env.get("NCCL_COMM_ID"):
+        evidence.append("NCCL_COMM_ID is set: an interface in its subnet is tried before these")
+    if multi and all(i.name.startswith(("lo", "docker")) for i in chosen):
+        # ranks on other nodes connect to the address rank 0 advertises: lo's and a Docker
+        # bridge's are this node's own
+        return mode_finding(_finding(ctx), "comm.no-bootstrap-interface",
+                            f"{summary}, which ranks on other nodes cannot reach", *evidence,
+                            here="export NCCL_SOCKET_IFNAME=<the interface that carries the "
+                                 "nodes' addresses>, or run the containers with the hosts' "
+                                 "network (--network=host)")
+    if not multi and all(i.name.startswith("lo") for i in chosen):
+        return ok(f"{summary}: enough for one node's ranks", *evidence)
+    return ok(summary, *evidence)
 
 
 @check("comm.gloo-ifname", "GLOO_SOCKET_IFNAME")
