@@ -36,7 +36,9 @@ _EXCEPTION = re.compile(r"\b(?P<exc>GatedRepoError|RepositoryNotFoundError|Revis
 _REPO = re.compile(r"Access to model (?P<repo>[\w.-]+/[\w.-]+)|cached snapshot for '(?P<repo2>[^']+)'"
                    r"|huggingface\.co/(?:api/(?:models|datasets|spaces)/|datasets/)?(?!api/)"
                    r"(?P<repo3>[\w.-]+/[\w.-]+)")
-_REMOVED = re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<module>huggingface_hub[\w.]*)'")
+# cached_download is huggingface_hub's own name: a paste without "from ..." is the same import
+_REMOVED = re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<module>huggingface_hub[\w.]*)'"
+                      r"|cannot import name '(?P<own>cached_download)'")
 _FLOCK = re.compile(r"flock\(.*?\[Errno (?P<errno>\d+)\] (?P<why>[\w /]+)", re.S)
 _LOCK_DENIED = re.compile(r"Permission denied: '(?P<path>[^']*(?:\.lock|/\.locks/[^']*|"
                           r"/(?:hub|huggingface)/(?:models|datasets)--[^']*))'")
@@ -199,7 +201,8 @@ def read(message: str) -> list[Reading]:
     # A name huggingface_hub removed (cached_download in 0.26) or added after the installed
     # release: the import itself fails, whatever the network.
     if m := _REMOVED.search(message):
-        add("hf.hub-version-api-removed", m[0], name=m["name"], module=m["module"])
+        add("hf.hub-version-api-removed", m[0], name=m["name"] or m["own"],
+            module=m["module"] or "huggingface_hub")
         return found
     # datasets >= 4 refuses loading scripts outright.
     if m := re.search(r"Dataset scripts are no longer supported", message):

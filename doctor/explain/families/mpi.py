@@ -162,6 +162,10 @@ _OMPI = (
                 r"processes(?:.*?Local (?:PRTE|Open MPI) version: (?P<local>\S+) Peer "
                 r"(?:PRTE|Open MPI) version: (?P<peer>\S+))?"
                 r"|Data unpack would read past end of buffer"), "mpi.version-mismatch-across-nodes"),
+    # mpirun passes its daemons options of its own release: a daemon refusing one is another
+    # release's (open-mpi/ompi#6324: the remote non-interactive PATH found another orted).
+    (re.compile(r"(?P<daemon>orted|prted): Error: unknown option \"(?P<option>-{1,2}[\w-]+)\""),
+     "mpi.version-mismatch-across-nodes"),
 )
 # What the launcher printed before "ORTE was unable to reliably start one or more daemons" when
 # it knows why no daemon started: that line names the cause (launch.toml's ssh and path modes).
