@@ -212,8 +212,10 @@ def bootstrap_interface(ctx: Context):
     picked = ", ".join(i.name for i in chosen)
     summary = f"NCCL_SOCKET_IFNAME unset: NCCL picks {picked} ({step})"
     evidence = [f"interfaces ({read.why}): " + "; ".join(listed), f"nodes: {why}"]
-    if ctx.env.get("NCCL_COMM_ID"):
-        evidence.append("NCCL_COMM_ID is set: an interface in its subnet is tried before these")
+    comm_id = nccl_setting(ctx, "NCCL_COMM_ID")
+    if comm_id is not None:
+        evidence.append(f"NCCL_COMM_ID is set ({comm_id.source}): an interface in its subnet is "
+                        "tried before these")
     if multi and all(i.name.startswith(("lo", "docker")) for i in chosen):
         # ranks on other nodes connect to the address rank 0 advertises: lo's and a Docker
         # bridge's are this node's own
