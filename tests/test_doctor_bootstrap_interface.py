@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
 
 from dsenv.verdicts.findings import Status
-from tests.harness.mountns import REPO, doctor_json, needs_namespace, result
+from tests.harness.mountns import doctor_json, in_namespace, needs_namespace, result
 
 LO_UP = "ip link set lo up\n"
 # a veth pair: $1 takes the address; its peer stays down, so it gets no address at all (an up
@@ -30,20 +27,9 @@ DOCTOR = '"$PY" -m dsenv doctor --only comm --json $ARGS || true\n'
 
 
 def in_netns(script: str, env: dict | None = None, timeout: float = 120):
-    """``script`` with sh in a new network namespace; its processes are killed past
-    ``timeout`` (the namespace goes with them)."""
+    """``script`` with sh in a new network namespace (it goes when the script ends)."""
     needs_namespace()
-    full = {**os.environ, **(env or {}), "PY": sys.executable}
-    proc = subprocess.Popen(["unshare", "-n", "sh", "-ec", VETH + script],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=full, cwd=REPO, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"namespace script ran past {timeout} s:\n{out}\n{err}") from None
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return in_namespace(VETH + script, env=env, timeout=timeout, unshare=("-n",))
 
 
 def _check(setup: str, args: str = "--nodes 2", **env) -> dict:

@@ -12,18 +12,13 @@ the WARN line."""
 from __future__ import annotations
 
 from dsenv.doctor.explain import alternatives
-from dsenv.doctor.explain.command import explain_text
 from tests.harness.cli import dsenv, explain
+from tests.harness.explaining import answer
 
 # LianjiaTech/BELLE#136's text (the settled cause: Docker's /dev/shm, fixed by --ipc=host)
 BARE = ("NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1169, unhandled "
         "system error, NCCL version 21.0.3 ncclSystemError: System call (socket, malloc, munmap, "
         "etc) failed.")
-
-
-def answer(text: str) -> tuple[str, list[str]]:
-    _, _, sure, _ = explain_text(text)
-    return (sure[0].shared if sure else ""), [m.id for m in sure]
 
 
 def test_the_bare_summary_is_the_group():

@@ -13,15 +13,10 @@ from __future__ import annotations
 import json
 
 from dsenv.doctor.explain import alternatives
-from dsenv.doctor.explain.command import explain_text
+from tests.harness.explaining import answer
 from tests.harness.mountns import in_namespace, needs_namespace
 
 BARE = "OSError: [Errno 28] No space left on device"  # pelican-eggs/eggs#1836, AlphaPose#1027
-
-
-def answer(text: str) -> tuple[str, list[str]]:
-    _, _, sure, _ = explain_text(text)
-    return (sure[0].shared if sure else ""), [m.id for m in sure]
 
 
 def test_bare_words_are_the_group_with_every_member():

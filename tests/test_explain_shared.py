@@ -21,20 +21,14 @@ import pytest
 
 from dsenv.doctor import catalogue
 from dsenv.doctor.explain import alternatives
-from dsenv.doctor.explain.command import explain_text
 from tests.harness.cli import dsenv, explain
+from tests.harness.explaining import answer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROWS = [json.loads(line) for line in
         (FIXTURES / "explain_shared" / "rows.jsonl").read_text().splitlines() if line.strip()]
 SYMPTOMS = [json.loads(line) for path in sorted((FIXTURES / "explain_symptoms").glob("*.jsonl"))
             for line in path.read_text().splitlines() if line.strip()]
-
-
-def answer(text: str) -> tuple[str, list[str]]:
-    """(the group id or "", the causes explain gives, first first)."""
-    _, _, sure, _ = explain_text(text)
-    return (sure[0].shared if sure else ""), [m.id for m in sure]
 
 
 def test_the_table_names_catalogue_modes_and_compiles():

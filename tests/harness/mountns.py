@@ -66,12 +66,14 @@ def needs_fuse():
         pytest.skip(problem)
 
 
-def in_namespace(script: str, env: dict | None = None, timeout: float = 240
+def in_namespace(script: str, env: dict | None = None, timeout: float = 240,
+                 unshare: tuple[str, ...] = ("-m", "--propagation", "private")
                  ) -> subprocess.CompletedProcess:
-    """Run ``script`` with sh in a new mount namespace; $PY is this interpreter and $FUSEFS
-    the FUSE server. Everything it started is killed if it runs past ``timeout``."""
+    """Run ``script`` with sh in new namespaces (``unshare``'s flags: a mount namespace unless
+    told otherwise, ``("-n",)`` a network one); $PY is this interpreter and $FUSEFS the FUSE
+    server. Everything it started is killed if it runs past ``timeout``."""
     full_env = {**os.environ, **(env or {}), "PY": sys.executable, "FUSEFS": str(FUSEFS)}
-    proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-ec", script],
+    proc = subprocess.Popen(["unshare", *unshare, "sh", "-ec", script],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=full_env, cwd=REPO, start_new_session=True)
     try:
