@@ -241,6 +241,11 @@ def test_every_linked_mode_exists():
     ("Could not load library libcudnn_cnn_infer.so.8. Error: libcuda.so: cannot open shared "
      "object file: No such file or directory", "unversioned",
      "loader.libcuda-unversioned-not-found"),
+    # cuda-python's own dlopen wrapper names the unversioned driver library (NVIDIA/cudf#10308,
+    # WSL: fixed by putting /usr/lib/wsl/lib on LD_LIBRARY_PATH)
+    ("  File \"cuda/_cuda/ccuda.pyx\", line 424, in cuda._cuda.ccuda.cuPythonInit\n"
+     "RuntimeError: Failed to dlopen libcuda.so", "unversioned",
+     "loader.libcuda-unversioned-not-found"),
     # the versioned driver library missing is no driver at all (pytorch/pytorch#2985: a
     # container started without the GPU runtime), whoever asked for it
     ("OSError: libcuda.so.1: cannot open shared object file: No such file or directory", "",

@@ -40,7 +40,8 @@ MISSING = re.compile(
     r"(?:(?P<path>/\S*/)|\b)" + _LIB + r"(?:'|\"|:|,)?\s*(?:: )?cannot open shared object file"
     r"|Could not load dynamic library '" + _LIB + "'"
     r"|load library failed: " + _LIB
-    + r"|failed to (?:load|open) " + _LIB  # dlopen wrappers; NVRTC's "failed to open X."
+    + r"|failed to (?:load|open|dlopen) " + _LIB  # dlopen wrappers (cuda-python's "Failed to
+    # dlopen X"); NVRTC's "failed to open X."
     + r"|(?:Couldn't|Could not|Unable to) (?:open|load|find) (?:the )?(?:CUDA |dynamic |shared )?"
       r"library:? '?" + _LIB, re.IGNORECASE)
 UNDEFINED = re.compile(
