@@ -40,6 +40,9 @@ def test_the_table_names_catalogue_modes_and_compiles():
         for p in (*g.words, *(p for ps in g.tells.values() for p in ps)):
             re.compile(p)
         assert g.which and all(s.startswith("https://") for s in g.sources), g.id
+        # "@family.name" and "@also" were resolved to the patterns they name
+        assert not any(p.startswith("@") for p in (*g.words, *(p for ps in g.tells.values()
+                                                               for p in ps))), g.id
     ids = [g.id for g in alternatives.groups()]
     assert len(ids) == len(set(ids))
 
@@ -247,3 +250,19 @@ def test_here_without_a_check_that_decides_says_so(tmp_path):
     assert "no check on this node decides between them (not decided here: " in head and \
         "none of them is present" not in head and "on the node and in the " \
         "environment that failed" in head, head
+
+
+@pytest.mark.parametrize("text", [
+    "HSA_STATUS_ERROR_INVALID_ISA: The instruction set architecture is invalid.",
+    "RuntimeError: HIP error: no kernel image is available for execution on the device",
+])
+def test_a_group_of_a_family_parsers_words_takes_each_of_its_wordings(text):
+    """hip-no-code-object's words are the rocm family's own pattern ("@rocm.no-code-object"),
+    not a copy: a wording none of the group's rows prints is the group's too; the iGPU and the
+    card named around it (rocm.igpu-selected's own `also`, "@also") name that member alone."""
+    group, causes = answer(text)
+    assert group == "hip-no-code-object" and causes[:2] == ["gpu.rocm-gfx-unsupported",
+                                                            "rocm.igpu-selected"], causes
+    group, causes = answer("RuntimeError: HIP error: invalid device function\nOn a Ryzen 7 7700 "
+                           "with Radeon Graphics iGPU beside an RX 7900 XTX")
+    assert not group and causes[:1] == ["rocm.igpu-selected"], causes

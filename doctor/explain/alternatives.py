@@ -27,9 +27,13 @@ from functools import cache
 from dsenv.data import load_table
 from dsenv.doctor import catalogue
 from dsenv.doctor.explain import rank
-from dsenv.doctor.explain.families import gpu
+from dsenv.doctor.explain.families import gpu, rocm
 
 FLAGS = re.IGNORECASE | re.MULTILINE
+# Words a family parser already knows, named in the table by "@name" rather than copied: every
+# wording of one error, kept in one place.
+FAMILY_WORDS = {"@rocm.no-code-object": rocm.NO_CODE_OBJECT.pattern}
+ALSO = "@also"  # a tell that is the member's own `also` evidence in the catalogue
 
 
 @dataclass(frozen=True)
@@ -58,8 +62,11 @@ class Group:
 @cache
 def groups() -> tuple[Group, ...]:
     rows = load_table("dsenv.doctor.explain", "alternatives.toml")["group"]
-    return tuple(Group(r["id"], r["what"], tuple(r["words"]), tuple(r["modes"]),
-                       {k: tuple(v) for k, v in r.get("tells", {}).items()},
+    return tuple(Group(r["id"], r["what"], tuple(FAMILY_WORDS.get(w, w) for w in r["words"]),
+                       tuple(r["modes"]),
+                       {k: tuple(p for x in v for p in (
+                           catalogue.mode(k).also if x == ALSO else (x,)))
+                        for k, v in r.get("tells", {}).items()},
                        tuple(r.get("decided", ())), r["which"], tuple(r["sources"]),
                        tuple(r.get("cuda_errors", ())), bool(r.get("unranked", False)))
                  for r in rows)
