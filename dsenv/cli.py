@@ -11,7 +11,7 @@ from pathlib import Path
 from dsenv import __version__
 from dsenv.argtypes import csv_list, non_negative_int, positive_float, positive_int
 from dsenv.doctor.distributed.command import add_distributed_arguments
-from dsenv.doctor.explain import add_explain_parser, run_explain
+from dsenv.doctor.explain.arguments import add_explain_parser
 from dsenv.doctor.registry import AREAS
 from dsenv.envs.launchers import LAUNCHERS
 from dsenv.errors import UsageError, run_command
@@ -161,6 +161,9 @@ def dispatch(args, argv: list[str]) -> int:
     if args.command == "launch":
         return run_launch(args, argv)
     if args.command == "explain":
+        # dsenv.doctor.explain.command: the rules and family parsers (~0.1 s), off --help
+        from dsenv.doctor.explain.command import run_explain
+
         return run_explain(args)
     if args.command == "reframe":
         return run_reframe(args)
