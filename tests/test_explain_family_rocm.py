@@ -264,6 +264,13 @@ def test_missing_code_object_with_an_igpu_beside_a_discrete_gpu_names_the_igpu()
             "  Device 1: AMD Radeon 740M Graphics, gfx1103\nggml_cuda_compute_forward: MUL_MAT "
             "failed\nROCm error: invalid device function\n  current device: 1")
     assert [m.id for m in explain_text(ggml)[2]][:1] == ["rocm.igpu-selected"]
+    # HIP's hipErrorNoBinaryForGpu in CUDA's words: the CUDA modes that share those words step
+    # back for "HIP error:", so the iGPU beside the card is named, not an extension's arch list
+    cuda_words = ("RuntimeError: HIP error: no kernel image is available for execution on the "
+                  "device\nDevice 0: AMD Radeon(TM) Graphics, gfx1036 (iGPU)\n"
+                  "Device 1: AMD Radeon RX 7900 XTX, gfx1100")
+    named = [m.id for m in explain_text(cuda_words)[2]]
+    assert named[:1] == ["rocm.igpu-selected"] and "torch.arch-list-misses-gpu" not in named
     # an APU alone (no discrete GPU) is the build's gfx list: nothing else to select
     apu = ("CPU: AMD Ryzen 7 5700U with Radeon Graphics\n"
            "RuntimeError: HIP error: invalid device function")
