@@ -118,6 +118,10 @@ def test_bitsandbytes_names_the_library_it_could_not_load():
     text = text_of("python", "bitsandbytes-foundation/bitsandbytes/issues/551")
     assert symptoms.parts(python, text, "loader.bitsandbytes-cuda-binary") == {
         "library": "libbitsandbytes_cuda122.so"}
+    # 0.43-0.45's warning names the binary torch's CUDA asked for (a release without cu128)
+    text = text_of("python", "lllyasviel/stable-diffusion-webui-forge/pull/2712")
+    assert symptoms.parts(python, text, "loader.bitsandbytes-cuda-binary") == {
+        "library": "libbitsandbytes_cuda128.dll"}
 
 
 def test_torchaudio_symbols_are_torchaudio_not_any_extension():

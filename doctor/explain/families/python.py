@@ -52,7 +52,8 @@ ISOLATED_BUILD = re.compile(r"pip-(?:install|build-env)-\w+|get_requires_for_bui
 # library that binary needs), or the binary its CUDA version asked for.
 BITSANDBYTES = re.compile(r"Could not load bitsandbytes native library: (?P<lib>[\w.+-]+)"
                           r"|Required library version not found: (?P<binary>libbitsandbytes_\w+"
-                          r"\.so)")
+                          r"\.so)|Could not find the bitsandbytes CUDA binary at \S*?"
+                          r"(?P<asked>libbitsandbytes_cuda\w+\.(?:so|dll))")
 
 
 # A name NumPy removed that a package (or the code) still uses: 1.24 removed the aliases of
@@ -283,5 +284,5 @@ def read(message: str, around: str = "") -> list[Reading]:
     bnb = BITSANDBYTES.search(message)
     if bnb:
         found.append(reading(FAMILY, "loader.bitsandbytes-cuda-binary", bnb.group(0),
-                             library=bnb["lib"] or bnb["binary"]))
+                             library=bnb["lib"] or bnb["binary"] or bnb["asked"]))
     return found

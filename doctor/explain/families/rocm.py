@@ -197,8 +197,10 @@ def read(message: str, around: str = "") -> list[Reading]:
     if not message:
         return []
     found: list[Reading] = []
-    bnb = re.search(r"Configured ROCm binary not found at\s+\S*?libbitsandbytes_rocm(?P<tag>\d+)"
-                    r"\.(?:so|dll)", message)
+    # 0.46+ raises "Configured ROCm binary not found"; 0.44-0.45 warned "Could not find the
+    # bitsandbytes ROCm binary at PosixPath(...)" (cextension.py's CUDA warning, BNB_BACKEND-worded)
+    bnb = re.search(r"(?:Configured ROCm binary not found at|Could not find the bitsandbytes ROCm "
+                    r"binary at)\s+\S*?libbitsandbytes_rocm(?P<tag>\d+)\.(?:so|dll)", message)
     if bnb:  # the library bitsandbytes asks for is named after torch's HIP, not its build's
         found.append(reading(FAMILY, "rocm.bnb-binary-version-tag", bnb.group(0)[:160],
                              asked_for=f"libbitsandbytes_rocm{bnb['tag']}"))
