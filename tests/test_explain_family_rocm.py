@@ -242,8 +242,8 @@ def test_bitsandbytes_library_tag_on_windows_and_wrapped_lines():
     assert parts("RuntimeError: Configured ROCm binary not found at \n/home/u/.local/lib/"
                  "python3.14/site-packages/bitsandbytes/libbitsandbytes_rocm72.so")[0][0] == \
         "rocm.bnb-binary-version-tag"
-    # 0.44-0.45 warned in cextension.py's other wording, then fell back to the CPU library: the
-    # tag is read there too (the CPU library's own load failure that follows is the fallback)
+    # earlier ROCm builds warned in cextension.py's other wording, then fell back to the CPU
+    # library: the tag is read there too (the CPU library's load failure after it is the fallback)
     mode, got = parts("Could not find the bitsandbytes ROCm binary at PosixPath('/opt/venv/lib/"
                       "python3.12/site-packages/bitsandbytes/libbitsandbytes_rocm63.so')")[0]
     assert (mode, got["asked for"]) == ("rocm.bnb-binary-version-tag", "libbitsandbytes_rocm63")

@@ -197,8 +197,9 @@ def read(message: str, around: str = "") -> list[Reading]:
     if not message:
         return []
     found: list[Reading] = []
-    # 0.46+ raises "Configured ROCm binary not found"; 0.44-0.45 warned "Could not find the
-    # bitsandbytes ROCm binary at PosixPath(...)" (cextension.py's CUDA warning, BNB_BACKEND-worded)
+    # Recent releases raise "Configured ROCm binary not found at ..."; earlier ROCm builds warned
+    # "Could not find the bitsandbytes ROCm binary at PosixPath(...)", the CUDA builds' warning
+    # worded for the backend, and fell back to the CPU library
     bnb = re.search(r"(?:Configured ROCm binary not found at|Could not find the bitsandbytes ROCm "
                     r"binary at)\s+\S*?libbitsandbytes_rocm(?P<tag>\d+)\.(?:so|dll)", message)
     if bnb:  # the library bitsandbytes asks for is named after torch's HIP, not its build's
