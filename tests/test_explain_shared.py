@@ -148,6 +148,10 @@ def test_a_text_without_the_shared_words_is_no_groups():
                            "Unavailable for url: https://huggingface.co/api/models/gpt2")
     assert not group and causes[:1] == ["hf.hub-transient-outage"]
     assert answer("ValueError: too many values to unpack (expected 2)") == ("", [])
+    # datasets' "Couldn't reach" for a host that is not Hugging Face's (a university server that
+    # came back, huggingface/datasets#3238) is not the Hub's words
+    assert answer("ConnectionError: Couldn't reach https://kdd.ics.uci.edu/databases/"
+                  "reuters21578/reuters21578.tar.gz") == ("", [])
 
 
 @pytest.mark.parametrize("text, group_id", [
