@@ -431,6 +431,14 @@ def test_exit_under_external_mpirun_is_named_by_rank_0(tmp_path, run_env):
     assert elapsed < 20  # named when it left, not at the deadline
 
 
+# The silent-singleton detector counts copies of its own command line under its parent, or its
+# grandparent when it is the parent's only child: from a pytest worker that is the xdist
+# controller, whose tree holds the other worker too. The two tests that run the bare command
+# share one worker, so neither sees the other's copies (a CI run failed on that race).
+SINGLETON_GROUP = pytest.mark.xdist_group("singleton-detector")
+
+
+@SINGLETON_GROUP
 def test_two_independent_single_rank_processes_are_singletons(tmp_path, run_env):
     env = rank_env(run_env)
     command = " ".join([*DOCTOR, "--only", "distributed", "--json"])
@@ -448,6 +456,7 @@ def test_two_independent_single_rank_processes_are_singletons(tmp_path, run_env)
         assert report["exit_code"] == 1
 
 
+@SINGLETON_GROUP
 def test_a_lone_process_is_a_warning_and_a_batch_script_without_srun_a_singleton(tmp_path,
                                                                                   run_env):
     env = rank_env(run_env)
