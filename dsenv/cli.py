@@ -15,6 +15,7 @@ from dsenv.doctor.explain.arguments import add_explain_parser
 from dsenv.doctor.registry import AREAS
 from dsenv.envs.launchers import LAUNCHERS
 from dsenv.errors import UsageError, run_command
+from dsenv.facts.node import DEFAULT_PROBE_TIMEOUT
 from dsenv.provision.parsers import add_parsers as add_provision_parsers
 from dsenv.suggest import Parser
 from dsenv.workloads.cli import add_launcher_arguments, add_workload_parsers, run_workload_command
@@ -62,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check this ds_config against the planned world")
     doctor.add_argument("--for", dest="workload", metavar="WORKLOAD",
                         help="also check what this bundled workload needs")
-    doctor.add_argument("--probe-timeout", type=positive_float, default=10.0, metavar="S",
+    doctor.add_argument("--probe-timeout", type=positive_float, default=DEFAULT_PROBE_TIMEOUT,
+                        metavar="S",
                         help="seconds each external probe may take (default 10)")
     doctor.add_argument("--probe", action="store_true",
                         help="inside an allocation, launch 2 real MPI ranks with the job's "
