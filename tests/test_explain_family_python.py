@@ -37,7 +37,8 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
         "env.protobuf-too-new", "env.package-missing", "env.build-without-torch",
         "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files", "env.scripts-not-on-path",
         "env.numpy-name-removed", "env.setuptools-too-old-for-python",
-        "env.torch-local-version-needs-pytorch-index", "env.python-outside-requires-python"}
+        "env.torch-local-version-needs-pytorch-index", "env.python-outside-requires-python",
+        "env.pkg-resources-unavailable"}
     missed = {r["url"]: first_cause(r["text"]) for r in ROWS
               if first_cause(r["text"]) != r["mode"]}
     assert not missed, missed

@@ -13,7 +13,15 @@ from dsenv.data import load_table
 from dsenv.doctor.catalogue import mode_finding
 from dsenv.doctor.context import Context
 from dsenv.doctor.registry import check
-from dsenv.facts.python import deepspeed_info, imports, launchers, pyenv, sharedlibs, target_env
+from dsenv.facts.python import (
+    build_imports,
+    deepspeed_info,
+    imports,
+    launchers,
+    pyenv,
+    sharedlibs,
+    target_env,
+)
 from dsenv.provision import ProvisionError
 from dsenv.provision.record import manifest as env_manifest
 from dsenv.verdicts import job_env
@@ -332,6 +340,38 @@ def system_libraries(ctx: Context):
                  f"in the image ({row['needs']}), or use {row['headless']}")
     return ok(f"{', '.join(r['module'] for r in users)}: every library its extension modules "
               "link is found", *evidence)
+
+
+@check("python.build-imports", "pkg_resources for torch's extension builder")
+def build_imports_check(ctx: Context):
+    """torch <= 2.1's cpp_extension, which every op build imports, takes ``packaging`` from
+    pkg_resources: setuptools 70.x does not export it and setuptools >= 82 has no
+    pkg_resources (DeepSpeed#5649, pytorch/pytorch#187188). The statements are run in the
+    job's interpreter, as the build will run them."""
+    found = build_imports.build_imports(ctx)
+    prefix = target_env.environment(ctx).prefix
+    if found.torch_version is None:
+        return skip(f"torch is not installed in {prefix}: no extension builder to judge")
+    if found.builder is None:
+        return ok(f"torch {found.torch_version}'s extension builder imports nothing from "
+                  "pkg_resources: any setuptools serves it")
+    statements = "; ".join(found.statements)
+    evidence = (f"{found.builder}: {statements}",
+                f"setuptools in {prefix}: {found.setuptools or 'not installed'}")
+    if not found.asked:
+        return skip(f"`{statements}` was not run ({found.not_asked}): whether the op builds "
+                    "can import it is not known", *evidence)
+    if found.error:
+        python = target_env.environment(ctx).python
+        return mode_finding(
+            fail, "env.pkg-resources-unavailable",
+            f"torch {found.torch_version}'s extension builder runs `{statements}`, which "
+            f"fails in {prefix} (setuptools {found.setuptools or 'not installed'}): every op "
+            "build stops there", *evidence, f"{python}: {found.error}",
+            here=f"{python} -m pip install 'setuptools>=71,<82' (or torch >= 2.2, whose "
+                 "extension builder does not import pkg_resources)")
+    return ok(f"torch {found.torch_version}'s extension builder imports pkg_resources; "
+              f"setuptools {found.setuptools} provides what it asks", *evidence)
 
 
 @check("python.env-drift", "Environment matches its dsenv lock")

@@ -9,7 +9,9 @@ by the build family, families/build.py; which torch xFormers was built for, by t
   that binary needs);
 - a build that cannot import torch inside pip's or uv's isolated build environment;
 - a name NumPy removed (1.24's aliases, 2.0's expired names) that a package still uses;
-- setuptools/pip older than the interpreter (Python 3.12 removed pkgutil.ImpImporter);
+- setuptools/pip older than the interpreter (Python 3.12 removed pkgutil.ImpImporter), and
+  setuptools newer than the code importing pkg_resources (70.x stopped exporting
+  ``packaging`` there, 82 removed pkg_resources): which file imports what;
 - one package of the stack calling another as another release has it: a submodule of an
   installed package that is not there (``No module named 'triton.ops'``: the package is
   importable, the module moved or is not added yet), and a keyword a package's own frame
@@ -72,6 +74,13 @@ NUMPY_GONE = re.compile(r"`\[?np\.(?P<name>\w+)(?:\]\([^)\s]*\))?` (?:was a depr
 # Python 3.12 removed pkgutil.ImpImporter, which setuptools' pkg_resources (before 66.1) and the
 # pip that vendors it (before 23.1) touch at import: the tools are older than the interpreter.
 IMP_IMPORTER = re.compile(r"module 'pkgutil' has no attribute 'ImpImporter'")
+# torch <= 2.1's extension builder (and older code: CLIP) runs `from pkg_resources import
+# packaging`: setuptools 70.0-70.3 does not export the name, setuptools >= 82 has no
+# pkg_resources. The missing module counts only when the traceback shows that import.
+PKG_RESOURCES_NAME = re.compile(r"cannot import name '(?P<name>\w+)' from 'pkg_resources'")
+PKG_RESOURCES_GONE = re.compile(r"No module named 'pkg_resources'")
+IMPORTING_FRAME = re.compile(r'File "(?P<file>[^"]+)", line \d+[^\n]*\n\s*(?:from pkg_resources '
+                             r'import \w+|import pkg_resources)\b')
 
 
 def _numpy_name(message: str) -> tuple[str, str] | None:
@@ -253,6 +262,24 @@ def requires_python(message: str, around: str = "") -> Reading | None:
     return None
 
 
+def pkg_resources_import(message: str, around: str = "") -> Reading | None:
+    """A pkg_resources import the environment's setuptools cannot serve, and the file that
+    runs it (the traceback frame over the import statement, in the message or around it)."""
+    name = PKG_RESOURCES_NAME.search(message)
+    gone = PKG_RESOURCES_GONE.search(message)
+    both = f"{message}\n{around}"
+    statement = IMPORTING_FRAME.search(both)
+    if name is None and not (gone and statement):
+        return None
+    importer = statement["file"] if statement else ""
+    if importer.replace("\\", "/").endswith("torch/utils/cpp_extension.py"):
+        importer = f"{importer} (torch's extension builder: torch 2.1 or older)"
+    return reading(FAMILY, "env.pkg-resources-unavailable", (name or gone).group(0),
+                   importer=importer,
+                   setuptools="70.0-70.3 (no pkg_resources.packaging)" if name else
+                   "82 or later, or none (no pkg_resources)")
+
+
 def read(message: str, around: str = "") -> list[Reading]:
     if not message:
         return []
@@ -275,6 +302,8 @@ def read(message: str, around: str = "") -> list[Reading]:
         found.append(reading(FAMILY, "env.setuptools-too-old-for-python", imp.group(0),
                              removed="pkgutil.ImpImporter (Python 3.12)",
                              importer="pkg_resources" if "pkg_resources" in message else ""))
+    if pkg := pkg_resources_import(message, around):
+        found.append(pkg)
     if refused := refused_keyword(message):
         found.append(refused)
     if pin := local_pin(message):
