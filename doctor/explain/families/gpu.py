@@ -107,6 +107,11 @@ RANGE = re.compile(r"Found GPU\d+ (?P<gpu>[^\n]+?) which is of cuda capability (
                    r"PyTorch is\s+\((?P<lo>\d+\.\d+)\)\s*-\s*\((?P<hi>\d+\.\d+)\)", IC)
 DRIVER_OLD = re.compile(r"NVIDIA driver on your system is too old \(found version (?P<v>\d+)\)", IC)
 NO_DRIVER = re.compile(r"Found no NVIDIA driver on your system", IC)
+# Counted no GPU: DeepSpeed's runner on the node that launches (before any rank starts), or
+# torch's NCCL process group in a rank (whose words launch.ds-env-not-forwarded shares:
+# alternatives.toml no-gpu-seen).
+NONE_COUNTED = re.compile(r"Unable to proceed, no GPU resources available|ProcessGroupNCCL is "
+                          r"only supported with GPUs, no GPUs found", IC)
 NVML_MISMATCH = re.compile(r"Driver/library version mismatch(?:[\s\S]{0,40}?NVML library "
                            r"version: (?P<lib>[\d.]+))?", IC)
 SMI_NO_DRIVER = re.compile(r"couldn.t communicate with the NVIDIA driver", IC)
@@ -382,6 +387,10 @@ def read(message: str, around: str = "") -> list[Reading]:
     if NO_DRIVER.search(message) and not CONTAINER.search(message):
         # No libcuda at all: a machine without the driver (a container is the container's)
         found.append(reading(FAMILY, "gpu.no-gpu-on-node", NO_DRIVER.search(message).group(0)))
+    elif counted := NONE_COUNTED.search(message):
+        found.append(reading(FAMILY, "gpu.no-gpu-on-node", counted.group(0), counted_by=(
+            "DeepSpeed's runner, on the node that launches" if "Unable" in counted.group(0)
+            else "torch's NCCL process group, in the rank")))
     mismatch = NVML_MISMATCH.search(message)
     if mismatch:  # NVML's library and the loaded kernel module differ
         found.append(reading(FAMILY, "gpu.driver-library-mismatch", mismatch.group(0),
