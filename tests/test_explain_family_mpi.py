@@ -25,6 +25,11 @@ UNSTRUCTURED = {"https://github.com/Crompulence/cpl-library/issues/6",
 NOTICES = {"mpi.pmix-no-compression-benign", "mpi.ucx-unused-env-benign"}
 
 
+def first_cause(text: str) -> str:
+    _, _, sure, _ = explain_text(text)
+    return sure[0].id if sure else ""
+
+
 def row(url_tail: str) -> dict:
     return next(r for r in ROWS if r["url"].endswith(url_tail))
 
@@ -304,3 +309,22 @@ def test_gres_affinity_read_when_the_daemon_leads_the_line():
     assert (mode, got["resource"]) == ("slurm.gres-conf-affinity", "CPUs=48-63,176-191")
     assert parts(row("NVIDIA/deepops/issues/1102")["text"]) == []
     assert parts("slurmd: error: Node configuration differs from hardware: CPUs=64:128(hw)") == []
+
+
+def test_a_build_without_mpi_names_what_it_missed():
+    got = parts(row("Yale-LILY/SummerTime/issues/72")["text"])
+    assert ("mpi.build-without-mpi", {"program": "a build against MPI (mpi4py's setup)",
+                                      "missing": "mpi.h"}) in got
+    assert first_cause(row("Yale-LILY/SummerTime/issues/72")["text"]) == "mpi.build-without-mpi"
+
+
+def test_an_mpicc_that_wraps_nvc_is_not_a_missing_mpi():
+    # the same configure failure printed by an mpicc wrapping NVIDIA's nvc, whose GCC-flag
+    # errors come first (saforem2/ezpz#9; the mpi4py maintainer's diagnosis of that build:
+    # mpi4py/mpi4py#572): an MPI is there, its compiler refuses the interpreter's flags
+    text = ("nvc-Error-Unknown switch: -fno-strict-overflow\nfailure.\nremoving: _configtest.c "
+            "_configtest.o\nerror: Cannot compile MPI programs. Check your configuration!!!\n"
+            "[end of output]\n\nnote: This error originates from a subprocess, and is likely not "
+            "a problem with pip.\nERROR: Failed building wheel for mpi4py")
+    assert "mpi.build-without-mpi" not in [m for m, _ in parts(text)]
+    assert first_cause(text) != "mpi.build-without-mpi"

@@ -182,6 +182,13 @@ _OFI = re.compile(r"OFI (?P<call>addrinfo|fi_getinfo)\(\) fail(?:ed|ure)(?: \([^
 # initialised as a singleton. One such line alone is an ordinary single-process run.
 _SINGLETON = re.compile(r"^\W*(?:\d+: *)?(?P<lead>[A-Za-z][\w ]*?)\s0 of 1\b", re.M)
 # mpi4py's extension asking its MPI library for a symbol that library does not have.
+# A build against MPI (mpi4py's setup, an MPI extension) that finds no MPI to compile with: the
+# header is missing (no MPI development files, no MPI module loaded), or mpi4py's configure
+# test could not compile. An mpicc that wraps NVIDIA's nvc fails the same test for another
+# cause (mpi4py/mpi4py#572: nvc refuses the interpreter's GCC flags): not read.
+_NO_MPI_BUILD = re.compile(r"fatal error: (?P<header>mpi\.h): No such file or directory"
+                           r"|error: (?P<configure>Cannot compile MPI programs)")
+_NVC = re.compile(r"nvc-Error")
 _MPI4PY = re.compile(r"mpi4py/MPI\.\S*?\.so: undefined symbol: (?P<symbol>\w+)")
 
 # A launcher refusing an option that is the other MPI's own (mpi.launcher-other-mpi): the
@@ -289,6 +296,10 @@ def read(message: str) -> list[Reading]:
     if m := _MPI4PY.search(message):
         found.append(reading(FAMILY, "mpi.mpi4py-other-mpi", m.group(0), program="mpi4py",
                              symbol=m["symbol"]))
+    if (m := _NO_MPI_BUILD.search(message)) and not _NVC.search(message):
+        found.append(reading(FAMILY, "mpi.build-without-mpi", m.group(0), program="a build "
+                             "against MPI (mpi4py's setup)", missing=m["header"] or "a working "
+                             "mpicc (its configure test could not compile)"))
     found += _launcher(flat)
     return found
 
