@@ -38,7 +38,7 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
         "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files", "env.scripts-not-on-path",
         "env.numpy-name-removed", "env.setuptools-too-old-for-python",
         "env.torch-local-version-needs-pytorch-index", "env.python-outside-requires-python",
-        "env.pkg-resources-unavailable"}
+        "env.pkg-resources-unavailable", "env.numpy-older-than-build"}
     missed = {r["url"]: first_cause(r["text"]) for r in ROWS
               if first_cause(r["text"]) != r["mode"]}
     assert not missed, missed
@@ -403,3 +403,39 @@ def test_an_ignored_line_of_other_releases_stays_off_the_requires_python_mode():
     quiet = ("ERROR: Could not find a version that satisfies the requirement numpy==1.23.1 (from "
              "versions: 1.21.3, 1.21.4)\nERROR: No matching distribution found for numpy==1.23.1")
     assert python.read(quiet) == [] and first_cause(quiet) == ""
+
+
+def test_an_older_numpy_than_the_build_says_both_c_apis():
+    found = [r for r in python.read(text_of("python", "pytorch/pytorch/issues/2564"))
+             if r.mode == "env.numpy-older-than-build"]
+    assert found and dict(found[0].parts) == {"built for": "NumPy C API 0xb",
+                                              "installed": "NumPy C API 0xa"}
+    # the same words without the 0x prefix (tensorflow's older wording, trailbehind/DeepOSM#2)
+    found = python.read("RuntimeError: module compiled against API version a but this version "
+                        "of numpy is 9")
+    assert [dict(r.parts) for r in found if r.mode == "env.numpy-older-than-build"] == [
+        {"built for": "NumPy C API 0xa", "installed": "NumPy C API 0x9"}]
+
+
+def test_numpys_import_error_alone_names_no_direction():
+    # "numpy.core.multiarray failed to import" follows an older NumPy, NumPy 2 under a 1.x build,
+    # or no NumPy at all (pytorch/pytorch#1755): alone it is not read as any of them
+    assert first_cause("ImportError: numpy.core.multiarray failed to import") == ""
+
+
+def test_pkg_resources_parts_name_the_importing_file():
+    found = [r for r in python.read(*_message_and_around("deepspeedai/DeepSpeed/issues/5649"))
+             if r.mode == "env.pkg-resources-unavailable"]
+    assert found
+    parts = dict(found[0].parts)
+    assert parts["importer"].endswith("torch/utils/cpp_extension.py (torch's extension builder: "
+                                      "torch 2.1 or older)")
+    assert parts["setuptools"].startswith("70.0-70.3")
+    # the module gone (setuptools >= 82) counts only under the import statement that asked for it
+    assert not [r for r in python.read("ModuleNotFoundError: No module named 'pkg_resources'")
+                if r.mode == "env.pkg-resources-unavailable"]
+
+
+def _message_and_around(url_end: str) -> tuple[str, str]:
+    lines = text_of("python", url_end).splitlines()
+    return lines[-1], "\n".join(lines[:-1])

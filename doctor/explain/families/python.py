@@ -8,7 +8,8 @@ by the build family, families/build.py; which torch xFormers was built for, by t
 - bitsandbytes names the library it could not load (its CUDA binary, or a CUDA runtime library
   that binary needs);
 - a build that cannot import torch inside pip's or uv's isolated build environment;
-- a name NumPy removed (1.24's aliases, 2.0's expired names) that a package still uses;
+- a name NumPy removed (1.24's aliases, 2.0's expired names) that a package still uses, and
+  an extension built against a newer NumPy C API than the installed NumPy's;
 - setuptools/pip older than the interpreter (Python 3.12 removed pkgutil.ImpImporter), and
   setuptools newer than the code importing pkg_resources (70.x stopped exporting
   ``packaging`` there, 82 removed pkg_resources): which file imports what;
@@ -71,6 +72,10 @@ NUMPY2_REMOVED = frozenset({
 NUMPY_GONE = re.compile(r"`\[?np\.(?P<name>\w+)(?:\]\([^)\s]*\))?` (?:was a deprecated alias|was "
                         r"removed in the NumPy (?P<release>2\.0) release)|module ['‘]numpy['’] has no "
                         r"attribute ['‘](?P<attr>\w+)['’]")
+# NumPy's own check at an extension's import: the C API the binary was compiled against is
+# newer than the installed NumPy's (NumPy 2's ABI break has its own words: env.numpy2-abi).
+NUMPY_API = re.compile(r"compiled against (?:the )?API version (?:0x)?(?P<built>[0-9a-fA-F]+) but "
+                       r"this version of numpy is (?:0x)?(?P<have>[0-9a-fA-F]+)")
 # Python 3.12 removed pkgutil.ImpImporter, which setuptools' pkg_resources (before 66.1) and the
 # pip that vendors it (before 23.1) touch at import: the tools are older than the interpreter.
 IMP_IMPORTER = re.compile(r"module 'pkgutil' has no attribute 'ImpImporter'")
@@ -302,6 +307,11 @@ def read(message: str, around: str = "") -> list[Reading]:
         found.append(reading(FAMILY, "env.setuptools-too-old-for-python", imp.group(0),
                              removed="pkgutil.ImpImporter (Python 3.12)",
                              importer="pkg_resources" if "pkg_resources" in message else ""))
+    api = NUMPY_API.search(message) or NUMPY_API.search(around)
+    if api and int(api["built"], 16) > int(api["have"], 16):
+        found.append(reading(FAMILY, "env.numpy-older-than-build", api.group(0),
+                             built_for=f"NumPy C API 0x{api['built'].lower()}",
+                             installed=f"NumPy C API 0x{api['have'].lower()}"))
     if pkg := pkg_resources_import(message, around):
         found.append(pkg)
     if refused := refused_keyword(message):
