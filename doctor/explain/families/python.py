@@ -37,7 +37,9 @@ FAMILY = "python"
 # the same words is its own (its thread's cause was no visible GPU).
 BACKEND = re.compile(r"requires the (?P<name>[\w-]+) library but it was not found in your "
                      r"environment|the package (?P<pkg>\w+) seems to be not installed"
-                     r"|`device_map` requires (?P<acc>Accelerate): `pip install '?accelerate")
+                     r"|`device_map` requires (?P<acc>Accelerate): `pip install '?accelerate"
+                     # tokenizers' conversion of a slow (sentencepiece) tokenizer to a fast one
+                     r"|You need to have (?P<conv>sentencepiece) installed to convert a slow")
 NO_MODULE = re.compile(r"No module named '(?P<name>[\w]+)(?:\.[\w.]+)?'")
 # Import names of the training stack whose absence is the environment's, not the code's
 # (mpi4py: DeepSpeed's MPI discovery has its own mode, launch.ds-mpi-discovery-fallback;
@@ -297,7 +299,8 @@ def read(message: str, around: str = "") -> list[Reading]:
     elif moved := moved_module(message, STACK):
         found.append(moved)
     elif absent or (module and module["name"] in STACK):
-        name = (absent["name"] or absent["pkg"] or absent["acc"].lower()) if absent \
+        name = (absent["name"] or absent["pkg"] or absent["conv"]
+                or absent["acc"].lower()) if absent \
             else module["name"]
         found.append(reading(FAMILY, "env.package-missing", (absent or module).group(0),
                              package=name))
