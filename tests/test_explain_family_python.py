@@ -431,9 +431,15 @@ def test_pkg_resources_parts_name_the_importing_file():
     assert parts["importer"].endswith("torch/utils/cpp_extension.py (torch's extension builder: "
                                       "torch 2.1 or older)")
     assert parts["setuptools"].startswith("70.0-70.3")
-    # the module gone (setuptools >= 82) counts only under the import statement that asked for it
-    assert not [r for r in python.read("ModuleNotFoundError: No module named 'pkg_resources'")
-                if r.mode == "env.pkg-resources-unavailable"]
+    # the module gone (setuptools >= 82, or none): tensorboard's own import names the importer
+    found = [r for r in python.read(*_message_and_around("Nerogar/OneTrainer/issues/1304"))
+             if r.mode == "env.pkg-resources-unavailable"]
+    assert found and dict(found[0].parts) == {
+        "importer": "/home/redacted/onetrainer-old/OneTrainer/venv/lib/python3.12/site-packages/"
+                    "tensorboard/default.py",
+        "setuptools": "82 or later, or none (no pkg_resources)"}
+    # another package's module that is not there is not this (nor a package of the stack)
+    assert first_cause("ModuleNotFoundError: No module named 'pkg_resources_extra'") == ""
 
 
 def _message_and_around(url_end: str) -> tuple[str, str]:

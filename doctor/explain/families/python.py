@@ -82,10 +82,11 @@ NUMPY_API = re.compile(r"compiled against (?:the )?API version (?:0x)?(?P<built>
 # pip that vendors it (before 23.1) touch at import: the tools are older than the interpreter.
 IMP_IMPORTER = re.compile(r"module 'pkgutil' has no attribute 'ImpImporter'")
 # torch <= 2.1's extension builder (and older code: CLIP) runs `from pkg_resources import
-# packaging`: setuptools 70.0-70.3 does not export the name, setuptools >= 82 has no
-# pkg_resources. The missing module counts only when the traceback shows that import.
+# packaging`: setuptools 70.0-70.3 does not export the name; setuptools >= 82 has no
+# pkg_resources for any importer (tensorboard < 2.21, old setup.py files), nor has a venv
+# without setuptools. The importing file is the traceback frame over the import statement.
 PKG_RESOURCES_NAME = re.compile(r"cannot import name '(?P<name>\w+)' from 'pkg_resources'")
-PKG_RESOURCES_GONE = re.compile(r"No module named 'pkg_resources'")
+PKG_RESOURCES_GONE = re.compile(r"No module named 'pkg_resources'(?!\w)")
 IMPORTING_FRAME = re.compile(r'File "(?P<file>[^"]+)", line \d+[^\n]*\n\s*(?:from pkg_resources '
                              r'import \w+|import pkg_resources)\b')
 
@@ -272,19 +273,17 @@ def requires_python(message: str, around: str = "") -> Reading | None:
 def pkg_resources_import(message: str, around: str = "") -> Reading | None:
     """A pkg_resources import the environment's setuptools cannot serve, and the file that
     runs it (the traceback frame over the import statement, in the message or around it)."""
-    name = PKG_RESOURCES_NAME.search(message)
-    gone = PKG_RESOURCES_GONE.search(message)
-    both = f"{message}\n{around}"
-    statement = IMPORTING_FRAME.search(both)
-    if name is None and not (gone and statement):
+    hit = PKG_RESOURCES_NAME.search(message) or PKG_RESOURCES_GONE.search(message)
+    if hit is None:
         return None
+    statement = IMPORTING_FRAME.search(f"{message}\n{around}")
     importer = statement["file"] if statement else ""
     if importer.replace("\\", "/").endswith("torch/utils/cpp_extension.py"):
         importer = f"{importer} (torch's extension builder: torch 2.1 or older)"
-    return reading(FAMILY, "env.pkg-resources-unavailable", (name or gone).group(0),
-                   importer=importer,
-                   setuptools="70.0-70.3 (no pkg_resources.packaging)" if name else
-                   "82 or later, or none (no pkg_resources)")
+    gone = hit.re is PKG_RESOURCES_GONE
+    return reading(FAMILY, "env.pkg-resources-unavailable", hit.group(0), importer=importer,
+                   setuptools="82 or later, or none (no pkg_resources)" if gone else
+                   "70.0-70.3 (no pkg_resources.packaging)")
 
 
 def read(message: str, around: str = "") -> list[Reading]:
