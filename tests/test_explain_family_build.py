@@ -333,3 +333,24 @@ def test_an_ops_missing_so_is_its_failed_build_and_an_unlinkable_one_the_shared_
                   ": undefined symbol: _ZN3c104cuda9SetDeviceEi")
     assert [m for m, _ in parts(unlinkable)] == ["jit.extensions-dir-shared"]
     assert parts("Loading extension module fused_adam...") == []
+
+
+def test_a_setup_py_joining_a_none_cuda_home_is_the_missing_toolkit():
+    # apex's setup.py: [cuda_dir + "/bin/nvcc", "-V"] with torch's CUDA_HOME None (apex#1633)
+    text = next(r["text"] for r in ROWS if r["url"].endswith("NVIDIA/apex/pull/1633"))
+    message = text.splitlines()[-1]
+    around = "\n".join(text.splitlines()[:-1])
+    found = [r for r in build.read(message, around) if r.mode == "jit.cuda-home-missing"]
+    assert found and dict(found[0].parts)["cuda home"] == "None"
+    # the same TypeError from any other join is not a toolkit's absence
+    assert not [r for r in build.read(message, '  File "train.py", line 3\n    path = root + "/x"')
+                if r.mode == "jit.cuda-home-missing"]
+
+
+def test_package_checks_of_the_nvcc_say_what_they_compared():
+    flash = next(r["text"] for r in ROWS if r["url"].endswith("zai-org/GLM-4/issues/235"))
+    assert [dict(r.parts) for r in build.read(flash)
+            if r.mode == "toolkit.nvcc-too-old-for-torch"] == [{"flash attn needs cuda": "11.6"}]
+    apex = next(r["text"] for r in ROWS if r["url"].endswith("NVIDIA/apex/issues/955"))
+    assert [dict(r.parts) for r in build.read(apex)
+            if r.mode == "jit.cuda-major-mismatch"] == [{"torch built with cuda": "10.2"}]

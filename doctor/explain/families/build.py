@@ -37,6 +37,11 @@ NVCC_PATH = re.compile(r"No such file or directory: '([^'\n]*)/bin/nvcc'"
                        r"|(:/[^\s:'\"]*)/bin/nvcc: not found", FLAGS)
 CUDA_HOME_UNSET = re.compile(r"CUDA_HOME does not exist|CUDA_HOME environment variable is "
                              r"not set", FLAGS)
+# A setup.py joining torch.utils.cpp_extension.CUDA_HOME with "/bin/nvcc" (apex, Megatron's
+# and gpt-neox's fused kernels): CUDA_HOME is None when torch found no toolkit, and the join
+# fails. The frame's source line, shown above the TypeError, says what was joined.
+NONE_JOIN = re.compile(r"unsupported operand type\(s\) for \+: 'NoneType' and 'str'", FLAGS)
+NVCC_JOIN = re.compile(r"(?:cuda_dir|cuda_home|CUDA_HOME)\s*\+\s*[\"']/bin/nvcc[\"']", FLAGS)
 # A path join that got None right before hipify's summary line: DeepSpeed's setup.py hipifies
 # its ops only under a ROCm torch, where torch.utils.cpp_extension.CUDA_HOME is None, so an op
 # builder joining CUDA_HOME (not ROCM_HOME) fails there.
@@ -159,7 +164,16 @@ NO_RUNTIME = re.compile(r"No CUDA runtime is found, using CUDA_HOME='([^'\n]*)'"
 CPU_ROOT = re.compile(r"torch_extensions/py\d+_cpu\b", FLAGS)
 
 # Messages whose one pattern names the mode; the groups become the parts.
+# Packages' own checks of the nvcc they build with: flash-attn's minimum CUDA (nvcc -V, not
+# torch's CUDA), apex's comparison of nvcc with torch's CUDA.
+FLASH_CUDA_MIN = re.compile(r"FlashAttention is only supported on CUDA ([\d.]+) and above", FLAGS)
+APEX_MISMATCH = re.compile(r"Cuda extensions are being compiled with a version of Cuda that does "
+                           r"not match the version used to compile Pytorch binaries\.?\s+Pytorch "
+                           r"binaries were compiled with Cuda ([\d.]+\d)", FLAGS)
+
 SIMPLE = (
+    (FLASH_CUDA_MIN, "toolkit.nvcc-too-old-for-torch", ("flash_attn_needs_cuda",)),
+    (APEX_MISMATCH, "jit.cuda-major-mismatch", ("torch_built_with_cuda",)),
     (ROCM_CUDA_HOME, "deepspeed.rocm-cuda-home-none", ("hipify_summary",)),
     (GCC_MAX, "jit.gcc-too-new-for-nvcc", ("newest_gcc_nvcc_accepts",)),
     # A CPU optimizer without its op handle: its op's build or load raised before.
@@ -230,7 +244,11 @@ def _arch_reading(message: str) -> Reading | None:
                    first_cuda_that_builds_it=first, last_cuda_that_builds_it=last)
 
 
-def _cuda_home_reading(message: str) -> Reading | None:
+def _cuda_home_reading(message: str, around: str = "") -> Reading | None:
+    joined = NONE_JOIN.search(message)
+    if joined and NVCC_JOIN.search(f"{message}\n{around}"):
+        return reading(FAMILY, "jit.cuda-home-missing", joined.group(0), cuda_home="None",
+                       form="torch found no CUDA toolkit, and a setup.py joined its CUDA_HOME")
     found = NVCC_PATH.search(message)
     if found:
         home = next(g for g in found.groups() if g is not None)
@@ -395,10 +413,10 @@ def _no_gpu_readings(message: str) -> list[Reading]:
     return found
 
 
-def read(message: str) -> list[Reading]:
+def read(message: str, around: str = "") -> list[Reading]:
     if not message:
         return []
-    found = [r for r in (_arch_reading(message), _cuda_home_reading(message),
+    found = [r for r in (_arch_reading(message), _cuda_home_reading(message, around),
                          _gcc_min_reading(message)) if r]
     for pattern, mode, names in SIMPLE:
         hit = pattern.search(message)
