@@ -134,7 +134,7 @@ def test_no_torch_skips_with_the_reason(tmp_path, make_ctx, run_one):
     venv = pyenvs.make_venv(tmp_path / "bare")
     result = run_one("python.build-imports", make_ctx(environment=str(venv)))
     assert result.status == Status.SKIP
-    assert f"torch is not installed in {venv}" in result.summary
+    assert result.summary.startswith("torch is not installed: ")
 
 
 def test_an_environment_whose_interpreter_cannot_run_here_is_not_judged(tmp_path, wheels,

@@ -22,6 +22,7 @@ from dsenv.facts.python import (
     sharedlibs,
     target_env,
 )
+from dsenv.facts.python.torch_info import NOT_INSTALLED
 from dsenv.provision import ProvisionError
 from dsenv.provision.record import manifest as env_manifest
 from dsenv.verdicts import job_env
@@ -342,7 +343,7 @@ def system_libraries(ctx: Context):
               "link is found", *evidence)
 
 
-@check("python.build-imports", "pkg_resources for torch's extension builder")
+@check("python.build-imports", "pkg_resources for torch's op builds")
 def build_imports_check(ctx: Context):
     """torch <= 2.1's cpp_extension, which every op build imports, takes ``packaging`` from
     pkg_resources: setuptools 70.x does not export it and setuptools >= 82 has no
@@ -351,7 +352,7 @@ def build_imports_check(ctx: Context):
     found = build_imports.build_imports(ctx)
     prefix = target_env.environment(ctx).prefix
     if found.torch_version is None:
-        return skip(f"torch is not installed in {prefix}: no extension builder to judge")
+        return skip(f"{NOT_INSTALLED}: no extension builder to judge")
     if found.builder is None:
         return ok(f"torch {found.torch_version}'s extension builder imports nothing from "
                   "pkg_resources: any setuptools serves it")
