@@ -445,3 +445,12 @@ def test_pkg_resources_parts_name_the_importing_file():
 def _message_and_around(url_end: str) -> tuple[str, str]:
     lines = text_of("python", url_end).splitlines()
     return lines[-1], "\n".join(lines[:-1])
+
+
+def test_numpys_c_api_warning_is_the_cause_only_of_a_numpy_failure():
+    warning = ("UserWarning: Failed to initialize NumPy: module compiled against API version 0x10 "
+               "but this version of numpy is 0xd (Triggered internally at tensor_numpy.cpp:77.)")
+    numpy_failure = python.read("RuntimeError: Numpy is not available", warning)
+    assert "env.numpy-older-than-build" in [r.mode for r in numpy_failure]
+    other = python.read("RuntimeError: NCCL error: unhandled system error", warning)
+    assert "env.numpy-older-than-build" not in [r.mode for r in other]

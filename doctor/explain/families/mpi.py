@@ -181,7 +181,6 @@ _OFI = re.compile(r"OFI (?P<call>addrinfo|fi_getinfo)\(\) fail(?:ed|ure)(?: \([^
 # several lines): the launcher's PMI was not the one the MPI library speaks, so each rank
 # initialised as a singleton. One such line alone is an ordinary single-process run.
 _SINGLETON = re.compile(r"^\W*(?:\d+: *)?(?P<lead>[A-Za-z][\w ]*?)\s0 of 1\b", re.M)
-# mpi4py's extension asking its MPI library for a symbol that library does not have.
 # A build against MPI (mpi4py's setup, an MPI extension) that finds no MPI to compile with: the
 # header is missing (no MPI development files, no MPI module loaded), or mpi4py's configure
 # test could not compile. An mpicc that wraps NVIDIA's nvc fails the same test for another
@@ -189,6 +188,7 @@ _SINGLETON = re.compile(r"^\W*(?:\d+: *)?(?P<lead>[A-Za-z][\w ]*?)\s0 of 1\b", r
 _NO_MPI_BUILD = re.compile(r"fatal error: (?P<header>mpi\.h): No such file or directory"
                            r"|error: (?P<configure>Cannot compile MPI programs)")
 _NVC = re.compile(r"nvc-Error")
+# mpi4py's extension asking its MPI library for a symbol that library does not have.
 _MPI4PY = re.compile(r"mpi4py/MPI\.\S*?\.so: undefined symbol: (?P<symbol>\w+)")
 
 # A launcher refusing an option that is the other MPI's own (mpi.launcher-other-mpi): the

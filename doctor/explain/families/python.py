@@ -281,9 +281,11 @@ def pkg_resources_import(message: str, around: str = "") -> Reading | None:
     if importer.replace("\\", "/").endswith("torch/utils/cpp_extension.py"):
         importer = f"{importer} (torch's extension builder: torch 2.1 or older)"
     gone = hit.re is PKG_RESOURCES_GONE
+    setuptools = ("82 or later, or none (no pkg_resources)" if gone else
+                  "70.0-70.3 (no pkg_resources.packaging)" if hit["name"] == "packaging" else
+                  f"a release without pkg_resources.{hit['name']}")
     return reading(FAMILY, "env.pkg-resources-unavailable", hit.group(0), importer=importer,
-                   setuptools="82 or later, or none (no pkg_resources)" if gone else
-                   "70.0-70.3 (no pkg_resources.packaging)")
+                   setuptools=setuptools)
 
 
 def read(message: str, around: str = "") -> list[Reading]:
@@ -309,7 +311,10 @@ def read(message: str, around: str = "") -> list[Reading]:
         found.append(reading(FAMILY, "env.setuptools-too-old-for-python", imp.group(0),
                              removed="pkgutil.ImpImporter (Python 3.12)",
                              importer="pkg_resources" if "pkg_resources" in message else ""))
-    api = NUMPY_API.search(message) or NUMPY_API.search(around)
+    # the C API line above a NumPy failure (numpy.core.multiarray's ImportError, torch's
+    # "Numpy is not available") is its cause; above another failure it is only a warning
+    api = NUMPY_API.search(message) or (NUMPY_API.search(around)
+                                        if re.search(r"numpy", message, re.I) else None)
     if api and int(api["built"], 16) > int(api["have"], 16):
         found.append(reading(FAMILY, "env.numpy-older-than-build", api.group(0),
                              built_for=f"NumPy C API 0x{api['built'].lower()}",
