@@ -15,10 +15,11 @@ import hashlib
 import marshal
 import os
 import sys
-import tempfile
 from functools import cache
 from importlib import resources
 from pathlib import Path
+
+from dsenv.staging import write_file_atomically
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -60,18 +61,9 @@ def keep(path: Path, table: dict) -> None:
         data = marshal.dumps(table)
     except ValueError:  # a value marshal cannot hold (a TOML date): parse each time
         return
-    stem, _, rest = path.name.partition(".")
-    tag_suffix = rest.split(".", 1)[1]
+    stem, tag_suffix = path.name.split(".", 1)[0], path.name.split(".", 2)[2]
     try:
-        path.parent.mkdir(exist_ok=True)
-        fd, staged = tempfile.mkstemp(dir=path.parent, prefix=f".{stem}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(staged, path)
-        except BaseException:
-            Path(staged).unlink(missing_ok=True)
-            raise
+        write_file_atomically(path, data)
         for old in path.parent.glob(f"{stem}.*.{tag_suffix}"):
             if old != path:
                 old.unlink(missing_ok=True)
