@@ -246,12 +246,13 @@ def test_every_linked_mode_exists():
     ("  File \"cuda/_cuda/ccuda.pyx\", line 424, in cuda._cuda.ccuda.cuPythonInit\n"
      "RuntimeError: Failed to dlopen libcuda.so", "unversioned",
      "loader.libcuda-unversioned-not-found"),
-    # the versioned driver library missing is no driver at all (pytorch/pytorch#2985: a
-    # container started without the GPU runtime), whoever asked for it
+    # the versioned driver library missing is no driver at all, whoever asked for it: most
+    # often a container started without the GPU runtime (pytorch/pytorch#2985; a node without
+    # the driver shares the words: group driver-lib-not-found)
     ("OSError: libcuda.so.1: cannot open shared object file: No such file or directory", "",
-     "loader.driver-lib-missing"),
+     "container.no-gpu-runtime"),
     ("/app: error while loading shared libraries: libcuda.so.1: cannot open shared object "
-     "file: No such file or directory", "program", "loader.driver-lib-missing"),
+     "file: No such file or directory", "program", "container.no-gpu-runtime"),
     # a loader that says to set LD_LIBRARY_PATH (Paddle's, PaddleOCR#142), in its old and new
     # wording: the folder is off the path, whichever CUDA library it is
     ("Error: Failed to find dynamic library: libcublas.so ( libcublas.so: cannot open shared "
