@@ -277,3 +277,38 @@ def test_no_gpu_tells_the_wrong_node_from_a_job_given_none(tmp_path, make_ctx, r
     given_none = run_one("gpu.devices", make_ctx(env=env, target="compute", gpus_per_node=4))
     assert given_none.status is Status.FAIL
     _names(given_none, "gpu.no-visible-gpu")
+
+
+def test_no_driver_inside_a_container_is_a_container_started_without_the_gpus(
+        tmp_path, make_ctx, run_one):
+    # Docker brings /dev/nvidia* and the driver's tools in only for `docker run --gpus`
+    # (pytorch/pytorch#2985); Apptainer binds the host's /dev whatever its flags, so no device
+    # node there is a node without GPUs.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    docker_root = tmp_path / "docker"
+    docker_root.mkdir()
+    (docker_root / ".dockerenv").touch()
+    plain = run_one("gpu.devices", make_ctx(env=env, root=docker_root, target="compute",
+                                            gpus_per_node=4))
+    assert plain.status is Status.FAIL
+    _names(plain, "container.no-gpu-runtime")
+    assert any("inside a Docker container (/.dockerenv exists)" in e for e in plain.evidence)
+    assert "docker run --gpus all" in plain.fix
+    apptainer = run_one("gpu.devices", make_ctx(
+        env={**env, "APPTAINER_CONTAINER": "/images/train.sif"}, root=tmp_path / "root",
+        target="compute", gpus_per_node=4))
+    _names(apptainer, "gpu.no-gpu-on-node")
+    # healthy twin: the container was given the GPU (the driver answers and lists it)
+    recorded = tmp_path / "nvidia-smi.out"
+    recorded.write_text(fixture_text("gpu/nvidia_smi_titanv_ada.csv"))
+    _script(bin_dir, "nvidia-smi", f"cat '{recorded}'\n")
+    given = run_one("gpu.devices", make_ctx(env=env | {"PATH": f"{bin_dir}:/usr/bin:/bin"},
+                                            root=docker_root, target="compute",
+                                            gpus_per_node=1))
+    assert given.status is Status.OK, given.summary
+    # the probe finds nothing on a login node: no verdict about the container at all
+    login = run_one("gpu.devices", make_ctx(env=env | {"PATH": str(tmp_path / "none")},
+                                            root=docker_root, target="login"))
+    assert login.status is Status.INFO and "container" not in login.summary

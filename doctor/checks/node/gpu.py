@@ -17,6 +17,7 @@ from dsenv.doctor.registry import check
 from dsenv.envs import archs
 from dsenv.facts.gpu import inventory as probe
 from dsenv.facts.gpu import libcuda
+from dsenv.facts.host import machine as host
 from dsenv.facts.python import pyenv, torch_info
 from dsenv.provision.record.manifest import installed_versions
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
@@ -29,6 +30,9 @@ NO_GPU_FIX = ("request GPUs from Slurm (`#SBATCH --gpus-per-node=4` or `--gres=g
 ALLOCATED_FIX = ("Slurm gave this job GPUs that no tool here can see: check `nvidia-smi` / "
                  "`rocm-smi` on the node and that nothing resets *_VISIBLE_DEVICES; tell the "
                  "admins and keep jobs off the node: `sbatch --exclude=$(hostname)`")
+CONTAINER_FIX = ("start the container with the GPUs: `docker run --gpus all ...` (Podman: "
+                 "`--device nvidia.com/gpu=all`; Kubernetes: a `nvidia.com/gpu` limit) on a "
+                 "node with the NVIDIA driver and container toolkit")
 UNKNOWN_FIX = ("say what the job runs on: `--gpus-per-node G` (0 for a CPU job) or "
                "`export DS_ACCELERATOR=cpu|cuda`")
 
@@ -92,9 +96,22 @@ def gpu_expectation(ctx: Context) -> GpuExpectation:
                           "torch build says whether the job needs a GPU")
 
 
-def _in_container(ctx: Context) -> bool:
-    return bool(ctx.env.get("APPTAINER_CONTAINER") or ctx.env.get("SINGULARITY_CONTAINER")
-                or ctx.path("/.singularity.d").exists() or ctx.path("/.dockerenv").exists())
+# Runtimes that bring the host's GPUs into a container only when asked (docker run --gpus, a
+# pod's nvidia.com/gpu limit); Apptainer binds the host's /dev whatever the flags, so there no
+# device node means a host without GPUs.
+GPUS_ON_REQUEST = ("Docker", "Podman", "Kubernetes")
+
+
+def _no_driver_mode(ctx: Context) -> tuple[str, list[str]]:
+    """The mode of a compute target with no driver at all, and the evidence for it: inside a
+    container whose runtime brings GPUs only on request, that request was not made
+    (container.no-gpu-runtime); anywhere else, the job runs on a node without the driver."""
+    inside = host.container_runtime(ctx)
+    if inside and inside[0] in GPUS_ON_REQUEST:
+        return mode_id("container.no-gpu-runtime"), [
+            f"inside a {inside[0]} container ({inside[1]}): no /dev/nvidia* and no driver "
+            "tool, which the runtime brings in only for a container started with the GPUs"]
+    return mode_id("gpu.no-gpu-on-node"), []
 
 
 def _nvidia_mode(ctx: Context, outcome: probe.ToolOutcome) -> str:
@@ -106,7 +123,7 @@ def _nvidia_mode(ctx: Context, outcome: probe.ToolOutcome) -> str:
     if re.search(r"Driver/library version mismatch", text, re.I):
         return mode_id("gpu.driver-library-mismatch")
     if re.search(r"libnvidia-ml|NVML Shared Library Not Found", text, re.I):
-        return (mode_id("container.ldcache-missing-driver-libs") if _in_container(ctx)
+        return (mode_id("container.ldcache-missing-driver-libs") if host.container_runtime(ctx)
                 else mode_id("container.host-driver-missing"))
     if re.search(r"couldn't communicate with the NVIDIA driver", text, re.I):
         return mode_id("gpu.driver-module-not-loaded")
@@ -236,13 +253,14 @@ def devices(ctx: Context):
             return ok(f"no GPU visible, none needed: a CPU job ({expect.reason})" + hidden)
         # a driver (or GPUs hidden) here: the job was given none; no driver: the wrong node
         driver = view.physical or any(o.found for o in probe.inventory(ctx).tools)
-        known = mode_id("gpu.no-visible-gpu") if driver else mode_id("gpu.no-gpu-on-node")
+        known, where = (mode_id("gpu.no-visible-gpu"), []) if driver else _no_driver_mode(ctx)
         if expect.expected is None:
             return mode_finding(warn, known, "no GPU visible on a compute target" + hidden,
-                                expect.reason, *tools, here=UNKNOWN_FIX)
-        fix = ALLOCATED_FIX if expect.reason.startswith("Slurm") else NO_GPU_FIX
+                                expect.reason, *where, *tools, here=UNKNOWN_FIX)
+        fix = (CONTAINER_FIX if where else ALLOCATED_FIX if expect.reason.startswith("Slurm")
+               else NO_GPU_FIX)
         return mode_finding(fail, known, f"no GPU visible, but the job expects GPUs "
-                            f"({expect.reason})" + hidden, *tools, here=fix)
+                            f"({expect.reason})" + hidden, *where, *tools, here=fix)
     lines = _describe(gpus)
     wanted = ctx.options.gpus_per_node
     if ctx.is_compute and wanted and len(gpus) < wanted:
