@@ -354,3 +354,21 @@ def test_package_checks_of_the_nvcc_say_what_they_compared():
     apex = next(r["text"] for r in ROWS if r["url"].endswith("NVIDIA/apex/issues/955"))
     assert [dict(r.parts) for r in build.read(apex)
             if r.mode == "jit.cuda-major-mismatch"] == [{"torch built with cuda": "10.2"}]
+
+
+def test_a_cxx17_header_the_library_lacks_names_the_gcc_that_first_shipped_it():
+    mode, got = parts(row("arthurflor23/text-segmentation/issues/8")["text"])[0]
+    assert (mode, got["header"], got["minimum"]) == (
+        "toolkit.gcc-too-old-for-torch", "<filesystem> (C++17)", "GCC 8")
+    # the paste wrapped after the colon (EQMG/Acid#78: g++ 7.4.0, "upgrade to g++ 8 or above")
+    wrapped = ("/home/natty/code/Acid/Sources/StdAfx.hpp:11:10: fatal error: filesystem: \n"
+               "No such file or directory")
+    assert parts(wrapped)[0][1]["minimum"] == "GCC 8"
+    assert parts("x.cpp:3:10: fatal error: optional: No such file or directory")[0][1] == {
+        "header": "<optional> (C++17)", "minimum": "GCC 7"}
+    # a header of the project or of a library is not the compiler's age
+    assert not [m for m, _ in parts("x.cpp:1:10: fatal error: filesystem.hpp: No such file or "
+                                    "directory")
+                if m == "toolkit.gcc-too-old-for-torch"]
+    assert not [m for m, _ in parts("x.cpp:1:10: fatal error: vector: No such file or directory")
+                if m == "toolkit.gcc-too-old-for-torch"]

@@ -65,6 +65,13 @@ GCC_MIN = re.compile(r"current installed version of g\+\+ \(([\d.]+)\) is less t
                      r"required version by CUDA ([\d.]+) \(([\d.]+)\)"
                      r"|too old version of GCC\. We need GCC (\d+) or later"
                      r"|unrecognized command[- ]line option [`'‘](-std=c\+\+17)", FLAGS)
+# A C++17 standard library header the compiler's libstdc++ does not have yet: the GCC release
+# that first shipped it (libstdc++'s C++17 status table,
+# https://gcc.gnu.org/onlinedocs/libstdc++/manual/status.html#status.iso.2017).
+STD17_HEADERS = {"optional": "7", "variant": "7", "string_view": "7", "any": "7",
+                 "filesystem": "8", "charconv": "8", "memory_resource": "9"}
+STD17_MISSING = re.compile(r"fatal error: (" + "|".join(STD17_HEADERS) + r"):\s+No such file or "
+                           r"directory", FLAGS)
 GCC_MAX = re.compile(r"unsupported GNU version! gcc versions later than (\d+)", FLAGS)
 HEADER = re.compile(r"fatal error: ([\w/.+-]+\.(?:h|hpp|cuh)): No such file or directory", FLAGS)
 # cuDNN's own headers (not cudnn_frontend.h: a git submodule of the project being built) and
@@ -268,10 +275,14 @@ def _cuda_home_reading(message: str, around: str = "") -> Reading | None:
 
 def _gcc_min_reading(message: str) -> Reading | None:
     """The g++ torch's extension builder (or its headers, or the compiler's own -std
-    refusal) found too old: its version, torch's CUDA and the minimum, where printed."""
+    refusal) found too old: its version, torch's CUDA and the minimum, where printed; or a
+    C++17 library header the compiler's libstdc++ lacks, and the GCC that first shipped it."""
     found = GCC_MIN.search(message)
     if not found:
-        return None
+        header = STD17_MISSING.search(message)
+        return header and reading(FAMILY, "toolkit.gcc-too-old-for-torch", header.group(0),
+                                  header=f"<{header.group(1)}> (C++17)",
+                                  minimum=f"GCC {STD17_HEADERS[header.group(1)]}")
     gcc, cuda, minimum, needed, flag = found.groups()
     return reading(FAMILY, "toolkit.gcc-too-old-for-torch", found.group(0), gcc=gcc or "",
                    cuda=cuda or "", minimum=minimum or (f"{needed}" if needed else "")
