@@ -167,3 +167,24 @@ def test_enospc_naming_a_file_in_the_temporary_folder_is_tmp_full():
                  "write: write /tmp/build-temp-123/rootfs/usr/lib/x: no space left on device")
     assert not system.read(apptainer)
     assert _sure(apptainer)[:1] == ["container.apptainer-tmpdir-full"]
+
+
+def test_the_shells_killed_line_is_memory_run_out_and_a_slurm_script_says_whose_limit():
+    # the shell's own report of a SIGKILL, alone or after a progress bar (Video-LLaVA#13,
+    # ChatGLM-6B#193): the machine's RAM or, in a Slurm job, the job's --mem
+    for tail in ("PKU-YuanGroup/Video-LLaVA/issues/13", "zai-org/ChatGLM-6B/issues/193"):
+        _, _, sure, _ = explain_text(symptoms.text(ROWS, tail))
+        assert [m.id for m in sure][:2] == ["system.host-oom-killed", "slurm.oom-kill"]
+        assert sure[0].shared
+    # bash's report from a batch script names the job's limit alone (ArjunaUsers#52)
+    script = ("/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed"
+              "                  python3 main.py --prop hform")
+    assert _named(script)[:1] == ["slurm.oom-kill"]
+    # srun's cascade for a task, or the word inside a sentence, is not the shell's report
+    for other in ("srun: error: gpu017: task 0: Killed", "Killed 3 stale processes on gpu017",
+                  "Loading checkpoint shards: 100%|████| 2/2 [00:03<00:00,  1.50s/it]"):
+        assert not {"system.host-oom-killed", "slurm.oom-kill"} & set(_sure(other)), other
+    # a real error before it stays the root the log is explained by
+    log = ("ImportError: libcudart.so.12: cannot open shared object file: No such file or "
+           "directory\nKilled")
+    assert "system.host-oom-killed" not in _sure(log)[:1]
