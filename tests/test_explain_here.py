@@ -11,6 +11,9 @@ import sys
 import time
 
 from dsenv.doctor import catalogue
+from dsenv.doctor.context import Context, Options
+from dsenv.doctor.explain import here
+from dsenv.doctor.explain.command import explain_text
 from tests.harness.cli import dsenv, explain
 
 NINJA = "RuntimeError: Ninja is required to load C++ extensions"
@@ -84,3 +87,27 @@ def test_here_costs_less_than_the_doctor(tmp_path):
               wall("doctor", "--env", sys.executable)) for _ in range(5)]
     here, doctor = min(p[0] for p in pairs), min(p[1] for p in pairs)
     assert here < doctor, pairs
+
+
+def test_a_group_is_decided_by_the_check_both_members_share(tmp_path):
+    # "libcuda.so.1: cannot open shared object file" is a container started without the GPUs
+    # or a node without the driver (group driver-lib-not-found); gpu.devices tells them apart
+    # on a compute target that expects GPUs: inside Docker it names the container.
+    _, _, sure, _ = explain_text("OSError: libcuda.so.1: cannot open shared object file: No "
+                                 "such file or directory")
+    members = [m for m in sure if m.shared]
+    assert [m.id for m in members] == ["container.no-gpu-runtime", "gpu.no-gpu-on-node"]
+    docker, bare = tmp_path / "docker", tmp_path / "bare"
+    docker.mkdir()
+    bare.mkdir()
+    (docker / ".dockerenv").touch()
+    env = {"PATH": str(tmp_path / "no-tools"), "HOME": str(tmp_path),
+           "SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "4"}
+    said = {}
+    for name, root in (("docker", docker), ("bare", bare)):
+        ctx = Context(options=Options(target="compute"), env=env, root=root)
+        results = {}
+        found = {id(m): here.look(m, ctx, results) for m in members}
+        said[name] = here.which_here(members, found)
+    assert said["docker"] == "of these causes, this node shows container.no-gpu-runtime"
+    assert said["bare"] == "of these causes, this node shows gpu.no-gpu-on-node"
