@@ -86,6 +86,7 @@ def test_path_is_the_packaged_checks_file_and_dsenv_never_imports_reframe():
     assert path.name == "dsenv_checks.py" and path.is_file()
     assert path.parent.name == "reframe_checks"
     loaded = subprocess.run([sys.executable, "-c", "import sys; import dsenv.cli; "
+                             "dsenv.cli.build_parser(); "
                              "print(sorted(m for m in sys.modules if 'reframe' in m))"],
                             capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "['dsenv.workloads.reframe_checks']"
