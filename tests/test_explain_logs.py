@@ -175,6 +175,39 @@ def test_a_10000_line_log_is_read_well_under_half_a_second():
     assert took < 1.0, took  # 0.5 s for the whole command: bench/explain_time.py
 
 
+def test_a_log_without_an_error_line_is_read_as_fast_and_its_end_still_counts():
+    # a job that was killed without a word: 10,000 INFO lines and the shell's "Killed"
+    quiet = "".join(line + "\n" for line in make_log().splitlines()
+                    if "libcudart" not in line and not line.startswith("srun"))
+    reading, line, sure, _ = explain_text(quiet + "Killed\n")
+    assert line.text == "Killed" and sure[0].id == "system.host-oom-killed"
+    # without it no line reads as a failure: the text is one message, each line once
+    start = time.perf_counter()
+    reading, _, sure, _ = explain_text(quiet)
+    took = time.perf_counter() - start
+    assert reading.single and not sure
+    assert took < 1.0, took  # it was 5 s when all 10,000 lines were read as one message
+
+
+def test_a_line_of_megabytes_keeps_its_head_and_tail_and_costs_no_more():
+    # a printed tensor, a token list or a JSON dump on one line: every rule scans a line from
+    # each position, and a 50,000-character line took minutes
+    blob = "x" * 5_000_000
+    for text in (f"ImportError: libcudart.so.12: cannot open shared object file: No such "
+                 f"file or directory {blob}",
+                 f"{blob} ImportError: libcudart.so.12: cannot open shared object file: No "
+                 f"such file or directory"):
+        start = time.perf_counter()
+        reading, line, sure, _ = explain_text(text)
+        took = time.perf_counter() - start
+        assert sure and sure[0].id in alternatives.group("cuda-runtime-soname-missing").modes
+        assert took < 1.0 and len(line.text) < 1000 and "characters ...]" in line.text, took
+    # the middle of such a line is not read
+    reading, _, sure, _ = explain_text(blob + " ImportError: libcudart.so.12: cannot open "
+                                       "shared object file " + blob)
+    assert not sure
+
+
 def test_stdin_and_files_read_the_same():
     text = make_log(200)
     done = subprocess.run([sys.executable, "-m", "dsenv", "explain", "-"], text=True,

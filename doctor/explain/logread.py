@@ -96,6 +96,7 @@ _WHERE = re.compile(r'", line \d+, in ')
 _NEW_RECORD = re.compile(r"^\S+:\d+:\d+ \[\d+\]|^\s*\[?(?:INFO|WARNING|ERROR|DEBUG)\b"
                          r"|^[IWEF]\d{4} |^\[?\d{4}-\d\d-\d\d")
 CONTINUATION = 3  # lines after a failure read as part of its message
+SINGLE_MAX = 300  # distinct lines of a text without a failure line read as its message
 BACKTRACE = 30  # frames of a caught signal's backtrace read as part of its message
 _SIGNAL = re.compile(r"\bCaught signal \d+ \(")
 _DETAIL = re.compile(r"^\s{2,}[\w .-]+:\s")  # a help text's indented "key: value" line
@@ -110,7 +111,15 @@ class Line:
     kind: str  # failure, cascade, warning, noise, other
 
 
+# A line longer than this (a printed tensor or token list, a JSON dump, a base64 blob) keeps
+# its head and its tail, where a program puts what failed and why: the rules' regexes try a
+# match from every position of a line, so a 50,000-character line took minutes.
+LONG_LINE, HEAD, TAIL = 1000, 600, 300
+
+
 def clean(raw: str) -> str:
+    if len(raw) > LONG_LINE:
+        raw = f"{raw[:HEAD]} [... {len(raw) - HEAD - TAIL} characters ...] {raw[-TAIL:]}"
     text = _PREFIX.sub("", raw.rstrip("\r\n"), count=1)
     return _ANSI.sub("", text) if "\x1b" in text else text
 
@@ -258,7 +267,14 @@ def find_root(text: str) -> Reading:
     cascade = _distinct([x for x in lines if x.kind == "cascade"])
     warnings = _distinct([x for x in lines if x.kind == "warning"])
     if not failures and not cascade:
-        whole = Line(1, text, "\n".join(x.text for x in lines), "failure")
+        # No line reads as a failure: the text is read as one message, each line once (ranks
+        # repeat theirs word for word); of a long log with many, its end, where the job stopped.
+        last: dict[str, Line] = {}
+        for x in lines:  # each line once, where it last appears
+            last.pop(x.text, None)
+            last[x.text] = x
+        said = list(last.values())[-SINGLE_MAX:]
+        whole = Line(1, text, "\n".join(x.text for x in said), "failure")
         return Reading(lines, [whole] if text.strip() else [], whole if text.strip() else None,
                        True)
     root = (failures or cascade)[0]
