@@ -76,6 +76,26 @@ def test_explain_reads_stdin_and_refuses_nothing_in_one_line():
     assert empty.returncode == 2 and empty.stderr.startswith("dsenv explain: give the error")
 
 
+def test_a_log_that_cannot_be_read_is_one_line_and_exit_2(tmp_path):
+    # a folder, a mistyped file name, a file that fails to read (/proc/self/mem: EIO even for
+    # root): one line saying what to give instead, never a traceback or "no known cause"
+    for arg, says in ((str(tmp_path), "is a folder"),
+                      (str(tmp_path / "slurm-4242.out"), "no file "),
+                      ("slurm-4242.out", "no file slurm-4242.out"),
+                      ("/proc/self/mem", "cannot read /proc/self/mem: ")):
+        done = dsenv("explain", arg)
+        assert done.returncode == 2 and done.stdout == "", (arg, done.stdout)
+        assert done.stderr.startswith("dsenv explain: ") and says in done.stderr, done.stderr
+        assert arg in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    # the healthy twin: the same file once it exists is read as the log
+    log = tmp_path / "slurm-4242.out"
+    log.write_text("ImportError: libcudart.so.12: cannot open shared object file: No such file "
+                   "or directory\n")
+    assert dsenv("explain", str(log)).returncode == 0
+    # one word without a slash or a log's extension is still a message (a check id, a soname)
+    assert dsenv("explain", "comm.socket-ifname").returncode == 0
+
+
 def test_a_reader_that_stops_early_gets_no_traceback():
     """`dsenv explain LOG | head -2`: the pipe closes under explain's printing; it stops as
     Unix tools do on SIGPIPE (exit 141), with nothing on stderr. Without the handling the

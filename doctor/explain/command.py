@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 import textwrap
 
@@ -22,13 +23,29 @@ MAX_LINES_TRIED = 40  # distinct failure lines scored, from the root on
 HINT_WINDOW = 8  # lines either side of the root read for a cause when no failure line names one
 
 
+# One word that names a path (a slash, or a log's extension): a file was meant, not a message.
+_PATH_LIKE = re.compile(r"^\S*/\S*$|^\S+\.(?:log|out|err|txt)$")
+
+
 def read_input(arg: str | None) -> str:
     if arg == "-":
         return sys.stdin.read()
-    if arg and "\n" not in arg and len(arg) < 4096 and os.path.isfile(arg):
-        with open(arg, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    return arg or ""
+    if not arg or "\n" in arg or len(arg) >= 4096:
+        return arg or ""
+    if os.path.isdir(arg):
+        raise UsageError(f"{arg} is a folder: give one of its log files (Slurm's --output or "
+                         "--error file, a rank's stderr), or `-` to read the log from stdin")
+    if os.path.isfile(arg):
+        try:
+            with open(arg, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError as e:
+            raise UsageError(f"cannot read {arg}: {e.strerror}; give a log you can read (or "
+                             "pipe it: `sudo cat LOG | dsenv explain -`)") from None
+    if _PATH_LIKE.match(arg):
+        raise UsageError(f"no file {arg}: give an existing log file, the error message in "
+                         "quotes, or `-` to read it from stdin")
+    return arg
 
 
 def explain_text(text: str):
