@@ -96,6 +96,26 @@ def test_a_log_that_cannot_be_read_is_one_line_and_exit_2(tmp_path):
     assert dsenv("explain", "comm.socket-ifname").returncode == 0
 
 
+def test_a_log_saved_as_utf16_or_with_a_bom_reads_as_the_same_log(tmp_path):
+    # PowerShell's `>` writes UTF-16 with a byte-order mark; read as UTF-8 every other byte
+    # was a NUL and no line read as an error
+    text = "MissingCUDAException: CUDA_HOME does not exist, unable to compile CUDA op(s)\r\n"
+    for encoding in ("utf-16", "utf-16-be", "utf-8-sig", "utf-8"):
+        log = tmp_path / f"job-{encoding}.log"
+        data = text.encode(encoding)
+        log.write_bytes(b"\xfe\xff" + data if encoding == "utf-16-be" else data)
+        done = dsenv("explain", str(log))
+        assert done.returncode == 0 and done.stdout.startswith("jit.cuda-home-missing:"), (
+            encoding, done.stdout)
+        with log.open("rb") as stdin:
+            piped = dsenv("explain", "-", stdin=stdin)
+        assert piped.stdout.startswith("jit.cuda-home-missing:"), (encoding, piped.stdout)
+    # bytes no encoding reads are replaced, the rest is still read
+    log = tmp_path / "latin1.log"
+    log.write_bytes(b"caf\xe9 " + text.encode())
+    assert dsenv("explain", str(log)).stdout.startswith("jit.cuda-home-missing:")
+
+
 def test_a_reader_that_stops_early_gets_no_traceback():
     """`dsenv explain LOG | head -2`: the pipe closes under explain's printing; it stops as
     Unix tools do on SIGPIPE (exit 141), with nothing on stderr. Without the handling the

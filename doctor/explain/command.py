@@ -27,9 +27,17 @@ HINT_WINDOW = 8  # lines either side of the root read for a cause when no failur
 _PATH_LIKE = re.compile(r"^\S*/\S*$|^\S+\.(?:log|out|err|txt)$")
 
 
+def _decode(data: bytes) -> str:
+    """UTF-8, or UTF-16 where the file starts with its byte-order mark (PowerShell's `>`
+    writes a log copied through Windows that way); bytes neither can read are replaced."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8-sig", errors="replace")
+
+
 def read_input(arg: str | None) -> str:
     if arg == "-":
-        return sys.stdin.read()
+        return _decode(sys.stdin.buffer.read())
     if not arg or "\n" in arg or len(arg) >= 4096:
         return arg or ""
     if os.path.isdir(arg):
@@ -37,8 +45,8 @@ def read_input(arg: str | None) -> str:
                          "--error file, a rank's stderr), or `-` to read the log from stdin")
     if os.path.isfile(arg):
         try:
-            with open(arg, encoding="utf-8", errors="replace") as f:
-                return f.read()
+            with open(arg, "rb") as f:
+                return _decode(f.read())
         except OSError as e:
             raise UsageError(f"cannot read {arg}: {e.strerror}; give a log you can read (or "
                              "pipe it: `sudo cat LOG | dsenv explain -`)") from None
