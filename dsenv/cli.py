@@ -63,6 +63,8 @@ def _main(argv: list[str] | None) -> int:
     args = parse(build_parser(), argv)
     if args is None:
         return 2
+    if args.command == "explain":  # after an option of the deepspeed launcher's (--local_rank)
+        return run_command("explain", lambda: _explain(args))
     return run_command(command_label(args), lambda: dispatch(args, argv))
 
 

@@ -126,6 +126,7 @@ def command_label(args) -> str:
 
 
 def dispatch(args, argv: list[str]) -> int:
+    """Every command but explain, which dsenv/cli.py runs whichever parser read it."""
     if args.command == "doctor":
         from dsenv.doctor.command import run_doctor  # dsenv.doctor.checks: off --help
 
@@ -143,11 +144,6 @@ def dispatch(args, argv: list[str]) -> int:
         return run_provision(args, ["dsenv", *argv])
     if args.command == "launch":
         return run_launch(args, argv)
-    if args.command == "explain":  # after the deepspeed launcher's --local_rank
-        # dsenv.doctor.explain.command: the rules and family parsers (~0.1 s), off --help
-        from dsenv.doctor.explain.command import run_explain
-
-        return run_explain(args)
     if args.command == "reframe":
         return run_reframe(args)
     raise UsageError(f"unknown command {args.command}")
