@@ -114,6 +114,23 @@ def test_phase_clock_splits_timed_steps_only():
     assert split["wall_ms"] + 0.002 >= phases
 
 
+def test_phase_split_takes_phases_and_wall_over_the_same_micro_steps():
+    # a slow last micro-step (preempted, a checkpoint) has no wall of its own (there is no
+    # next start): its phases must not enter the means the wall is compared with, or the
+    # phases pass the wall and "other" goes negative (a fresh-clone CI run: 0.012 > 0.009)
+    clock = PhaseClock(on_gpu=False)
+    clock.marks = [[0.000, 0.001, 0.002, 0.003], [0.004, 0.005, 0.006, 0.007],
+                   [0.008, 0.020, 0.030, 0.040]]
+    split = clock.summary(1)
+    assert (split["forward_ms"], split["backward_ms"], split["optimizer_ms"]) == (1.0, 1.0, 1.0)
+    assert split["wall_ms"] == 4.0 and split["other_ms"] == 1.0
+    # one micro-step only: no wall, and the phases are that step's
+    clock.marks = [[0.0, 0.002, 0.005, 0.006]]
+    alone = clock.summary(1)
+    assert (alone["forward_ms"], alone["backward_ms"], alone["optimizer_ms"]) == (2.0, 3.0, 1.0)
+    assert "wall_ms" not in alone and "other_ms" not in alone
+
+
 CLIP_RUN = textwrap.dedent("""
     import json, os, sys, torch, deepspeed
     from dsenv.workloads.training import engine
