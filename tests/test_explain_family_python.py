@@ -38,7 +38,9 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
         "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files", "env.scripts-not-on-path",
         "env.numpy-name-removed", "env.setuptools-too-old-for-python",
         "env.torch-local-version-needs-pytorch-index", "env.python-outside-requires-python",
-        "env.pkg-resources-unavailable", "env.numpy-older-than-build"}
+        "env.pkg-resources-unavailable", "env.numpy-older-than-build", "env.protobuf-too-old",
+        "env.urllib3-needs-openssl-111", "env.python-built-without-stdlib-ext",
+        "env.package-version-mismatch"}
     missed = {r["url"]: first_cause(r["text"]) for r in ROWS
               if first_cause(r["text"]) != r["mode"]}
     assert not missed, missed

@@ -14,6 +14,7 @@ from dsenv.doctor.checks.software import (  # noqa: F401
     builds,
     cache,
     deepspeed_ops,
+    interpreter_build,
     op_archs,
     python_env,
     toolkit,

@@ -99,6 +99,22 @@ def make_conda_prefix(path: Path) -> Path:
     return path
 
 
+def make_source_build_prefix(path: Path, without: tuple[str, ...] = ()) -> Path:
+    """A Python prefix as a source build (pyenv, a site's module) leaves it: bin/pythonX.Y (a
+    copy of the base interpreter), the base's standard library linked in, and lib-dynload
+    holding every compiled module of the base but those in ``without`` (``"_lzma"``): what
+    CPython's build leaves out when the library's headers are missing on the build host."""
+    make_conda_prefix(path)
+    shutil.rmtree(path / "conda-meta")
+    dynload = path / "lib" / PYDIR / "lib-dynload"
+    dynload.unlink()
+    dynload.mkdir()
+    for entry in (Path(sys.base_prefix) / "lib" / PYDIR / "lib-dynload").iterdir():
+        if entry.name.split(".")[0] not in without:
+            (dynload / entry.name).symlink_to(entry)
+    return path
+
+
 def site_packages(prefix: Path) -> Path:
     return prefix / "lib" / PYDIR / "site-packages"
 
