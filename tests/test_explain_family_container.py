@@ -12,7 +12,12 @@ from tests.harness import symptoms
 
 ROWS = symptoms.rows("container")
 # Modes the catalogue's own patterns name (no structure to read beyond the words).
-BY_PATTERN = {"container.ldcache-missing-driver-libs"}
+BY_PATTERN = {"container.ldcache-missing-driver-libs",
+              # modes read by their catalogue patterns alone: one wording each
+              "container.hook-refused-in-csv-or-cdi-mode", "container.enroot-manifest-not-found",
+              "container.driver-init-timeout-no-persistence",
+              "container.enroot-helpers-lack-file-caps",
+              "container.apptainer-squashfs-tools-not-found"}
 
 
 def row(url_tail: str) -> dict:
@@ -334,3 +339,19 @@ def test_underlay_bind_mount_notice_is_never_the_cause():
            "NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx\n")
     _, _, sure, weak = explain_text(log)
     assert sure and sure[0].id != "container.apptainer-underlay-notice-benign", [m.id for m in sure]
+
+
+def test_a_toolkit_binary_that_is_gone_is_named():
+    mode, got = parts(row("NVIDIA/nvidia-docker/issues/686")["text"])[0]
+    assert (mode, got["missing"]) == ("container.nvidia-toolkit-broken",
+                                      "nvidia-container-runtime")
+    mode, got = parts(row("NVIDIA/nvidia-docker/issues/1017")["text"])[0]
+    assert (mode, got["missing"]) == ("container.nvidia-toolkit-broken",
+                                      "nvidia-container-runtime-hook")
+    # the same words for another binary are not the toolkit's
+    assert parts("fork/exec /usr/bin/runc: no such file or directory: unknown") == []
+
+
+def test_the_device_plugin_without_the_nvidia_runtime():
+    mode, got = parts(row("NVIDIA/k8s-device-plugin/issues/11")["text"])[0]
+    assert (mode, got["program"]) == ("container.no-gpu-runtime", "k8s-device-plugin")

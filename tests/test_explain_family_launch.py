@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dsenv.doctor.explain.command import explain_text
-from dsenv.doctor.explain.families import launch, programs
+from dsenv.doctor.explain.families import launch, mpi, programs
 from tests.harness import symptoms
 
 ROWS = symptoms.rows("launch")
@@ -173,3 +173,13 @@ def test_a_refused_bind_on_a_high_port_names_neither_privilege_nor_a_busy_port()
     busy = ("The server socket has failed to bind to [::]:980 (errno: 98 - Address already in "
             "use).")
     assert [r.mode for r in launch.read(busy)] == ["launch.port-in-use"]
+
+
+def test_ssh_openssl_mismatch_names_both_releases():
+    # OPENSSL_VERSION_NUMBER as ssh prints it: 3.x MNN00PP0, 1.x MNNFFPPS (patch as a letter)
+    got = _parts(_text("modin-project/unidist/issues/314"), "launch.ssh-openssl-mismatch")
+    assert got == {"built against": "3.0.2", "loaded": "3.1.1"}
+    got = _parts(_text("openssl/openssl/issues/1631"), "launch.ssh-openssl-mismatch")
+    assert got == {"built against": "1.0.2g", "loaded": "1.0.1k"}
+    # ssh could not run: the daemon box that follows is not read as a lost daemon
+    assert "mpi.orted-lost" not in [r.mode for r in mpi.read(_text("unidist/issues/314"))]

@@ -23,8 +23,9 @@ _PREFIXES = (
     r"\[\d+,\d+\]<(?:stdout|stderr)>: ?",  # mpirun --tag-output
     r"\d{1,5}: ",  # srun --label
     # pdsh/deepspeed launcher: "worker-1: ..." (a host with a digit; not a library name,
-    # not an exception of a module with a digit: "urllib3.exceptions.ReadTimeoutError: ")
-    r"(?![\w.+-]*(?:\.so\b|(?:Error|Exception|Warning|Interrupt|Exit)\b))"
+    # not an exception of a module with a digit: "urllib3.exceptions.ReadTimeoutError: ",
+    # not enroot's helpers, which name themselves: "enroot-aufs2ovlfs: failed to ...")
+    r"(?!enroot-)(?![\w.+-]*(?:\.so\b|(?:Error|Exception|Warning|Interrupt|Exit)\b))"
     r"[A-Za-z][\w-]*\d[\w.-]*: (?=\S)",
 )
 _PREFIX = re.compile("^(?:" + "|".join(f"(?:{p})" for p in _PREFIXES) + ")+")
@@ -45,6 +46,9 @@ _FAILURE = re.compile(
     # torch's warning that its build has no kernels for this GPU: the cause of the
     # 'no kernel image' error that follows it
     r"|no longer supports this GPU|is not compatible with the current PyTorch installation"
+    # OpenSSH's refusal to run on another libcrypto than its own: the launcher's ssh dies
+    # there, before mpirun's or pdsh's own complaint
+    r"|^OpenSSL version mismatch\. Built against"
     # Open MPI/PRRTE's refusals to start ranks: their help boxes carry no "error" word
     r"|not enough slots available in the system|has detected an attempt to run as root"
     r"|would result in binding more\b",

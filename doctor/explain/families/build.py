@@ -73,7 +73,9 @@ STD17_HEADERS = {"optional": "7", "variant": "7", "string_view": "7", "any": "7"
 STD17_MISSING = re.compile(r"fatal error: (" + "|".join(STD17_HEADERS) + r"):\s+No such file or "
                            r"directory", FLAGS)
 GCC_MAX = re.compile(r"unsupported GNU version! gcc versions later than (\d+)", FLAGS)
-HEADER = re.compile(r"fatal error: ([\w/.+-]+\.(?:h|hpp|cuh)): No such file or directory", FLAGS)
+# gcc's wording, and clang's ("fatal error: 'crypt.h' file not found")
+HEADER = re.compile(r"fatal error: '?([\w/.+-]+\.(?:h|hpp|cuh))(?:: No such file or directory"
+                    r"|' file not found)", FLAGS)
 # cuDNN's own headers (not cudnn_frontend.h: a git submodule of the project being built) and
 # CMake's FindCUDNN finding no cuDNN: cuDNN is not where the build looks.
 CUDNN_HEADER = re.compile(r"cudnn(?:_version|_backend)?\.h$")
@@ -304,7 +306,10 @@ def _compile_readings(message: str) -> list[Reading]:
                 else "toolkit.cuda-headers-missing" if CUDA_HEADER.match(path)
                 else "toolkit.nccl-headers-missing" if name == "nccl.h"
                 else "toolkit.cudnn-headers-missing" if CUDNN_HEADER.match(name)
-                else "deepspeed.async-io-no-libaio" if name == "libaio.h" else "")
+                else "deepspeed.async-io-no-libaio" if name == "libaio.h"
+                # Python.h of 3.7-3.9 includes <crypt.h>, which glibc >= 2.38 and
+                # conda's sysroots no longer ship (libxcrypt's now)
+                else "toolkit.crypt-h-missing" if name == "crypt.h" else "")
         if mode:
             found.append(reading(FAMILY, mode, header.group(0), header=name, **where))
     killed = KILLED.search(message)

@@ -61,9 +61,15 @@ EXISTS = re.compile(r"file creation failed: (?P<path>\S+): file exists", IC)
 NO_GPU_DRIVER = re.compile(r"could not select device driver \"(?P<driver>[^\"]*)\" with "
                            r"capabilities: \[\[(?P<caps>[^\]]*)", IC)
 # (enroot's 98-nvidia.sh hook: "[ERROR] Command not found: nvidia-container-cli, see ...")
+# The binary dockerd or the runtime is configured to call is gone (the package uninstalled, or
+# the hook renamed nvidia-container-toolkit in a partial upgrade): "fork/exec
+# /usr/bin/nvidia-container-runtime: no such file" (nvidia-docker#686), "inject NVIDIA hook: stat
+# /usr/bin/nvidia-container-runtime-hook: no such file" (nvidia-docker#1017).
 NO_HOOK = re.compile(r"(?P<binary>nvidia-container-(?:runtime-hook|runtime|cli))\W{0,8}: executable "
                      r"file not found in \$PATH|(?:couldn't find binary|Command not found:) "
-                     r"(?P<cli>nvidia-container-cli)", IC)
+                     r"(?P<cli>nvidia-container-cli)"
+                     r"|(?:fork/exec|inject NVIDIA hook: stat) \S*/(?P<gone>nvidia-container-"
+                     r"(?:runtime-hook|runtime|toolkit)): no such file or directory", IC)
 # Docker before 23 says "Unknown runtime specified nvidia", later releases "unknown or invalid
 # runtime name: nvidia" (3dgrut#71, AirSLAM#113)
 NO_RUNTIME = re.compile(r"(?:Unknown runtime specified|unknown or invalid runtime name:) "
@@ -121,6 +127,10 @@ OLD_DRIVER_VOLUME = re.compile(r"no such volume: ?(?P<volume>nvidia_driver_(?P<v
 # Inside the container.
 NVML = re.compile(r"Failed to initialize NVML: (?P<why>Unknown Error|Insufficient Permissions)",
                   IC)
+# NVIDIA's Kubernetes device plugin started by the default runtime (runc): no driver libraries
+# were injected into its pod (k8s-device-plugin#11, #23).
+PLUGIN_NO_NVML = re.compile(r"Loading NVML\s*\n(?:[^\n]*\n)?[^\n]*could not load NVML library"
+                            r"|did you set the docker default runtime to .nvidia.", IC)
 NGC_NO_DRIVER = re.compile(r"The NVIDIA Driver was not detected\.\s+GPU functionality will not "
                            r"be available", IC)
 NO_LOOP = re.compile(r"failed to find loop device: (?P<why>could not attach image file to loop "
@@ -261,7 +271,8 @@ def read(message: str) -> list[Reading]:
                              (daemon or hook or runtime).group(0),
                              driver=daemon["driver"] if daemon else "",
                              runtime=runtime["runtime"] if runtime else "",
-                             missing=(hook["binary"] or hook["cli"]) if hook else ""))
+                             missing=(hook["binary"] or hook["cli"] or hook["gone"])
+                             if hook else ""))
     if NV_NOTHING.search(message):
         found.append(reading(FAMILY, "container.nv-host-libs-not-found",
                              NV_NOTHING.search(message).group(0)))
@@ -324,6 +335,9 @@ def read(message: str) -> list[Reading]:
         mode = ("container.gpu-lost-after-daemon-reload" if nvml["why"].lower().startswith(
             "unknown") else "container.selinux-blocks-driver-libs")
         found.append(reading(FAMILY, mode, nvml.group(0), nvml=nvml["why"]))
+    if plugin := PLUGIN_NO_NVML.search(message):
+        found.append(reading(FAMILY, "container.no-gpu-runtime", plugin.group(0).split("\n")[-1],
+                             program="k8s-device-plugin", library="libnvidia-ml.so.1"))
     if NGC_NO_DRIVER.search(message):
         # The NGC images' entrypoint found no driver: the container was started without --gpus
         found.append(reading(FAMILY, "container.no-gpu-runtime",

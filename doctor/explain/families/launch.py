@@ -58,6 +58,9 @@ _BARRIER = re.compile(r"store based barrier.*?world_size=(\d+), worker_count=(\d
 # ssh, directly or through pdsh ("pdsh@host: node: ssh exited with exit code 255").
 _SSH_RESOLVE = re.compile(r"ssh: Could not resolve hostname ([^:\s]+)", FLAGS)
 _SSH_CONNECT = re.compile(r"ssh: connect to host (\S+) port (\d+): ([A-Za-z ]+)", FLAGS)
+# OpenSSH's own check of the libcrypto it loaded (a conda env's lib/ on LD_LIBRARY_PATH)
+_SSH_OPENSSL = re.compile(r"OpenSSL version mismatch\. Built against ([0-9a-f]{8}), you have "
+                          r"([0-9a-f]{8})", re.I)
 _SSH_HOSTKEY = re.compile(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED"
                           r"|No \S+ host key is known for (\S+)", FLAGS)
 _SSH_PUBKEY = re.compile(r"(\S+@\S+: )?Permission denied \((publickey[\w,-]*)\)"
@@ -150,7 +153,23 @@ def _endpoint(m: re.Match | None) -> str:
     return f"{host}:{port}"
 
 
+def openssl_release(number: str) -> str:
+    """OpenSSL's OPENSSL_VERSION_NUMBER as ssh prints it, as a release: 0x30100010 -> 3.1.1
+    (3.x: MNN00PP0), 0x1000207f -> 1.0.2g (1.x: MNNFFPPS, the patch a letter)."""
+    v = int(number, 16)
+    major, minor = v >> 28 & 0xF, v >> 20 & 0xFF
+    if major >= 3:
+        return f"{major}.{minor}.{v >> 4 & 0xFF}"
+    letter = v >> 4 & 0xFF
+    return f"{major}.{minor}.{v >> 12 & 0xFF}{chr(96 + letter) if letter else ''}"
+
+
 def _read_ssh(message: str, add) -> None:
+    # ssh that cannot run at all comes first: whatever the launcher says after it follows
+    if m := _SSH_OPENSSL.search(message):
+        add("launch.ssh-openssl-mismatch", m, built_against=openssl_release(m.group(1)),
+            loaded=openssl_release(m.group(2)))
+        return
     # The most specific ssh failure wins; pdsh's "exit code 255" only says ssh failed.
     if m := _SSH_HOSTKEY.search(message):
         add("launch.ssh-host-key", m, host=m.group(1) or "")

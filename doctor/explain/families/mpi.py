@@ -171,7 +171,9 @@ _OMPI = (
 # it knows why no daemon started: that line names the cause (launch.toml's ssh and path modes).
 _DAEMON_WHY = re.compile(r"(?:orted|prted): (?:command not found|error while loading shared"
                          r" libraries)|Host key verification failed|Permission denied"
-                         r"|Could not resolve hostname|ssh: connect to host", re.I)
+                         r"|Could not resolve hostname|ssh: connect to host"
+                         # ssh itself could not run: another libcrypto than its own
+                         r"|OpenSSL version mismatch\. Built against|ssh: symbol lookup error", re.I)
 # MPICH/Intel MPI's ch4:ofi: libfabric offered no provider that opens here (ENODATA), or Intel
 # MPI's startup found its OFI fabric unusable with no fallback allowed.
 _OFI = re.compile(r"OFI (?P<call>addrinfo|fi_getinfo)\(\) fail(?:ed|ure)(?: \([^)]*:(?P<why>[^:)]+)\))?"
