@@ -412,3 +412,23 @@ def test_a_cudnn_that_cannot_be_opened_is_still_missing():
     text = ("Could not load library libcudnn_cnn_infer.so.8. Error: libcudnn_cnn_infer.so.8: "
             "cannot open shared object file: No such file or directory")
     assert rank.confident(rank.rank(text))[0].id == "loader.cudnn-missing"
+
+
+def test_a_symbol_not_defined_with_link_time_reference_is_an_undefined_symbol():
+    # glibc's other wording of a missing versioned symbol (PaddlePaddle/PaddleSeg#3215,
+    # hpcaitech/ColossalAI#4059: the comma is optional)
+    for text in ("python: relocation error: /usr/local/cuda-11.1/lib64/libcublas.so: symbol "
+                 "runGemmShortApi, version libcublasLt.so.11 not defined in file "
+                 "libcublasLt.so.11 with link time reference",
+                 "OSError: /env/site-packages/nvidia/cublas/lib/libcublas.so.11: symbol "
+                 "cublasLtHSHMatmulAlgoInit version libcublasLt.so.11 not defined in file "
+                 "libcublasLt.so.11 with link time reference"):
+        found = loader.parse(text)
+        assert [(f.kind, f.library, f.version) for f in found] == [
+            ("undefined-symbol", "libcublasLt.so.11", "libcublasLt.so.11")], found
+        assert "cuBLAS" in found[0].row["name"] and found[0].required_by.startswith("/")
+    # a library the table does not know, in the same words: read, named by what failed only
+    other = loader.parse("ls: relocation error: /lib64/libacl.so.1: symbol getxattr, version "
+                         "ATTR_1.0 not defined in file libattr.so.1 with link time reference")
+    assert [(f.kind, f.version) for f in other] == [("undefined-symbol", "ATTR_1.0")]
+    assert other[0].row is None

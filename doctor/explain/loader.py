@@ -47,6 +47,12 @@ MISSING = re.compile(
 UNDEFINED = re.compile(
     r"(?:(?P<by>[^\s`'\"]+\.so[\w.]*):\s*)?undefined\s+symbol:\s*[\"'`]?(?P<sym>[\w@.$]+)[\"'`]?"
     r"(?:,\s*version\s+(?P<ver>[\w.+-]+))?")
+# glibc's other wording of the same failure, when the file has version definitions but not
+# this symbol's: "libcublas.so.11: symbol cublasLtHSHMatmulAlgoInit, version libcublasLt.so.11
+# not defined in file libcublasLt.so.11 with link time reference" (after "relocation error:")
+NOT_DEFINED = re.compile(
+    r"(?:(?P<by>[^\s`'\"]+\.so[\w.]*):\s*)?symbol\s+(?P<sym>[\w@.$]+),?\s+version\s+"
+    r"(?P<ver>[\w.+-]+)\s+not defined in file\s+\S+\s+with link time reference")
 VERSION = re.compile(
     r"(?:(?P<lib>\S*" + _LIB + r"):\s*)?version [`'‘]?(?P<ver>(?:GLIBCXX|GLIBC|CXXABI|CUDA|"
     r"libcublas|NCCL|IBVERBS|MPI)[\w.]*)['’] not found(?: \(required by (?P<by>[^)]+)\))?")
@@ -320,7 +326,7 @@ def parse(text: str) -> list[Finding]:
             "symbol-version", lib, m.group(0), library_row(lib), version=m.group("ver"),
             required_by=(m.group("by") or "").strip(), where=m.group("lib") or "",
             extension=_extension(m.group("by") or "")))
-    for m in UNDEFINED.finditer(text):
+    for m in (*UNDEFINED.finditer(text), *NOT_DEFINED.finditer(text)):
         sym, ver = m.group("sym"), m.group("ver") or ""
         row = library_row(ver) if ver.startswith("lib") else None
         row = row or symbol_row(sym)
