@@ -286,6 +286,12 @@ def read(message: str) -> list[Reading]:
                       r"HeaderTooLarge|InvalidHeaderDeserialization)", message):
         add("cache.hf-truncated-download", m[0], header=m[1])
         return found
+    # torch.load's zip reader found no end record: the file was cut short (a download that
+    # stopped, or a checkpoint whose save died: alternatives.toml zip-cut-short)
+    if m := re.search(r"PytorchStreamReader failed reading zip archive: failed finding central "
+                      r"directory", message):
+        add("cache.hf-truncated-download", m[0], reader="torch.load (zip format)")
+        return found
     # tokenizer.model is no SentencePiece model: cut short, a pointer or an error page, or a
     # tiktoken file (Llama 3 and later) loaded by code written for Llama 2.
     if m := _SPM_UNREADABLE.search(message):
