@@ -260,7 +260,9 @@ def pdsh_tools(tmp_path, pdsh_fixture=None, ssh_ok=True):
     if pdsh_fixture:
         tool(folder, "pdsh", printing(tmp_path / "data", pdsh_fixture) + "\n")
     log = tmp_path / "ssh-args"
-    tool(folder, "ssh", f'echo "$@" >> {log}\n' + (
+    # `ssh -V` answers as OpenSSH does (its version on stderr) whatever the keys
+    tool(folder, "ssh", '[ "$1" = -V ] && { echo "OpenSSH_9.2p1, OpenSSL 3.0.19" >&2; exit 0; }\n'
+         f'echo "$@" >> {log}\n' + (
         "exit 0\n" if ssh_ok else 'echo "Permission denied (publickey)." >&2\nexit 255\n'))
     return folder, log
 
@@ -300,6 +302,58 @@ def test_ssh_that_asks_for_a_password_fails_and_passwordless_ssh_passes(tmp_path
     pdsh_tools(tmp_path, "launch/pdsh_V_2.34_epel.txt", ssh_ok=True)
     result = launch(*args, env=env)["launch.pdsh"]
     assert result["status"] == "ok" and "ssh reaches nid01" in result["summary"], result
+
+
+def stub_libcrypto(folder: Path) -> Path:
+    """A libcrypto.so.3 that is not the system's (a real shared library, built here, without
+    OpenSSL's symbols): what a conda env's or a module's lib/ on LD_LIBRARY_PATH hands ssh."""
+    folder.mkdir(parents=True, exist_ok=True)
+    source = folder / "stub.c"
+    source.write_text("int dsenv_not_openssl(void) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", folder / "libcrypto.so.3", source,
+                    "-Wl,-soname,libcrypto.so.3"], check=True, timeout=60)
+    return folder
+
+
+needs_ssh_and_gcc = pytest.mark.skipif(
+    not (shutil.which("ssh") and shutil.which("gcc")),
+    reason="needs OpenSSH's ssh and gcc (.ci/run installs openssh-client and build-essential)")
+
+
+@needs_ssh_and_gcc
+def test_ssh_that_cannot_start_on_a_foreign_libcrypto_fails_and_names_the_folder(
+        make_ctx, run_one, tmp_path):
+    folder, _ = pdsh_tools(tmp_path, "launch/pdsh_V_2.34_epel.txt")
+    (folder / "ssh").unlink()  # the system's own ssh
+    ssh_dir = os.path.dirname(shutil.which("ssh"))
+    env = {"PATH": f"{folder}:{ssh_dir}",
+           "LD_LIBRARY_PATH": str(stub_libcrypto(tmp_path / "env" / "lib"))}
+    result = run_one("launch.pdsh", make_ctx(env=env, target="compute", nodes=2,
+                                             launcher="deepspeed"))
+    assert result.status is Status.FAIL, result
+    assert result.mode == "loader.foreign-openssl-shadows-system"
+    assert "ssh cannot start in the job's environment" in result.summary
+    assert any("symbol lookup error" in e for e in result.evidence), result.evidence
+    assert f"libcrypto on LD_LIBRARY_PATH: {tmp_path / 'env' / 'lib'}" in result.evidence
+    assert any(e.startswith("here: take ") for e in result.evidence)
+    # its healthy twin: the same ssh without that folder starts (no other host to try)
+    del env["LD_LIBRARY_PATH"]
+    result = run_one("launch.pdsh", make_ctx(env=env, target="compute", nodes=2,
+                                             launcher="deepspeed"))
+    assert result.status is Status.OK, result
+    assert any(e.startswith("ssh -V: ['OpenSSH_") for e in result.evidence), result.evidence
+
+
+def test_ssh_refusals_name_their_mode():
+    from dsenv.doctor.checks.job.launch import ssh_failure_mode
+    # the words users posted (modin-project/unidist#314, conda/conda#10241)
+    assert ssh_failure_mode("OpenSSL version mismatch. Built against 30000020, you have "
+                            "30100010") == "launch.ssh-openssl-mismatch"
+    assert ssh_failure_mode("ssh: symbol lookup error: ssh: undefined symbol: EVP_KDF_ctrl, "
+                            "version OPENSSL_1_1_1b") == "loader.foreign-openssl-shadows-system"
+    assert ssh_failure_mode("Permission denied (publickey).") is None
+    assert ssh_failure_mode("ssh: symbol lookup error: ssh: undefined symbol: "
+                            "gss_acquire_cred") is None  # not OpenSSL's
 
 
 # -- launch.ds-hostfile ------------------------------------------------------------------------------

@@ -222,6 +222,40 @@ def parse_rcmd_modules(text: str) -> list[str] | None:
     return [m.strip() for m in match.group(1).split(",") if m.strip()] if match else None
 
 
+def ssh_failure_mode(words: str) -> str | None:
+    """The catalogue mode of ssh's own refusal to start: a libcrypto other than the one it
+    was built against (its version check), or one without the symbols it needs."""
+    if "OpenSSL version mismatch" in words:
+        return "launch.ssh-openssl-mismatch"
+    if re.search(r"symbol lookup error|undefined symbol", words) and re.search(
+            r"crypto|ssl|EVP_|OPENSSL", words, re.I):
+        return "loader.foreign-openssl-shadows-system"
+    return None
+
+
+def ssh_cannot_start(ctx: Context, evidence: list[str]):
+    """`ssh -V` in the job's environment: a conda env's (or a module's) lib/ on
+    LD_LIBRARY_PATH hands the system ssh its own libcrypto, and ssh dies before it connects
+    (conda/conda#10241, modin-project/unidist#314). None when ssh starts."""
+    ran = ctx.run(["ssh", "-V"])
+    if ran.ok:
+        evidence.append(f"ssh -V: {(ran.stderr or ran.stdout).strip().splitlines()[-1:]}")
+        return None
+    words = (ran.stderr or ran.stdout or ran.describe()).strip()
+    folders = [f for f in ctx.env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+               if f and any(Path(f).glob("libcrypto.so*"))]
+    lines = [*evidence, f"`ssh -V` in the job's environment: {words.splitlines()[-1]}"]
+    if folders:
+        lines.append("libcrypto on LD_LIBRARY_PATH: " + ", ".join(folders))
+    summary = "ssh cannot start in the job's environment: pdsh reaches no other host"
+    mode = ssh_failure_mode(words)
+    if mode is None:
+        return _severe(ctx)(summary, SLURM_LAUNCHER_FIX, *lines)
+    here = (f"take {', '.join(folders)} off LD_LIBRARY_PATH for the launcher (conda does not "
+            "need it there)" if folders else ())
+    return mode_finding(_severe(ctx), mode, summary, *lines, here=here)
+
+
 def _other_host(hosts: list[str]) -> str | None:
     here = {joblayout.short_name(socket.gethostname()), "localhost", "127.0.0.1"}
     return next((h for h in hosts if joblayout.short_name(h) not in here), None)
@@ -253,6 +287,8 @@ def pdsh(ctx: Context):
     if not ctx.which("ssh"):
         return mode_finding(_severe(ctx), PDSH, "ssh is not on PATH: pdsh cannot reach the "
                             "other hosts", *evidence, here=SLURM_LAUNCHER_FIX)
+    if broken := ssh_cannot_start(ctx, evidence):
+        return broken
     host = _other_host(list(dsrunner.hostfile(ctx).hosts))
     if host is None:
         return ok("pdsh (with ssh) is on PATH; no other host in the hostfile to try ssh on",
