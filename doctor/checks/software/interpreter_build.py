@@ -29,7 +29,7 @@ def urllib3_refuses(openssl_info: tuple, urllib3: str | None) -> bool:
     return major >= 2 and tuple(openssl_info[:3]) < URLLIB3_MIN_OPENSSL
 
 
-@check("python.stdlib-extensions", "Compiled standard-library modules of the job's interpreter")
+@check("python.stdlib-extensions", "Standard-library extension modules")
 def stdlib_extensions(ctx: Context):
     found = stdlib_modules.stdlib_modules(ctx)
     if not found.asked:
