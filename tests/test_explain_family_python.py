@@ -40,7 +40,8 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
         "env.torch-local-version-needs-pytorch-index", "env.python-outside-requires-python",
         "env.pkg-resources-unavailable", "env.numpy-older-than-build", "env.protobuf-too-old",
         "env.urllib3-needs-openssl-111", "env.python-built-without-stdlib-ext",
-        "env.package-version-mismatch", "env.mmcv-without-ops", "env.apex-without-cuda-ext"}
+        "env.package-version-mismatch", "env.mmcv-without-ops", "env.apex-without-cuda-ext",
+        "env.conda-activate-noninteractive", "env.no-python-command"}
     missed = {r["url"]: first_cause(r["text"]) for r in ROWS
               if first_cause(r["text"]) != r["mode"]}
     assert not missed, missed

@@ -53,6 +53,9 @@ _REASONS = (
     (r"Requested GRES option unsupported by configured SelectType", "slurm.gres-syntax-unsupported"),
     # The GRES name/type/format is not one the partition's nodes define.
     (r"Invalid generic resource \(gres\) specification|Gres format wrong", "slurm.gres-invalid"),
+    # slurmd refuses the step's credential as older than its lifetime: the controller's clock
+    # and the node's disagree (Slurm's FAQ, "clock"); "Invalid job credential" is other causes
+    (r"Job credential expired", "slurm.clock-skew-credential"),
     # Inside an allocation: earlier steps hold what this step asks for (it waits, or is refused).
     (r"Requested nodes are busy|Memory required by task is not available"
      r"|step creation (?:temporarily|still) disabled", "slurm.step-resources-unavailable"),
@@ -103,6 +106,10 @@ _EXECVE = re.compile(r"execve\(\): (?P<path>\S+): (?P<why>No such file or direct
 
 # Open MPI / PRRTE help texts (whitespace collapsed) and the mode each names.
 _OMPI = (
+    # mpi4py (and MPI+OpenMP codes) ask for MPI_THREAD_MULTIPLE; a UCX built without
+    # --enable-mt cannot give it, and the UCX PML steps aside (ompi's pml_ucx.c prints this
+    # for that reason only)
+    (re.compile(r"UCP worker does not support MPI_THREAD_MULTIPLE"), "mpi.ucx-no-thread-multiple"),
     # More ranks than slots (cores, hostfile slots=, the allocation's tasks).
     (re.compile(r"There are not enough slots available in the system to satisfy the (?P<n>\d+) "
                 r"slots that were requested by the application:? (?P<app>\S+)?"),
@@ -275,10 +282,20 @@ def _slurm(message: str) -> list[Reading]:
     return found
 
 
+# munge's own words in slurmd's or slurmctld's log for the same refusal, with both clocks
+_MUNGE_EXPIRED = re.compile(r"Munge decode failed: Expired credential(?:[\s\S]{0,80}?ENCODED: "
+                            r"(?P<encoded>[^\n]+?)\s*\n[^\n]*?DECODED: (?P<decoded>[^\n]+))?")
+
+
 def read(message: str) -> list[Reading]:
     if not message.strip():
         return []
     found = _slurm(message)
+    if (m := _MUNGE_EXPIRED.search(message)) and not any(
+            r.mode == "slurm.clock-skew-credential" for r in found):
+        parts = {k: v.strip() for k, v in m.groupdict().items() if v}
+        found.append(reading(FAMILY, "slurm.clock-skew-credential", m.group(0).split("\n")[0],
+                             program="munge", **parts))
     flat = " ".join(message.split())
     for pattern, mode in _OMPI:
         if m := pattern.search(flat):

@@ -45,6 +45,11 @@ SHAPES = (
                r"(?: failed)?: No such file or directory"),
     # Slurm's step daemon
     re.compile(rf"execve\(\): (?P<path>[\w./+-]*/)?(?P<prog>{_NAME}): No such file or directory"),
+    # a script's "#!/usr/bin/env X" line (coreutils quotes the name; a name that ends in "\r" is
+    # a script saved with Windows line ends, another cause, and does not match)
+    re.compile(rf"/usr/bin/env: [‘'](?P<prog>{_NAME})[’']\s*: No such file or directory"),
+    # a shell's exec builtin (an image's entrypoint script): "line 67: exec: X: not found"
+    re.compile(rf"\bexec: (?P<prog>{_NAME}): not found"),
 )
 
 
