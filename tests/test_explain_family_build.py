@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from dsenv.doctor.explain.command import explain_text
 from dsenv.doctor.explain.families import build, programs, python
 from tests.harness import symptoms
 
@@ -372,3 +373,21 @@ def test_a_cxx17_header_the_library_lacks_names_the_gcc_that_first_shipped_it():
                 if m == "toolkit.gcc-too-old-for-torch"]
     assert not [m for m, _ in parts("x.cpp:1:10: fatal error: vector: No such file or directory")
                 if m == "toolkit.gcc-too-old-for-torch"]
+
+
+def test_a_cuda_header_newer_toolkits_ship_is_judged_by_the_release_the_log_names():
+    # cuda_fp8.h first shipped in CUDA 11.8: a log naming 11.8 reads another root's headers
+    # (facebookresearch/xformers#962); one naming 10.2 for cuda_bf16.h (11.0) is too old
+    # (deepspeedai/DeepSpeedExamples#669); one naming none lists both (cuda-header-too-new)
+    other_root = "  .../third_party/flash-attention/csrc/cutlass/include/cutlass/float8.h:83:10: fatal error: cuda_fp8.h: No such file or directory\n   #include <cuda_fp8.h>\nCuda compilation tools, release 11.8, V11.8.89"
+    readings = build.read(other_root)
+    assert [(r.mode, dict(r.parts).get("toolkit named")) for r in readings] == [
+        ("toolkit.cuda-headers-missing", "CUDA 11.8")]
+    _, _, sure, _ = explain_text(other_root)
+    assert sure[0].id == "toolkit.cuda-headers-missing"
+    too_old = symptoms.text(ROWS, "DeepSpeedExamples/issues/669")
+    got = [(r.mode, dict(r.parts)["toolkit"]) for r in build.read(too_old)]
+    assert got == [("toolkit.cuda-too-old-for-header", "CUDA 10.2")]
+    _, _, sure, _ = explain_text("fatal error: cuda_fp8.h: No such file or directory")
+    assert [m.id for m in sure][:2] == ["toolkit.cuda-too-old-for-header",
+                                        "toolkit.cuda-headers-missing"]

@@ -76,6 +76,13 @@ GCC_MAX = re.compile(r"unsupported GNU version! gcc versions later than (\d+)", 
 # gcc's wording, and clang's ("fatal error: 'crypt.h' file not found")
 HEADER = re.compile(r"fatal error: '?([\w/.+-]+\.(?:h|hpp|cuh))(?:: No such file or directory"
                     r"|' file not found)", FLAGS)
+# CUDA headers of types newer toolkits added (cuda_bf16.h in 11.0, cuda_fp8.h in 11.8, cuda_fp4.h and
+# cuda_fp6.h in 12.8: NVIDIA's CUDA Math API release notes), and the toolkit release a log names
+CUDA_HEADER_SINCE = {"cuda_bf16.h": (11, 0), "cuda_fp8.h": (11, 8), "cuda_fp4.h": (12, 8),
+                     "cuda_fp6.h": (12, 8)}
+CUDA_RELEASE_SEEN = re.compile(r"/cuda-(\d+)\.(\d+)\b|Cuda compilation tools, release (\d+)\.(\d+)"
+                               r"|detected CUDA version \((\d+)\.(\d+)|\bcuda version (?:is )?(\d+)\.(\d+)",
+                               FLAGS)
 # cuDNN's own headers (not cudnn_frontend.h: a git submodule of the project being built) and
 # CMake's FindCUDNN finding no cuDNN: cuDNN is not where the build looks.
 CUDNN_HEADER = re.compile(r"cudnn(?:_version|_backend)?\.h$")
@@ -310,7 +317,9 @@ def _compile_readings(message: str) -> list[Reading]:
                 # Python.h of 3.7-3.9 includes <crypt.h>, which glibc >= 2.38 and
                 # conda's sysroots no longer ship (libxcrypt's now)
                 else "toolkit.crypt-h-missing" if name == "crypt.h" else "")
-        if mode:
+        if name in CUDA_HEADER_SINCE:
+            found.append(_newer_cuda_header(message, header.group(0), name, where))
+        elif mode:
             found.append(reading(FAMILY, mode, header.group(0), header=name, **where))
     killed = KILLED.search(message)
     if killed:  # signal 9 to a compiler: the OOM killer during a parallel build
@@ -321,6 +330,23 @@ def _compile_readings(message: str) -> list[Reading]:
         found.append(reading(FAMILY, "toolkit.cxx-compiler-missing", compiler.group(0),
                              compiler=next(g for g in compiler.groups() if g), **where))
     return found
+
+
+def _newer_cuda_header(message: str, text: str, name: str, where: dict) -> Reading:
+    """A header only newer toolkits ship: a toolkit older than its first release is too old
+    for the code (alternatives.toml cuda-header-too-new lists a root without headers second);
+    one that ships it, named in the log, means the build reads another root's headers."""
+    since = CUDA_HEADER_SINCE[name]
+    needs = f"CUDA {since[0]}.{since[1]}"
+    seen = next(((int(m[i]), int(m[i + 1])) for m in CUDA_RELEASE_SEEN.finditer(message)
+                 for i in range(1, len(m.groups()), 2) if m[i]), None)
+    if seen is not None and seen >= since:
+        return reading(FAMILY, "toolkit.cuda-headers-missing", text, header=name,
+                       first_shipped=needs, toolkit_named=f"CUDA {seen[0]}.{seen[1]}", **where)
+    return reading(FAMILY, "toolkit.cuda-too-old-for-header", text, header=name,
+                   first_shipped=needs,
+                   toolkit=f"CUDA {seen[0]}.{seen[1]}" if seen else "not named in the log",
+                   **where)
 
 
 def _deepspeed_readings(message: str) -> list[Reading]:

@@ -116,7 +116,10 @@ NVML_MISMATCH = re.compile(r"Driver/library version mismatch(?:[\s\S]{0,40}?NVML
                            r"version: (?P<lib>[\d.]+))?", IC)
 SMI_NO_DRIVER = re.compile(r"couldn.t communicate with the NVIDIA driver", IC)
 XID = re.compile(r"Xid \(PCI:(?P<bus>[^)]*)\): (?P<xid>\d+)", IC)
-OFF_BUS = re.compile(r"fallen off the bus", IC)
+# NVML's words for the same state (NVML_ERROR_GPU_IS_LOST, 15: the kernel driver marked the GPU
+# lost, Xid 79), as nvidia-smi, pynvml and node monitors print them
+OFF_BUS = re.compile(r"fallen off the bus|GPU is lost\.\s+Reboot\s+the system|"
+                     r"\b(?:NVML_)?ERROR_GPU_IS_LOST\b|NVMLError_GpuIsLost|NV_ERR_GPU_IS_LOST", IC)
 # Kernels the GPU is too old for: FlashAttention-2 (sm80+), Triton behind torch.compile (7.0+).
 FLASH_AMPERE = re.compile(r"FlashAttention only supports Ampere GPUs or newer", IC)
 TRITON_OLD = re.compile(r"Found (?P<gpu>[^\n]+?) which is too old to be supported by the triton "
@@ -339,8 +342,9 @@ def read(message: str, around: str = "") -> list[Reading]:
         if arch:
             found.append(arch)
     elif kind[0] == "no-device":
-        # Zero devices with a driver present; inside a container the container family says why.
-        if not CONTAINER.search(message):
+        # Zero devices with a driver present; inside a container the container family says why;
+        # a GPU the driver marked lost (read below) is why CUDA sees none
+        if not CONTAINER.search(message) and not OFF_BUS.search(message):
             found.append(reading(FAMILY, "gpu.no-visible-gpu", kind[1], error=kind[1],
                                  code=kind[2]))
     elif kind[0] == "driver-mismatch":
