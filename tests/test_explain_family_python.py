@@ -41,7 +41,13 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
         "env.pkg-resources-unavailable", "env.numpy-older-than-build", "env.protobuf-too-old",
         "env.urllib3-needs-openssl-111", "env.python-built-without-stdlib-ext",
         "env.package-version-mismatch", "env.mmcv-without-ops", "env.apex-without-cuda-ext",
-        "env.conda-activate-noninteractive", "env.no-python-command"}
+        "env.conda-activate-noninteractive", "env.no-python-command",
+        "env.jinja2-older-than-markupsafe", "env.setuptools-too-new-for-distutils-version",
+        "env.package-imports-distutils-on-py312", "env.package-older-than-python310-collections-abc",
+        "env.typing-extensions-too-old", "env.pyopenssl-older-than-cryptography",
+        "env.package-older-than-urllib3-2", "env.user-file-shadows-package",
+        "hf.transformers-too-old-for-model", "cache.weights-file-is-html-page",
+        "hf.local-model-path-not-found", "env.locale-ascii-for-click"}
     missed = {r["url"]: first_cause(r["text"]) for r in ROWS
               if first_cause(r["text"]) != r["mode"]}
     assert not missed, missed
