@@ -291,6 +291,16 @@ def test_torchruns_summary_and_an_interrupted_traceback_are_not_the_root():
      "port=443): Read timed out. (read timeout=10)",
      "urllib3.exceptions.ReadTimeoutError: HTTPSConnectionPool(host='huggingface.co', "
      "port=443): Read timed out. (read timeout=10)"),
+    # docker compose's service prefix (drivendataorg/concept-to-clinic#152), v1 and v2 forms
+    ("prediction_1  | RuntimeError: Click will abort further execution",
+     "RuntimeError: Click will abort further execution"),
+    ("web-1  | OSError: libcudart.so.12: cannot open", "OSError: libcudart.so.12: cannot open"),
+    # pytest's failure lines (rapidsai/cucim#775)
+    ("E   ModuleNotFoundError: No module named 'distutils'",
+     "ModuleNotFoundError: No module named 'distutils'"),
+    # enroot's helpers name themselves: no pdsh host (NVIDIA/enroot#79)
+    ("enroot-aufs2ovlfs: failed to set capabilities: Operation not permitted",
+     "enroot-aufs2ovlfs: failed to set capabilities: Operation not permitted"),
 ])
 def test_launcher_prefixes_are_cleaned_and_library_names_kept(raw, text):
     assert logread.clean(raw) == text

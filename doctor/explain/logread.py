@@ -22,6 +22,8 @@ _PREFIXES = (
     r"\[[A-Za-z]*\d+(?:\|\d+)?\]: ?",  # torchrun's [rank3]:, [default0]:
     r"\[\d+,\d+\]<(?:stdout|stderr)>: ?",  # mpirun --tag-output
     r"\d{1,5}: ",  # srun --label
+    r"[\w.-]+[-_]\d+\s+\| ",  # docker compose's service prefix: "web_1  | ", "web-1  | "
+    r"E {3}(?=[A-Za-z_])",  # pytest's failure lines: "E   ModuleNotFoundError: ..."
     # pdsh/deepspeed launcher: "worker-1: ..." (a host with a digit; not a library name,
     # not an exception of a module with a digit: "urllib3.exceptions.ReadTimeoutError: ",
     # not enroot's helpers, which name themselves: "enroot-aufs2ovlfs: failed to ...")
