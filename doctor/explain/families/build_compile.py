@@ -1,0 +1,96 @@
+"""What a failed compile says: the header it could not find (and the package that lacks its
+development files), a compiler the OOM killer stopped, a compiler that is not there; with the
+op being built and the object that failed. Part of the build family (build.py)."""
+
+from __future__ import annotations
+
+import re
+
+from dsenv.doctor.explain.families import Reading, reading
+
+FAMILY = "build"  # build.py's family: its readings are the build family's
+FLAGS = re.IGNORECASE | re.MULTILINE
+
+# gcc's wording, and clang's ("fatal error: 'crypt.h' file not found")
+HEADER = re.compile(r"fatal error: '?([\w/.+-]+\.(?:h|hpp|cuh))(?:: No such file or directory"
+                    r"|' file not found)", FLAGS)
+# CUDA headers of types newer toolkits added (cuda_bf16.h in 11.0, cuda_fp8.h in 11.8, cuda_fp4.h and
+# cuda_fp6.h in 12.8: NVIDIA's CUDA Math API release notes), and the toolkit release a log names
+CUDA_HEADER_SINCE = {"cuda_bf16.h": (11, 0), "cuda_fp8.h": (11, 8), "cuda_fp4.h": (12, 8),
+                     "cuda_fp6.h": (12, 8)}
+CUDA_RELEASE_SEEN = re.compile(r"/cuda-(\d+)\.(\d+)\b|Cuda compilation tools, release (\d+)\.(\d+)"
+                               r"|detected CUDA version \((\d+)\.(\d+)|\bcuda version (?:is )?(\d+)\.(\d+)",
+                               FLAGS)
+# cuDNN's own headers (not cudnn_frontend.h: a git submodule of the project being built).
+CUDNN_HEADER = re.compile(r"cudnn(?:_version|_backend)?\.h$")
+EXTENSION = re.compile(r"Error building extension '(\w+)'", FLAGS)
+FAILED_OBJECT = re.compile(r"^FAILED: (\S+)", FLAGS)
+KILLED = re.compile(r"Killed signal terminated program ([\w+]+)|'([\w+]+)' died due to "
+                    r"signal 9|internal compiler error: Killed \(program ([\w+]+)\)", FLAGS)
+NO_COMPILER = re.compile(
+    r"error: command '(?:[\w./+-]*/)?((?:[\w-]*-)?(?:g\+\+|gcc|c\+\+|cc))' failed: No such file"
+    r"|^(?:make: )?(g\+\+|gcc|c\+\+|cc): No such file or directory"
+    r"|error trying to exec '(cc1plus)'|Command '\['which', '(c\+\+)'\]' returned non-zero"
+    # Triton's launcher build (triton/runtime/build.py) finding no $CC, cc, gcc or clang.
+    r"|Failed to find (C) compiler\. Please specify via CC environment variable"
+    # gcc's collect2 without the linker it runs (binutils' ld off PATH, or the gold/mold a
+    # -fuse-ld flag names): ublue-os/bluefin#2349, ldc-developers/ldc#3117
+    r"|fatal error: cannot find [‘'\"`](ld)[’'\"]", FLAGS)
+
+# The CUDA toolkit's own headers: the runtime and its math libraries (cuda*, cu<lib>*: cuBLAS,
+# cuRAND and its device API curand_kernel.h, cuSPARSE, cuSOLVER, cuFFT), NVTX, NVRTC, and the
+# CUB/Thrust folders it ships. NCCL's nccl.h and cuDNN's cudnn.h come with those libraries
+# (toolkit.nccl-headers-missing, toolkit.cudnn-headers-missing).
+CUDA_HEADER = re.compile(r"^(?:(?:cub|thrust|cuda)/.+|cuda\w*\.h|cu(?:blas|rand|sparse|solver|fft)"
+                         r"\w*\.h|nvToolsExt\.h|nvtx3/.+|nvrtc\.h)$")
+
+
+def compile_readings(message: str) -> list[Reading]:
+    # Which op was being built (ninja's "Error building extension") and which object failed
+    # ("FAILED: x.o"): said with whatever first error the build printed.
+    op, failed = EXTENSION.search(message), FAILED_OBJECT.search(message)
+    where = {"op": op.group(1) if op else "", "file": failed.group(1) if failed else ""}
+    found = []
+    header = HEADER.search(message)
+    if header:
+        path = header.group(1)
+        name = path.rsplit("/", 1)[-1]
+        # The header names the package that lacks its development files.
+        mode = ("toolkit.python-headers-missing" if name in ("Python.h", "pyconfig.h")
+                else "toolkit.cuda-headers-missing" if CUDA_HEADER.match(path)
+                else "toolkit.nccl-headers-missing" if name == "nccl.h"
+                else "toolkit.cudnn-headers-missing" if CUDNN_HEADER.match(name)
+                else "deepspeed.async-io-no-libaio" if name == "libaio.h"
+                # Python.h of 3.7-3.9 includes <crypt.h>, which glibc >= 2.38 and
+                # conda's sysroots no longer ship (libxcrypt's now)
+                else "toolkit.crypt-h-missing" if name == "crypt.h" else "")
+        if name in CUDA_HEADER_SINCE:
+            found.append(_newer_cuda_header(message, header.group(0), name, where))
+        elif mode:
+            found.append(reading(FAMILY, mode, header.group(0), header=name, **where))
+    killed = KILLED.search(message)
+    if killed:  # signal 9 to a compiler: the OOM killer during a parallel build
+        found.append(reading(FAMILY, "jit.build-oom-parallel", killed.group(0),
+                             killed=next(g for g in killed.groups() if g), **where))
+    compiler = NO_COMPILER.search(message)
+    if compiler:
+        found.append(reading(FAMILY, "toolkit.cxx-compiler-missing", compiler.group(0),
+                             compiler=next(g for g in compiler.groups() if g), **where))
+    return found
+
+
+def _newer_cuda_header(message: str, text: str, name: str, where: dict) -> Reading:
+    """A header only newer toolkits ship: a toolkit older than its first release is too old
+    for the code (alternatives.toml cuda-header-too-new lists a root without headers second);
+    one that ships it, named in the log, means the build reads another root's headers."""
+    since = CUDA_HEADER_SINCE[name]
+    needs = f"CUDA {since[0]}.{since[1]}"
+    seen = next(((int(m[i]), int(m[i + 1])) for m in CUDA_RELEASE_SEEN.finditer(message)
+                 for i in range(1, len(m.groups()), 2) if m[i]), None)
+    if seen is not None and seen >= since:
+        return reading(FAMILY, "toolkit.cuda-headers-missing", text, header=name,
+                       first_shipped=needs, toolkit_named=f"CUDA {seen[0]}.{seen[1]}", **where)
+    return reading(FAMILY, "toolkit.cuda-too-old-for-header", text, header=name,
+                   first_shipped=needs,
+                   toolkit=f"CUDA {seen[0]}.{seen[1]}" if seen else "not named in the log",
+                   **where)
