@@ -74,7 +74,9 @@ GCC_MAX = re.compile(r"unsupported GNU version! gcc versions later than (\d+)", 
 # CMake's FindCUDNN finding no cuDNN: cuDNN is not where the build looks.
 CUDNN_CMAKE = re.compile(r"Could (?:not|NOT) find (cudnn_LIBRARY|cudnn_INCLUDE_DIR|CUDNN)\b")
 DS_OP = re.compile(r"Unable to (?:pre-compile|JIT load the) (\w+)", FLAGS)
-DYNAMO_PYTHON = re.compile(r"Dynamo is not supported on Python (3\.\d+)\+", FLAGS)
+# torch 2.2-2.3's wording; 2.0-2.1's ("Python 3.11+ not yet supported for torch.compile"); 2.9's
+DYNAMO_PYTHON = re.compile(r"(?:(?:Dynamo|torch\.compile) is not supported on Python |Python "
+                           r"(?=3\.\d+\+ not yet supported for torch\. ?compile))(3\.\d+)\+", FLAGS)
 NO_TORCH = re.compile(r"Unable to pre-compile ops (?:without torch installed|because torch is not "
                       r"available)", FLAGS)
 LIBAIO = re.compile(r"async_io requires the (?:dev libaio|libraries: \['libaio-dev'\])", FLAGS)
@@ -84,8 +86,13 @@ UNKNOWN_ARCH = re.compile(r"Unknown CUDA arch \(([^)\n]*)\) or GPU not supported
 DS_IMPORT = re.compile(r"cannot import name '(\w+)' from '(deepspeed[\w.]*)'", FLAGS)
 DS_CONFIG = re.compile(r"validation errors? for (DeepSpeed\w*Config)[\s\S]*?"
                        r"(extra fields not permitted|Extra inputs are not permitted)", FLAGS)
-KWARG = re.compile(r"((?:DeepSpeed\w*|Accelerator)\.\w+)\(\) got an unexpected keyword "
-                   r"argument '?(\w+)", FLAGS)
+# (also transformers' TrainingArguments and trl's trainers and configs: a training script written
+# for another transformers/trl release, in either direction)
+KWARG = re.compile(r"((?:DeepSpeed\w*|Accelerator|(?:Seq2Seq)?TrainingArguments|Trainer"
+                   r"|(?:SFT|DPO|GRPO|PPO|ORPO|KTO|CPO|Reward)(?:Trainer|Config))\.\w+)\(\) got an "
+                   r"unexpected keyword argument '?(\w+)"
+                   r"|'((?:Seq2Seq)?TrainingArguments)' object has no attribute '(eval_strategy|"
+                   r"evaluation_strategy)'", FLAGS)
 # A traceback's source line that calls a DeepSpeed API with a keyword, then the TypeError
 # refusing that keyword.
 UNKNOWN_KWARG = re.compile(r"TypeError: (?:\w+\.)*(\w+)\(\) got an unexpected keyword argument "
@@ -308,7 +315,8 @@ def _deepspeed_readings(message: str) -> list[Reading]:
     kwarg = KWARG.search(message)
     if kwarg:  # one package calls another's API as another release has it
         found.append(reading(FAMILY, "env.package-version-mismatch", kwarg.group(0),
-                             api=kwarg.group(1)))
+                             api=kwarg.group(1) or kwarg.group(3),
+                             argument=kwarg.group(2) or kwarg.group(4)))
     return found
 
 
