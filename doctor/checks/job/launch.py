@@ -249,11 +249,15 @@ def ssh_cannot_start(ctx: Context, evidence: list[str]):
         lines.append("libcrypto on LD_LIBRARY_PATH: " + ", ".join(folders))
     summary = "ssh cannot start in the job's environment: pdsh reaches no other host"
     mode = ssh_failure_mode(words)
-    if mode is None:
-        return _severe(ctx)(summary, SLURM_LAUNCHER_FIX, *lines)
     here = (f"take {', '.join(folders)} off LD_LIBRARY_PATH for the launcher (conda does not "
             "need it there)" if folders else ())
-    return mode_finding(_severe(ctx), mode, summary, *lines, here=here)
+    if mode == "launch.ssh-openssl-mismatch":
+        return mode_finding(_severe(ctx), "launch.ssh-openssl-mismatch", summary, *lines,
+                            here=here)
+    if mode == "loader.foreign-openssl-shadows-system":
+        return mode_finding(_severe(ctx), "loader.foreign-openssl-shadows-system", summary,
+                            *lines, here=here)
+    return _severe(ctx)(summary, SLURM_LAUNCHER_FIX, *lines)
 
 
 def _other_host(hosts: list[str]) -> str | None:
