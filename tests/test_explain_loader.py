@@ -432,3 +432,12 @@ def test_a_symbol_not_defined_with_link_time_reference_is_an_undefined_symbol():
                          "ATTR_1.0 not defined in file libattr.so.1 with link time reference")
     assert [(f.kind, f.version) for f in other] == [("undefined-symbol", "ATTR_1.0")]
     assert other[0].row is None
+
+
+def test_ctranslate2s_wording_of_a_library_it_could_not_load():
+    # faster-whisper and whisperX print CTranslate2's own words (SYSTRAN/faster-whisper#47,
+    # lewangdev/autotranslate#11): read as the soname that was not loaded
+    found = loader.parse("RuntimeError: Library libcublas.so.11 is not found or cannot be loaded")
+    assert [(f.kind, f.library, f.version) for f in found] == [
+        ("missing", "libcublas.so.11", "11")]
+    assert "cuBLAS" in found[0].row["name"]

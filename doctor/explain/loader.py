@@ -43,7 +43,10 @@ MISSING = re.compile(
     + r"|failed to (?:load|open|dlopen) " + _LIB  # dlopen wrappers (cuda-python's "Failed to
     # dlopen X"); NVRTC's "failed to open X."
     + r"|(?:Couldn't|Could not|Unable to) (?:open|load|find) (?:the )?(?:CUDA |dynamic |shared )?"
-      r"library:? '?" + _LIB, re.IGNORECASE)
+      r"library:? '?" + _LIB
+    # CTranslate2 (faster-whisper, whisperX): "Library libcublas.so.12 is not found or cannot be
+    # loaded" (SYSTRAN/faster-whisper#47, OpenNMT/CTranslate2#1250)
+    + r"|\bLibrary " + _LIB + r" is not found or cannot be loaded", re.IGNORECASE)
 UNDEFINED = re.compile(
     r"(?:(?P<by>[^\s`'\"]+\.so[\w.]*):\s*)?undefined\s+symbol:\s*[\"'`]?(?P<sym>[\w@.$]+)[\"'`]?"
     r"(?:,\s*version\s+(?P<ver>[\w.+-]+))?")
