@@ -33,33 +33,8 @@ from functools import cache
 from pathlib import Path
 
 from dsenv.data import load_table
+from dsenv.doctor.explain.loader_words import LIB, LINK, MISSING, NOT_DEFINED, UNDEFINED, VERSION
 from dsenv.facts.python import sharedlibs, target_env, torch_info, torch_symbols
-
-_LIB = r"(lib[\w+.-]*?\.so(?:\.[\w.]+)?)"
-MISSING = re.compile(
-    r"(?:(?P<path>/\S*/)|\b)" + _LIB + r"(?:'|\"|:|,)?\s*(?:: )?cannot open shared object file"
-    r"|Could not load dynamic library '" + _LIB + "'"
-    r"|load library failed: " + _LIB
-    + r"|failed to (?:load|open|dlopen) " + _LIB  # dlopen wrappers (cuda-python's "Failed to
-    # dlopen X"); NVRTC's "failed to open X."
-    + r"|(?:Couldn't|Could not|Unable to) (?:open|load|find) (?:the )?(?:CUDA |dynamic |shared )?"
-      r"library:? '?" + _LIB
-    # CTranslate2 (faster-whisper, whisperX): "Library libcublas.so.12 is not found or cannot be
-    # loaded" (SYSTRAN/faster-whisper#47, OpenNMT/CTranslate2#1250)
-    + r"|\bLibrary " + _LIB + r" is not found or cannot be loaded", re.IGNORECASE)
-UNDEFINED = re.compile(
-    r"(?:(?P<by>[^\s`'\"]+\.so[\w.]*):\s*)?undefined\s+symbol:\s*[\"'`]?(?P<sym>[\w@.$]+)[\"'`]?"
-    r"(?:,\s*version\s+(?P<ver>[\w.+-]+))?")
-# glibc's other wording of the same failure, when the file has version definitions but not
-# this symbol's: "libcublas.so.11: symbol cublasLtHSHMatmulAlgoInit, version libcublasLt.so.11
-# not defined in file libcublasLt.so.11 with link time reference" (after "relocation error:")
-NOT_DEFINED = re.compile(
-    r"(?:(?P<by>[^\s`'\"]+\.so[\w.]*):\s*)?symbol\s+(?P<sym>[\w@.$]+),?\s+version\s+"
-    r"(?P<ver>[\w.+-]+)\s+not defined in file\s+\S+\s+with link time reference")
-VERSION = re.compile(
-    r"(?:(?P<lib>\S*" + _LIB + r"):\s*)?version [`'‘]?(?P<ver>(?:GLIBCXX|GLIBC|CXXABI|CUDA|"
-    r"libcublas|NCCL|IBVERBS|MPI)[\w.]*)['’] not found(?: \(required by (?P<by>[^)]+)\))?")
-LINK = re.compile(r"cannot find -l(?P<name>[\w+.-]+?)(?=[:\s]|$)")
 
 
 @dataclass(frozen=True)
@@ -299,7 +274,7 @@ def _extension(path: str) -> str:
     return name.split(".cpython")[0] if ".cpython" in name else ""
 
 
-DEPENDENCY = re.compile(r"\b" + _LIB + r"(?:'|\"|:|,)?\s*(?:: )?cannot open shared object file")
+DEPENDENCY = re.compile(r"\b" + LIB + r"(?:'|\"|:|,)?\s*(?:: )?cannot open shared object file")
 
 
 def _loads_what_is_missing(text: str, match: re.Match, lib: str) -> bool:
