@@ -102,7 +102,7 @@ DS_CALL = re.compile(r"\b(deepspeed(?:\.\w+)+)\(")
 # not have (removed, or not added yet); a circular import is the code's own.
 STACK_IMPORT = re.compile(r"cannot import name '(\w+)' from '((?:transformers|accelerate|peft|trl"
                           r"|datasets|torch|tokenizers|safetensors|bitsandbytes|diffusers"
-                          r"|optimum)(?:\.\w+)*)'", FLAGS)
+                          r"|optimum|megatron\.core)(?:\.\w+)*)'", FLAGS)
 # transformers' dependency_versions_check and require_version: "<req> is required for a
 # normal functioning of this module, but found <name>==<version>".
 REQUIRED = re.compile(r"(?P<req>[A-Za-z][\w.-]*\s*(?:[<>=!~]=?\s*[\w.*+-]+\s*,?\s*)+) is required "
@@ -167,7 +167,12 @@ APEX_MISMATCH = re.compile(r"Cuda extensions are being compiled with a version o
                            r"not match the version used to compile Pytorch binaries\.?\s+Pytorch "
                            r"binaries were compiled with Cuda ([\d.]+\d)", FLAGS)
 
+# A source tree built without its git submodules: the build's own hint, or CMake's
+# add_subdirectory of an empty third-party folder
+SUBMODULES = re.compile(r"[Tt]ry running '?(git submodule update)|does not contain a "
+                        r"CMakeLists\.txt file", FLAGS)
 SIMPLE = (
+    (SUBMODULES, "toolkit.source-submodules-missing", ("hint",)),
     (FLASH_CUDA_MIN, "toolkit.nvcc-too-old-for-torch", ("flash_attn_needs_cuda",)),
     (APEX_MISMATCH, "jit.cuda-major-mismatch", ("torch_built_with_cuda",)),
     (ROCM_CUDA_HOME, "deepspeed.rocm-cuda-home-none", ("hipify_summary",)),

@@ -64,6 +64,9 @@ def compile_readings(message: str) -> list[Reading]:
                 # Python.h of 3.7-3.9 includes <crypt.h>, which glibc >= 2.38 and
                 # conda's sysroots no longer ship (libxcrypt's now)
                 else "toolkit.crypt-h-missing" if name == "crypt.h" else "")
+        if name == "cudnn_frontend.h" or path.startswith("cute/"):
+            # headers a source tree carries as git submodules (cudnn-frontend, CUTLASS's cute)
+            mode = "toolkit.source-submodules-missing"
         if name in CUDA_HEADER_SINCE:
             found.append(_newer_cuda_header(message, header.group(0), name, where))
         elif mode:
