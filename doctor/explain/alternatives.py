@@ -27,12 +27,13 @@ from functools import cache
 from dsenv.data import load_table
 from dsenv.doctor import catalogue
 from dsenv.doctor.explain import rank
-from dsenv.doctor.explain.families import gpu, rocm
+from dsenv.doctor.explain.families import build_compile, gpu, rocm
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 # Words a family parser already knows, named in the table by "@name" rather than copied: every
 # wording of one error, kept in one place.
-FAMILY_WORDS = {"@rocm.no-code-object": rocm.NO_CODE_OBJECT.pattern}
+FAMILY_WORDS = {"@rocm.no-code-object": rocm.NO_CODE_OBJECT.pattern,
+                "@build.cuda-release": build_compile.CUDA_RELEASE_SEEN.pattern}
 ALSO = "@also"  # a tell that is the member's own `also` evidence in the catalogue
 
 
@@ -67,7 +68,7 @@ def groups() -> tuple[Group, ...]:
                        {k: tuple(p for x in v for p in (
                            catalogue.mode(k).also if x == ALSO else (x,)))
                         for k, v in r.get("tells", {}).items()},
-                       tuple(r.get("decided", ())), r["which"], tuple(r["sources"]),
+                       tuple(FAMILY_WORDS.get(d, d) for d in r.get("decided", ())), r["which"], tuple(r["sources"]),
                        tuple(r.get("cuda_errors", ())), bool(r.get("unranked", False)))
                  for r in rows)
 
