@@ -17,7 +17,9 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               "container.hook-refused-in-csv-or-cdi-mode", "container.enroot-manifest-not-found",
               "container.driver-init-timeout-no-persistence",
               "container.enroot-helpers-lack-file-caps",
-              "container.apptainer-squashfs-tools-not-found"}
+              "container.apptainer-squashfs-tools-not-found",
+              # glibc's own start-up line, the same words in every image and binary
+              "container.glibc-needs-newer-kernel"}
 
 
 def row(url_tail: str) -> dict:

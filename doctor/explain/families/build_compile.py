@@ -1,6 +1,7 @@
 """What a failed compile says: the header it could not find (and the package that lacks its
-development files), a compiler the OOM killer stopped, a compiler that is not there; with the
-op being built and the object that failed. Part of the build family (build.py)."""
+development files), a compiler the OOM killer stopped, a compiler that is not there or refuses
+an x86-only flag, DeepSpeed's Linux-only link probes on Windows; with the op being built and
+the object that failed. Part of the build family (build.py)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,15 @@ NO_COMPILER = re.compile(
     # gcc's collect2 without the linker it runs (binutils' ld off PATH, or the gold/mold a
     # -fuse-ld flag names): ublue-os/bluefin#2349, ldc-developers/ldc#3117
     r"|fatal error: cannot find [‘'\"`](ld)[’'\"]", FLAGS)
+
+# -march=native is an x86 option: gcc for POWER (and Arm) wants -mcpu=native, and Apple's
+# clang for arm64 refuses it outright (a cross compiler's "unknown value 'native'" is not this)
+MARCH_NATIVE = re.compile(r"(?:(?:^|\s)(gcc|g\+\+|c\+\+|cc1(?:plus)?|cc|clang(?:\+\+)?): )?error: "
+                          r"(?:unrecognized command[- ]line option|the clang compiler does not "
+                          r"support) [‘'`\"](-march=native)[’'\"]", FLAGS)
+# MSVC's link of DeepSpeed's async_io / GDS probes: -laio and -lcufile become aio.lib and
+# cufile.lib, which no Windows system has (link.exe words it in the system's language)
+WINDOWS_PROBE = re.compile(r"LNK1181\b[^\n]*?\b((?:aio|cufile)\.lib)", FLAGS)
 
 # The CUDA toolkit's own headers: the runtime and its math libraries (cuda*, cu<lib>*: cuBLAS,
 # cuRAND and its device API curand_kernel.h, cuSPARSE, cuSOLVER, cuFFT), NVTX, NVRTC, and the
@@ -79,6 +89,14 @@ def compile_readings(message: str) -> list[Reading]:
     if compiler:
         found.append(reading(FAMILY, "toolkit.cxx-compiler-missing", compiler.group(0),
                              compiler=next(g for g in compiler.groups() if g), **where))
+    march = MARCH_NATIVE.search(message)
+    if march:
+        found.append(reading(FAMILY, "toolkit.march-native-non-x86", march.group(0).strip(),
+                             compiler=march.group(1) or "not named", flag=march.group(2), **where))
+    probe = WINDOWS_PROBE.search(message)
+    if probe:
+        found.append(reading(FAMILY, "deepspeed.windows-no-aio-gds", probe.group(0),
+                             library=probe.group(1)))
     return found
 
 

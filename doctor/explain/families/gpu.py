@@ -34,6 +34,9 @@ KINDS = (
      # The same failure in CUDA's older words: a kernel launched with no code for this GPU's
      # arch (torch built on another node's GPU, a wheel without sm_50, an old GPU dropped).
      r"|(?<!HIP error: )invalid device function|cudaErrorInvalidDeviceFunction"),
+    # CUDA's limit of eight peer mappings per device (the runtime's old error 60, now 711)
+    ("too-many-peers", r"peer mapping resources exhausted|cudaErrorTooManyPeers"
+     r"|CUDA_ERROR_TOO_MANY_PEERS"),
     ("ecc", r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable"
      r"|CUDA_ERROR_ECC_UNCORRECTABLE"),
     ("ptx", r"provided PTX was compiled with an unsupported toolchain"
@@ -56,7 +59,7 @@ KIND_TEXT = [(kind, re.compile(pattern, IC)) for kind, pattern in KINDS]
 # Numbers whose meaning changed in the renumbering (10, 30, 38, 39, 48) are left to the text.
 CODES = {35: "insufficient-driver", 46: "devices-unavailable", 98: "no-kernel-image",
          100: "no-device", 101: "invalid-device", 209: "no-kernel-image", 214: "ecc", 222: "ptx",
-         802: "system-not-ready", 803: "driver-mismatch", 804: "compat", 999: "unknown"}
+         711: "too-many-peers", 802: "system-not-ready", 803: "driver-mismatch", 804: "compat", 999: "unknown"}
 # A number is read only inside a frame that says it is a CUDA error code.
 CODE_FRAME = re.compile(
     r"cuda runtime error \((\d+)\)|CUDA Runtime Error\((\d+)\)|Cuda failure:? (\d+)"
@@ -182,7 +185,8 @@ SIMPLE = {"insufficient-driver": "gpu.driver-too-old",
           "system-not-ready": "gpu.fabric-manager-not-running",
           "compat": "gpu.forward-compat-unsupported",
           "driver-mismatch": "gpu.compat-libcuda-mismatch",
-          "unknown": "gpu.cuda-unknown-error-driver", "stub": "gpu.libcuda-stub-loaded"}
+          "unknown": "gpu.cuda-unknown-error-driver", "stub": "gpu.libcuda-stub-loaded",
+          "too-many-peers": "gpu.p2p-peer-limit"}
 
 
 def _kind(message: str) -> tuple[str, str, str] | None:

@@ -125,6 +125,16 @@ _OMPI = (
     # No daemon called back at all (ssh refused, orted not found, the rsh agent failed).
     (re.compile(r"(?P<starter>ORTE|PRTE) was unable to (?:reliably )?start one or more daemons"),
      "mpi.orted-lost"),
+    # The TCP BTL (rank-to-rank traffic, once the daemons are up) connecting to an address the
+    # peer advertised that this node cannot reach: a bridge every host has (docker0, virbr0) or
+    # a subnet they do not share. "Connection refused" is left out: a peer that died says it too.
+    (re.compile(r"btl_tcp_endpoint\.c:\d+:mca_btl_tcp_endpoint_\w+\] connect\(\) to "
+                r"(?P<address>\S+) failed: (?P<error>No route to host|Connection timed out"
+                r"|Operation now in progress) \((?P<errno>11[035])\)"
+                r"|Open MPI failed to TCP connect to a peer MPI process"
+                r"(?:.*?Local host: (?P<host>\S+))?(?:.*?Message: connect\(\) to (?P<peer>\S+) failed)?"
+                r"(?:.*?Error: (?P<why>[A-Za-z ]+?) \((?P<code>\d+)\))?"),
+     "mpi.btl-tcp-unroutable-interface"),
     # hwloc binding protection: more ranks to bind than cpus on the node (or its cpuset).
     (re.compile(r"binding more processes than cpus on a resource:?(?: Bind to: (?P<bind_to>\S+))?"
                 r"(?: Node: (?P<node>\S+))?(?: #processes: (?P<processes>\d+))?"
