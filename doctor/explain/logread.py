@@ -51,6 +51,8 @@ _FAILURE = re.compile(
     # OpenSSH's refusal to run on another libcrypto than its own: the launcher's ssh dies
     # there, before mpirun's or pdsh's own complaint
     r"|^OpenSSL version mismatch\. Built against"
+    # a vGPU guest without its license: nvidia-smi -q prints it as a state, not an error
+    r"|License Status\s*:\s*Unlicensed(?! \(Unrestricted\))"
     # Open MPI/PRRTE's refusals to start ranks: their help boxes carry no "error" word
     r"|not enough slots available in the system|has detected an attempt to run as root"
     r"|would result in binding more\b",

@@ -176,6 +176,12 @@ NVRTC_ARCH = re.compile(r"nvrtc: error: invalid value for --gpu-architecture", I
 CUPY = re.compile(r"\bcupy", IC)
 # Triton loading a cubin its bundled ptxas (a newer CUDA than the node's driver) assembled:
 # CUDA_ERROR_INVALID_IMAGE in Triton's words.
+# A vGPU (GRID) guest driver without a license: nvidia-smi -q's state, the Windows driver's
+# notice, nvidia-gridd's log ("Unlicensed (Unrestricted)" is the host's grace period, no fault).
+VGPU_UNLICENSED = re.compile(r"License Status\s*:\s*Unlicensed(?: \((?P<state>Restricted)\))?"
+                             r"(?! \(Unrestricted\))|vGPU license state: Unlicensed(?! \(Unr)"
+                             r"|Valid GRID license not found|nvidia-gridd(?:\[\d+\])?: Failed to "
+                             r"acquire license", IC)
 TRITON_IMAGE = re.compile(r"Triton Error \[CUDA\]: device kernel image is invalid", IC)
 
 SIMPLE = {"insufficient-driver": "gpu.driver-too-old",
@@ -330,6 +336,10 @@ def read(message: str, around: str = "") -> list[Reading]:
         found.append(reading(FAMILY, "job.bf16-unsupported-gpu", bf16.group(0)[:100],
                              call=bf16.group(0).split("calling", 1)[1].strip(" `").split("(")[0],
                              dtype="CUDA_R_16BF"))
+    vgpu = VGPU_UNLICENSED.search(message)
+    if vgpu:
+        found.append(reading(FAMILY, "gpu.vgpu-unlicensed", vgpu.group(0),
+                             license=vgpu["state"] or "not held"))
     elsewhere = _memory_elsewhere(message)
     if elsewhere:
         found.append(elsewhere)
