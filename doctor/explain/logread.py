@@ -51,6 +51,8 @@ _FAILURE = re.compile(
     # OpenSSH's refusal to run on another libcrypto than its own: the launcher's ssh dies
     # there, before mpirun's or pdsh's own complaint
     r"|^OpenSSL version mismatch\. Built against"
+    # maturin's build of a Rust extension with no cargo: its box carries no "error" word
+    r"|Cargo, the Rust package manager, is not installed"
     # a vGPU guest without its license: nvidia-smi -q prints it as a state, not an error
     r"|License Status\s*:\s*Unlicensed(?! \(Unrestricted\))"
     # Open MPI/PRRTE's refusals to start ranks: their help boxes carry no "error" word
