@@ -19,7 +19,9 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               "container.enroot-helpers-lack-file-caps",
               "container.apptainer-squashfs-tools-not-found",
               # glibc's own start-up line, the same words in every image and binary
-              "container.glibc-needs-newer-kernel"}
+              "container.glibc-needs-newer-kernel",
+              # shadow-utils' and Apptainer's words for newuidmap without its privileges
+              "container.newuidmap-no-privilege"}
 
 
 def row(url_tail: str) -> dict:

@@ -385,3 +385,19 @@ def test_a_second_device_on_mig_instances_names_one_instance_per_process():
     assert gpu.read(ASSERT_NUM_GPUS, around=SMI_MIG.format("Disabled")) == []
     assert [m for m, _ in parts("RuntimeError: CUDA error: invalid device ordinal")] == [
         "gpu.visible-devices-remapped"]
+
+
+def test_out_of_memory_counts_sizes_torch_prints_in_bytes():
+    """torch prints sizes under 1 KiB as "N bytes": a process that holds nothing while the GPU
+    is full is the clearest case of memory held elsewhere; the twin, a process that filled the
+    GPU itself with nothing free, is the batch's own; an OOM line without the sizes reads none."""
+    elsewhere = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; "
+                 "10.76 GiB total capacity; 0 bytes already allocated; 5.94 MiB free; 0 bytes "
+                 "reserved in total by PyTorch)")
+    (mode, got), = [(m, g) for m, g in parts(elsewhere) if m == "gpu.memory-held-by-other-process"]
+    assert got["this process"] == "0 bytes" and got["free"] == "5.94 MiB"
+    assert got["held elsewhere"] == "10.75 GiB"
+    itself = elsewhere.replace("0 bytes already allocated; 5.94 MiB free; 0 bytes",
+                               "10.50 GiB already allocated; 0 bytes free; 10.60 GiB")
+    assert "gpu.memory-held-by-other-process" not in [m for m, _ in parts(itself)]
+    assert parts("torch.OutOfMemoryError: CUDA out of memory.") == []

@@ -28,9 +28,11 @@ def _modes(text: str) -> list[str]:
     return [r.mode for r in nccl.read(text)]
 
 
-# NVSHMEM's words for the GPUDirect path (DeepEP): read by the catalogue's pattern, not NCCL's
-# parser
-NOT_NCCL = ("neither nv_peer_mem, or nvidia_peermem detected",)
+# Other libraries' words for NCCL's causes, read by the catalogue's patterns, not NCCL's parser:
+# NVSHMEM's for the GPUDirect path (DeepEP)
+NOT_NCCL = ("neither nv_peer_mem, or nvidia_peermem detected",
+            # Intel MPI's DAPL fabric: the same locked-memory limit, read by the catalogue's pattern
+            "DAPL startup: RLIMIT_MEMLOCK too small")
 
 
 @pytest.mark.parametrize("row", [r for r in ROWS if r["mode"] in PARSED

@@ -33,7 +33,7 @@ def text_of(table: str, url_end: str) -> str:
 
 def test_every_mode_of_the_table_has_its_symptoms_named():
     assert {r["mode"] for r in ROWS} == {
-        "env.compiled-extension-missing", "env.rust-extension-no-wheel", "env.tokenizers-sdist-new-rustc", "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
+        "env.compiled-extension-missing", "toolkit.cmake4-old-policy-minimum", "deepspeed.ops-built-for-other-torch", "hf.bnb-quantization-without-cuda", "env.wheel-tags-not-this-interpreter", "env.module-command-uninitialised", "env.rust-extension-no-wheel", "env.tokenizers-sdist-new-rustc", "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
         "env.protobuf-too-new", "env.package-missing", "env.build-without-torch",
         "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files", "env.scripts-not-on-path",
         "env.numpy-name-removed", "env.setuptools-too-old-for-python",

@@ -53,6 +53,8 @@ _FAILURE = re.compile(
     r"|^OpenSSL version mismatch\. Built against"
     # maturin's build of a Rust extension with no cargo: its box carries no "error" word
     r"|Cargo, the Rust package manager, is not installed"
+    # Intel MPI's DAPL fabric refusing the locked-memory limit (a warning it then dies of)
+    r"|RLIMIT_MEMLOCK too small"
     # a vGPU guest without its license: nvidia-smi -q prints it as a state, not an error
     r"|License Status\s*:\s*Unlicensed(?! \(Unrestricted\))"
     # Open MPI/PRRTE's refusals to start ranks: their help boxes carry no "error" word

@@ -16,10 +16,6 @@ from dsenv.facts.toolchain import toolkit as tk
 from dsenv.facts.toolchain.libaio import aio_link
 from dsenv.verdicts.findings import fail, info, ok, skip, warn
 
-REBUILD = ("rebuild the ops for this torch: `dsenv provision`, or `DS_BUILD_CPU_ADAM=1 "
-           "DS_BUILD_FUSED_ADAM=1 pip install --force-reinstall --no-build-isolation "
-           "--no-cache-dir --no-deps deepspeed`")
-
 
 @check("deepspeed.install", "DeepSpeed installed and built for this torch")
 def install(ctx: Context):
@@ -38,10 +34,11 @@ def install(ctx: Context):
     evidence.append(torch.describe())
     mismatches = dsi.build_mismatches(ds, torch)
     if mismatches:
-        return fail(f"DeepSpeed {ds.version}'s precompiled ops were built against "
-                    f"{ds.built_against()}; they will refuse to load "
-                    "(\"PyTorch version mismatch! DeepSpeed ops were compiled...\")",
-                    REBUILD, *mismatches, "precompiled: " + ", ".join(ds.precompiled), *evidence)
+        return mode_finding(fail, "deepspeed.ops-built-for-other-torch",
+                            f"DeepSpeed {ds.version}'s precompiled ops were built against "
+                            f"{ds.built_against()}; they will refuse to load "
+                            "(\"PyTorch version mismatch! DeepSpeed ops were compiled...\")",
+                            *mismatches, "precompiled: " + ", ".join(ds.precompiled), *evidence)
     if ds.precompiled:
         return ok(f"DeepSpeed {ds.version}, {len(ds.precompiled)} ops precompiled for "
                   f"{ds.accelerator_name or '?'} against {ds.built_against()}", *evidence)

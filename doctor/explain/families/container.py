@@ -29,6 +29,9 @@ from dsenv.doctor.explain.families import Reading, reading
 FAMILY = "container"
 IC = re.IGNORECASE
 
+# The ldcache stage's ldconfig (config.toml's `ldconfig`): a path the host lacks, or exit 127
+LDCONFIG = re.compile(r"(?:open failed: |process )(?P<path>\S*ldconfig[^:\s]*):? ?(?:no such "
+                      r"file or directory|failed with error code: 127)", re.IGNORECASE)
 # nvidia-container-cli names the stage that failed; the GPU operator's image runs it as
 # nvidia-container-cli.real (k8s-device-plugin#324).
 CLI = re.compile(r"nvidia-container-cli(?:\.real)?: (?P<stage>[a-z]+) error: (?P<what>[^\n]*)", IC)
@@ -234,6 +237,10 @@ def read(message: str) -> list[Reading]:
             found.append(reading(FAMILY, "container.rootless-device-cgroup", cli.group(0),
                                  stage=stage, cgroup="v1 " + denied["file"] if denied["file"]
                                  else "v2 eBPF device filter"))
+        elif stage == "ldcache" and (ld := LDCONFIG.search(what)):
+            # The hook runs the ldconfig its config.toml names: missing, or not runnable there
+            found.append(reading(FAMILY, "container.toolkit-ldconfig-path-wrong", cli.group(0),
+                                 stage=stage, ldconfig=ld["path"]))
         elif stage == "mount" and exists:
             # A file the hook injects from the host is already in the image
             found.append(reading(FAMILY, "container.image-ships-driver-libs", exists.group(0),

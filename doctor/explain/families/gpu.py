@@ -130,14 +130,15 @@ TRITON_OLD = re.compile(r"Found (?P<gpu>[^\n]+?) which is too old to be supporte
 # cuBLAS refusing a bfloat16 GEMM (CUDA_R_16BF operands): a GPU without bf16 tensor support.
 BF16_GEMM = re.compile(r"CUBLAS_STATUS_NOT_SUPPORTED when calling `?cublas\w+\([^`]*?CUDA_R_16BF", IC)
 # torch's out-of-memory report: what the GPU has, what is free, what this process holds.
-_SIZE = r"[\d.]+ [KMGT]?i?B"
+# torch prints a size under 1 KiB as "N bytes" ("0 bytes already allocated")
+_SIZE = r"[\d.]+ (?:[KMGT]?i?B|bytes)"
 OOM_OLD = re.compile(rf"\(GPU (?P<gpu>\d+); (?P<total>{_SIZE}) total capacity; (?P<alloc>{_SIZE}) "
                      rf"already allocated; (?P<free>{_SIZE}) free; (?P<mine>{_SIZE}) reserved "
                      r"in total by PyTorch\)", IC)
 OOM_NEW = re.compile(rf"GPU (?P<gpu>\d+) has a total capacity of (?P<total>{_SIZE}) of which "
                      rf"(?P<free>{_SIZE}) is free\.[\s\S]{{0,600}}?Including non-PyTorch memory, "
                      rf"this process has (?P<mine>{_SIZE}) memory in use", IC)
-UNITS = {"B": 1, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "KB": 1e3, "MB": 1e6,
+UNITS = {"B": 1, "BYTES": 1, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "KB": 1e3, "MB": 1e6,
          "GB": 1e9, "TB": 1e12}
 # The deepspeed runner: CUDA_VISIBLE_DEVICES turned into --include, or a slot it lacks.
 DS_INCLUDE = re.compile(r"Detected CUDA_VISIBLE_DEVICES=(?P<visible>\S+): setting "

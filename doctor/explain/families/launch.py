@@ -74,7 +74,12 @@ _PDSH_RCMD = re.compile(r"rcmd: socket: Permission denied|(mcmd): xpoll: protoco
 _NO_HOSTFILE = re.compile(r"Unable to find hostfile", FLAGS)
 _REMOTE_PATH = re.compile(r"bash: line 0: cd: (\S+): No such file or directory"
                           r"|bash: (\S+/bin/python3?): No such file or directory"
-                          r"|\b(orted|prted): command not found", FLAGS)
+                          r"|\b(orted|prted): command not found"
+                          # MPICH/Intel MPI's Hydra: its proxy not where mpiexec is on that host,
+                          # or the launch folder missing there
+                          r"|execvp error on file (\S*hydra_pmi_proxy) \(No such file"
+                          r"|(\./hydra_pmi_proxy): No such file or directory"
+                          r"|unable to change wdir to (\S+) \(No such file or directory\)", FLAGS)
 _PDSH_CMD = re.compile(r"cmd = pdsh .*?-w (\S+) ((?:export \w+=[^;]*; )+)", FLAGS)
 # torchrun's agent taking a hangup as its death signal and forwarding it to the ranks (older
 # torch: "Received 1 death signal", newer: "Received Signals.SIGHUP death signal"), or the

@@ -195,7 +195,12 @@ _DAEMON_WHY = re.compile(r"(?:orted|prted): (?:command not found|error while loa
 # MPI's startup found its OFI fabric unusable with no fallback allowed.
 _OFI = re.compile(r"OFI (?P<call>addrinfo|fi_getinfo)\(\) fail(?:ed|ure)(?: \([^)]*:(?P<why>[^:)]+)\))?"
                   r"|MPI startup\(\): (?P<fabric>\w+) fabric is not available and fallback fabric "
-                  r"is not enabled")
+                  r"is not enabled"
+                  # libfabric's psm3 provider chosen on a host without its NIC (MPICH, Intel MPI,
+                  # Open MPI's ofi MTL all stop at the endpoint; Open MPI's fi_domain failure is Slingshot's VNI)
+                  r"|PSM3 can't open nic unit: (?P<unit>\d+) \(err=(?P<err>\d+)\)"
+                  r"|OFI endpoint open failed \(ofi_init\.c:\d+:create_vni_context"
+                  r"|Open MPI failed an OFI Libfabric library call \((?P<ofi_call>fi_endpoint)\)")
 # Every rank printing that it is rank 0 of a world of 1 (the same words before "0 of 1" on
 # several lines): the launcher's PMI was not the one the MPI library speaks, so each rank
 # initialised as a singleton. One such line alone is an ordinary single-process run.
@@ -316,7 +321,9 @@ def read(message: str) -> list[Reading]:
     if m := _OFI.search(message):
         parts = {k: v for k, v in m.groupdict().items() if v}
         found.append(reading(FAMILY, "mpi.ofi-provider-unavailable", m.group(0)[:200],
-                             program="MPICH/Intel MPI", **parts))
+                             program="Open MPI" if "Open MPI" in m.group(0) else
+                             "libfabric (MPICH, Intel MPI, Open MPI)" if "PSM3" in m.group(0)
+                             else "MPICH/Intel MPI", **parts))
     leads = [m["lead"].lower() for m in _SINGLETON.finditer(message)]
     if leads and max(leads.count(lead) for lead in leads) >= 2 \
             and not any(r.mode == "mpi.srun-singletons" for r in found):

@@ -53,6 +53,13 @@ SHAPES = (
 )
 
 
+# A script saved with Windows line ends: the kernel looks for an interpreter whose name ends in
+# a carriage return (bash prints it as ^M, env as \r), and sbatch refuses such a script.
+CRLF = re.compile(r"(?P<interp>/[\w/]*?\w*sh)(?:\^M|\\r|\r): bad interpreter"
+                  r"|/usr/bin/env: [‘'](?P<prog>\w+)(?:\\r|\r)[’']: No such file or directory"
+                  r"|Batch script contains DOS line breaks")
+
+
 @cache
 def programs() -> dict[str, dict]:
     """{executable name: its row of programs.toml}."""
@@ -73,4 +80,8 @@ def read(message: str) -> list[Reading]:
             where = (m.groupdict().get("path") or "").rstrip("/")
             found.append(reading(FAMILY, row["mode"], m.group(0), program=m["prog"],
                                  looked_in=where or "PATH", it_is=row["why"]))
+    if crlf := CRLF.search(message):
+        found.append(reading(FAMILY, "launch.job-script-crlf", crlf.group(0),
+                             interpreter=crlf["interp"] or crlf["prog"] or "(sbatch's check)",
+                             line_ends="CRLF (Windows)"))
     return found
