@@ -55,6 +55,9 @@ _FAILURE = re.compile(
     r"|Cargo, the Rust package manager, is not installed"
     # Intel MPI's DAPL fabric refusing the locked-memory limit (a warning it then dies of)
     r"|RLIMIT_MEMLOCK too small"
+    # Ollama's warning that its ROCm libraries have no code for the GPU's gfx (it then runs
+    # on the CPU)
+    r"|amdgpu (?:\[\d+\] gfx\w+ )?is not supported (?:by |\(supported types:\[gfx)"
     # a vGPU guest without its license: nvidia-smi -q prints it as a state, not an error
     r"|License Status\s*:\s*Unlicensed(?! \(Unrestricted\))"
     # Open MPI/PRRTE's refusals to start ranks: their help boxes carry no "error" word

@@ -29,6 +29,8 @@ from dsenv.doctor.explain.families import Reading, reading
 FAMILY = "container"
 IC = re.IGNORECASE
 
+# runc's exec of the container's command: nvidia-smi comes only from the host's driver
+NO_NVIDIA_SMI = re.compile(r'exec: \\*"nvidia-smi\\*": executable file not found in \$PATH')
 # The ldcache stage's ldconfig (config.toml's `ldconfig`): a path the host lacks, or exit 127
 LDCONFIG = re.compile(r"(?:open failed: |process )(?P<path>\S*ldconfig[^:\s]*):? ?(?:no such "
                       r"file or directory|failed with error code: 127)", re.IGNORECASE)
@@ -250,6 +252,11 @@ def read(message: str) -> list[Reading]:
         # The same mount error when the hook's name was cut off by the wrapping of the line
         found.append(reading(FAMILY, "container.image-ships-driver-libs",
                              EXISTS.search(message).group(0), path=EXISTS.search(message)["path"]))
+    if exe := NO_NVIDIA_SMI.search(message):
+        # runc starting the container's command finds no nvidia-smi: nothing injected the
+        # driver's binaries (no GPU runtime for this container, nvidia-docker 1's volume)
+        found.append(reading(FAMILY, "container.no-gpu-runtime", exe.group(0),
+                             program="nvidia-smi", runtime="runc (no NVIDIA hook ran)"))
     if wsl := WSL_NO_ADAPTER.search(message):
         # The toolkit's initialization under WSL, where the GPU comes through the Windows
         # driver (/dev/dxg): WSL exposes no adapter (its name is sometimes mistyped in pastes)

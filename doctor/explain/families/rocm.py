@@ -193,6 +193,19 @@ def _lists_own_target(message: str, around: str) -> bool:
                 {a.lower() for a in LISTED_ARCH.findall(listing["files"])})
 
 
+# Ollama's warning that its ROCm libraries carry no code for the GPU's gfx (it then runs on
+# the CPU): "amdgpu [0] gfx1103 is not supported by <dir> [gfx1030 ...]" (older) and
+# "amdgpu is not supported (supported types:[gfx1030 ...])" ... gpu_type=gfx1031 (newer); an
+# empty list is another cause (Windows without the rocBLAS files) and does not match.
+OLLAMA_UNSUPPORTED = re.compile(
+    r"amdgpu (?:\[\d+\] (?P<gfx>gfx\w+) )?is not supported (?:by \S+ \[(?P<list>gfx[\w ]+)\]"
+    r"|\(supported types:\[(?P<types>gfx[\w ]+)\]\)\S*(?:[^\n]*?gpu_type=(?P<gpu_type>gfx\w+))?)")
+# clang refusing a gfx target it does not know: the compiler predates that GPU ("native" is a
+# clang without offload-arch detection, another cause, and does not match)
+CLANG_TARGET = re.compile(r"(?P<clang>clang(?:\+\+)?(?:-\d+)?): error: invalid target ID "
+                          r"'(?P<gfx>gfx[0-9a-f]{3,4})'")
+
+
 def read(message: str, around: str = "") -> list[Reading]:
     if not message:
         return []
@@ -205,6 +218,14 @@ def read(message: str, around: str = "") -> list[Reading]:
     if bnb:  # the library bitsandbytes asks for is named after torch's HIP, not its build's
         found.append(reading(FAMILY, "rocm.bnb-binary-version-tag", bnb.group(0)[:160],
                              asked_for=f"libbitsandbytes_rocm{bnb['tag']}"))
+    if ollama := OLLAMA_UNSUPPORTED.search(message):
+        found.append(reading(FAMILY, "gpu.rocm-gfx-unsupported", ollama.group(0)[:160],
+                             gfx=ollama["gfx"] or ollama["gpu_type"] or "",
+                             built_for=(ollama["list"] or ollama["types"]).strip(),
+                             program="Ollama"))
+    if clang := CLANG_TARGET.search(message):
+        found.append(reading(FAMILY, "rocm.compiler-lacks-gfx-target", clang.group(0),
+                             compiler=clang["clang"], gfx=clang["gfx"]))
     files = _tensile(message, around)
     if files:
         found.append(files)
