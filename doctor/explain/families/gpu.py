@@ -59,7 +59,8 @@ KIND_TEXT = [(kind, re.compile(pattern, IC)) for kind, pattern in KINDS]
 # Numbers whose meaning changed in the renumbering (10, 30, 38, 39, 48) are left to the text.
 CODES = {35: "insufficient-driver", 46: "devices-unavailable", 98: "no-kernel-image",
          100: "no-device", 101: "invalid-device", 209: "no-kernel-image", 214: "ecc", 222: "ptx",
-         711: "too-many-peers", 802: "system-not-ready", 803: "driver-mismatch", 804: "compat", 999: "unknown"}
+         711: "too-many-peers", 802: "system-not-ready", 803: "driver-mismatch", 804: "compat",
+         999: "unknown"}
 # A number is read only inside a frame that says it is a CUDA error code.
 CODE_FRAME = re.compile(
     r"cuda runtime error \((\d+)\)|CUDA Runtime Error\((\d+)\)|Cuda failure:? (\d+)"
@@ -138,8 +139,8 @@ OOM_OLD = re.compile(rf"\(GPU (?P<gpu>\d+); (?P<total>{_SIZE}) total capacity; (
 OOM_NEW = re.compile(rf"GPU (?P<gpu>\d+) has a total capacity of (?P<total>{_SIZE}) of which "
                      rf"(?P<free>{_SIZE}) is free\.[\s\S]{{0,600}}?Including non-PyTorch memory, "
                      rf"this process has (?P<mine>{_SIZE}) memory in use", IC)
-UNITS = {"B": 1, "BYTES": 1, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "KB": 1e3, "MB": 1e6,
-         "GB": 1e9, "TB": 1e12}
+UNITS = {"B": 1, "BYTES": 1, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "KB": 1e3,
+         "MB": 1e6, "GB": 1e9, "TB": 1e12}
 # The deepspeed runner: CUDA_VISIBLE_DEVICES turned into --include, or a slot it lacks.
 DS_INCLUDE = re.compile(r"Detected CUDA_VISIBLE_DEVICES=(?P<visible>\S+): setting "
                         r"--include=(?P<include>\S+)", IC)
@@ -175,14 +176,14 @@ NOT_TORCH_KERNELS = re.compile(r"\bHIP (?:error|kernel errors)|ROCm error|hipErr
 # CuPy ships its own NVRTC: its refusal is CuPy's CUDA, not torch's.
 NVRTC_ARCH = re.compile(r"nvrtc: error: invalid value for --gpu-architecture", IC)
 CUPY = re.compile(r"\bcupy", IC)
-# Triton loading a cubin its bundled ptxas (a newer CUDA than the node's driver) assembled:
-# CUDA_ERROR_INVALID_IMAGE in Triton's words.
 # A vGPU (GRID) guest driver without a license: nvidia-smi -q's state, the Windows driver's
 # notice, nvidia-gridd's log ("Unlicensed (Unrestricted)" is the host's grace period, no fault).
 VGPU_UNLICENSED = re.compile(r"License Status\s*:\s*Unlicensed(?: \((?P<state>Restricted)\))?"
                              r"(?! \(Unrestricted\))|vGPU license state: Unlicensed(?! \(Unr)"
                              r"|Valid GRID license not found|nvidia-gridd(?:\[\d+\])?: Failed to "
                              r"acquire license", IC)
+# Triton loading a cubin its bundled ptxas (a newer CUDA than the node's driver) assembled:
+# CUDA_ERROR_INVALID_IMAGE in Triton's words.
 TRITON_IMAGE = re.compile(r"Triton Error \[CUDA\]: device kernel image is invalid", IC)
 
 SIMPLE = {"insufficient-driver": "gpu.driver-too-old",
