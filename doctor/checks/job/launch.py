@@ -251,6 +251,8 @@ def ssh_cannot_start(ctx: Context, evidence: list[str]):
     mode = ssh_failure_mode(words)
     here = (f"take {', '.join(folders)} off LD_LIBRARY_PATH for the launcher (conda does not "
             "need it there)" if folders else ())
+    # each mode id written out: the catalogue's cross-check reads them as literals
+    # (tests/test_catalogue_fixes.py), so the branches are not folded into one call
     if mode == "launch.ssh-openssl-mismatch":
         return mode_finding(_severe(ctx), "launch.ssh-openssl-mismatch", summary, *lines,
                             here=here)
