@@ -222,6 +222,10 @@ class RankRun:
                              "rank 0 did not start, or MASTER_ADDR/MASTER_PORT differ "
                              "between ranks") from None
 
+    def _port(self) -> int:
+        """The rendezvous port: the store's own (one process asks the kernel for one)."""
+        return getattr(self.store, "port", None) or self.info.master_port
+
     def _rank0_rendezvous(self) -> dict:
         self._liveness = LivenessServer(self)
         self._liveness.start()
@@ -370,7 +374,7 @@ class RankRun:
     def outcome(self, kind: str, message: str | None) -> Outcome:
         outcome = Outcome(
             rank=self.rank, launcher=self.info.launcher, backend=self.backend,
-            world_size=self.world, master=f"{self.info.master_addr}:{self.info.master_port}",
+            world_size=self.world, master=f"{self.info.master_addr}:{self._port()}",
             timeout_s=self.plan.timeout_s, seconds=time.monotonic() - self.started,
             warmup=self.plan.warmup_for(self.backend), iters=self.plan.iters_for(self.backend),
             ranks=[self.records[r] for r in sorted(self.records)], allreduce=self.rows,

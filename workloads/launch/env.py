@@ -29,7 +29,6 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import asdict, dataclass
 
 from dsenv.facts.launch.slurmlists import SlurmListError, first_count, first_host
-from dsenv.net import free_port
 from dsenv.workloads.errors import WorkloadError
 
 DEFAULT_PORT = 29500
@@ -138,8 +137,8 @@ def discover(env: Mapping[str, str] | None = None) -> RankInfo:
         elif launcher == "srun":
             master_addr = _first_host(env)
     if port is None:
-        if world == 1:
-            port = free_port()  # two single-process runs on one node must not collide
+        if world == 1:  # the store binds port 0 and the kernel picks one: no window in
+            port = 0     # which another process on the node can take it (EADDRINUSE)
         elif launcher == "srun" and env.get("SLURM_JOB_ID", "").isdigit():
             port = 20000 + int(env["SLURM_JOB_ID"]) % 20000  # same on every rank, per job
         else:

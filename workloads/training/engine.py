@@ -120,6 +120,8 @@ def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
                                        timeout=datetime.timedelta(minutes=15))
     import torch.distributed as dist  # torch: only once a run starts
 
+    if os.environ.get("MASTER_PORT") == "0":  # one process: report the port its store bound
+        os.environ["MASTER_PORT"] = str(_bound_port(dist) or 0)
     if dist.get_world_size() != rt.world_size:  # a silent singleton: refuse, never train alone
         raise WorkloadError(f"{rt.ranks.launcher} said world size {rt.world_size} but "
                             f"torch.distributed has {dist.get_world_size()}")
@@ -128,6 +130,14 @@ def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
                                                             os.getpid())), strict=True))
     return {"init_distributed_s": time.perf_counter() - started, "ops_built": building,
             **({"arch_list": arch_list} if arch_list else {})}
+
+
+def _bound_port(dist) -> int | None:
+    """The port the default group's TCPStore listens on (under its PrefixStores)."""
+    store = dist.distributed_c10d._get_default_store()
+    while not hasattr(store, "port") and hasattr(store, "underlying_store"):
+        store = store.underlying_store
+    return getattr(store, "port", None)
 
 
 def initialize(model, config: dict, verbose: bool = False, sync_gradients: bool = True):
