@@ -359,3 +359,14 @@ def test_a_toolkit_binary_that_is_gone_is_named():
 def test_the_device_plugin_without_the_nvidia_runtime():
     mode, got = parts(row("NVIDIA/k8s-device-plugin/issues/11")["text"])[0]
     assert (mode, got["program"]) == ("container.no-gpu-runtime", "k8s-device-plugin")
+
+
+def test_the_schedulers_no_gpu_node_reads_its_counts():
+    """Kubernetes' FailedScheduling event (NVIDIA/k8s-device-plugin#165) is read with its
+    counts; the bare words (#71's paraphrase) still name the request; a pod Pending for another
+    resource (memory) gives no reading."""
+    [(mode, got)] = parts(row("k8s-device-plugin/issues/165")["text"])
+    assert (mode, got["nodes"], got["without enough"]) == (
+        "container.k8s-gpu-request-exceeds-node", "3", "3")
+    assert parts(row("k8s-device-plugin/issues/71")["text"])[0][1]["nodes"] == ""
+    assert not parts("0/4 nodes are available: 4 Insufficient memory.")

@@ -401,3 +401,23 @@ def test_out_of_memory_counts_sizes_torch_prints_in_bytes():
                                "10.50 GiB already allocated; 0 bytes free; 10.60 GiB")
     assert "gpu.memory-held-by-other-process" not in [m for m, _ in parts(itself)]
     assert parts("torch.OutOfMemoryError: CUDA out of memory.") == []
+
+
+def test_cublas_refusing_the_device_is_a_gpu_too_old_for_the_call():
+    """ARCH_MISMATCH from cuBLAS or cuDNN on a K80 (Kaldi prints its capability, 3.7, on the
+    device line: alphacep/vosk-api#665) is the GPU's age; the same status where the GPU is
+    printed at 5.0 or above, or where the failed call has fp16 operands (the Quadro M6000 at
+    mit-han-lab/bevfusion#615, fixed by another CUDA release), gives no reading."""
+    mode, got = parts(row("alphacep/vosk-api/issues/665")["text"])[0]
+    assert (mode, got["status"], got["capability"]) == (
+        "gpu.too-old-for-cuda-library", "CUBLAS_STATUS_ARCH_MISMATCH", "3.7")
+    assert parts("RuntimeError: cuDNN error: CUDNN_STATUS_ARCH_MISMATCH")[0][0] == \
+        "gpu.too-old-for-cuda-library"
+    maxwell = ("RuntimeError: CUDA error: CUBLAS_STATUS_ARCH_MISMATCH when calling `cublasGemmEx("
+               " handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16F, lda, b, CUDA_R_16F, ldb, "
+               "&fbeta, c, CUDA_R_16F, ldc, CUDA_R_32F, CUBLAS_GEMM_DFALT_TENSOR_OP)`")
+    assert not parts(maxwell)
+    newer = ("Found GPU0 Quadro M6000 which is of cuda capability 5.2.\n"
+             "RuntimeError: CUDA error: CUBLAS_STATUS_ARCH_MISMATCH")
+    assert not parts(newer)
+    assert parts(newer.replace("5.2", "3.5"))[0][1]["capability"] == "3.5"

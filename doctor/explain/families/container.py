@@ -136,6 +136,10 @@ NVML = re.compile(r"Failed to initialize NVML: (?P<why>Unknown Error|Insufficien
 # were injected into its pod (k8s-device-plugin#11, #23).
 PLUGIN_NO_NVML = re.compile(r"Loading NVML\s*\n(?:[^\n]*\n)?[^\n]*could not load NVML library"
                             r"|did you set the docker default runtime to .nvidia.", IC)
+# Kubernetes' scheduler: no node has the GPUs the pod asks for ("0/3 nodes are available: 3
+# Insufficient nvidia.com/gpu"); the counts where the event line is whole
+K8S_NO_GPU_NODE = re.compile(r"(?:(?P<free>\d+)/(?P<nodes>\d+) nodes are available:[^\n]*?"
+                             r"(?P<short>\d+) )?[Ii]nsufficient nvidia\.com/gpu\b")
 NGC_NO_DRIVER = re.compile(r"The NVIDIA Driver was not detected\.\s+GPU functionality will not "
                            r"be available", IC)
 NO_LOOP = re.compile(r"failed to find loop device: (?P<why>could not attach image file to loop "
@@ -352,6 +356,9 @@ def read(message: str) -> list[Reading]:
     if plugin := PLUGIN_NO_NVML.search(message):
         found.append(reading(FAMILY, "container.no-gpu-runtime", plugin.group(0).split("\n")[-1],
                              program="k8s-device-plugin", library="libnvidia-ml.so.1"))
+    if k8s := K8S_NO_GPU_NODE.search(message):
+        found.append(reading(FAMILY, "container.k8s-gpu-request-exceeds-node", k8s.group(0),
+                             nodes=k8s["nodes"] or "", without_enough=k8s["short"] or ""))
     if NGC_NO_DRIVER.search(message):
         # The NGC images' entrypoint found no driver: the container was started without --gpus
         found.append(reading(FAMILY, "container.no-gpu-runtime",

@@ -129,7 +129,12 @@ FLASH_AMPERE = re.compile(r"FlashAttention only supports Ampere GPUs or newer", 
 TRITON_OLD = re.compile(r"Found (?P<gpu>[^\n]+?) which is too old to be supported by the triton "
                         r"GPU compiler[\s\S]{0,200}?capability (?P<cc>\d+\.\d+)", IC)
 # cuBLAS refusing a bfloat16 GEMM (CUDA_R_16BF operands): a GPU without bf16 tensor support.
+REDUCED = re.compile(r"CUDA_R_(?:16F|16BF|8F\w*)\b")
 BF16_GEMM = re.compile(r"CUBLAS_STATUS_NOT_SUPPORTED when calling `?cublas\w+\([^`]*?CUDA_R_16BF", IC)
+# cuBLAS/cuDNN refusing the device (cublasStatus_t 8); the GPU's capability where printed near
+# it (torch's "cuda capability", Kaldi's device line): 5.0 and above is a data type, not its age
+LIB_ARCH = re.compile(r"\b(?:CUBLAS|CUDNN)_STATUS_ARCH_MISMATCH\b|cudnnStatusArchMismatch", IC)
+CAPABILITY = re.compile(r"(?:capability|free/total:[\d.]+ version)\s*:?\s*(?P<cc>[1-9]\.\d)\b", IC)
 # torch's out-of-memory report: what the GPU has, what is free, what this process holds.
 # torch prints a size under 1 KiB as "N bytes" ("0 bytes already allocated")
 _SIZE = r"[\d.]+ (?:[KMGT]?i?B|bytes)"
@@ -338,6 +343,10 @@ def read(message: str, around: str = "") -> list[Reading]:
         found.append(reading(FAMILY, "job.bf16-unsupported-gpu", bf16.group(0)[:100],
                              call=bf16.group(0).split("calling", 1)[1].strip(" `").split("(")[0],
                              dtype="CUDA_R_16BF"))
+    arch_status, cc = LIB_ARCH.search(message), CAPABILITY.search(f"{around}\n{message}")
+    if arch_status and not REDUCED.search(message) and not (cc and _cc(cc["cc"]) >= (5, 0)):
+        found.append(reading(FAMILY, "gpu.too-old-for-cuda-library", arch_status.group(0),
+                             status=arch_status.group(0), capability=cc["cc"] if cc else ""))
     vgpu = VGPU_UNLICENSED.search(message)
     if vgpu:
         found.append(reading(FAMILY, "gpu.vgpu-unlicensed", vgpu.group(0),
