@@ -371,8 +371,8 @@ def test_a_second_device_on_mig_instances_names_one_instance_per_process():
     """With MIG on, a process sees one MIG instance: torch's num_gpus assert or an invalid
     device ordinal beside MIG evidence (a MIG profile, nvidia-smi's MIG M. Enabled pasted
     around it) is that; without it the assert has another settled cause (torch counting the
-    GPUs before the script narrowed CUDA_VISIBLE_DEVICES, pytorch#107300) and stays unread,
-    and the ordinal stays the launch's mismatch."""
+    GPUs before the script narrowed CUDA_VISIBLE_DEVICES, pytorch/pytorch#126344), and the
+    ordinal stays the launch's mismatch."""
     mig = "gpu.mig-one-instance-per-process"
     assert [m for m, _ in parts(f"{ASSERT_NUM_GPUS} on NVIDIA-A100-SXM4-80GB-MIG-3g.40gb")] == [mig]
     got = gpu.read(ASSERT_NUM_GPUS, around=SMI_MIG.format("Enabled"))
@@ -380,9 +380,10 @@ def test_a_second_device_on_mig_instances_names_one_instance_per_process():
     assert [m for m, _ in parts("RuntimeError: CUDA error: invalid device ordinal\n"
                                 "CUDA_VISIBLE_DEVICES=MIG-0e2b3a1f-5c1d-5e0a-9c7e-1f2a3b4c5d6e")] \
         == [mig]
-    # healthy twins: no MIG, or the MIG column saying Disabled
-    assert parts(ASSERT_NUM_GPUS) == []
-    assert gpu.read(ASSERT_NUM_GPUS, around=SMI_MIG.format("Disabled")) == []
+    # twins: no MIG, or the MIG column saying Disabled, is the count taken before the change
+    other = ["gpu.visible-devices-changed-after-count"]
+    assert [m for m, _ in parts(ASSERT_NUM_GPUS)] == other
+    assert [r.mode for r in gpu.read(ASSERT_NUM_GPUS, around=SMI_MIG.format("Disabled"))] == other
     assert [m for m, _ in parts("RuntimeError: CUDA error: invalid device ordinal")] == [
         "gpu.visible-devices-remapped"]
 
@@ -421,3 +422,17 @@ def test_cublas_refusing_the_device_is_a_gpu_too_old_for_the_call():
              "RuntimeError: CUDA error: CUBLAS_STATUS_ARCH_MISMATCH")
     assert not parts(newer)
     assert parts(newer.replace("5.2", "3.5"))[0][1]["capability"] == "3.5"
+
+
+def test_the_num_gpus_assert_without_mig_is_the_count_taken_before_the_change():
+    """torch's num_gpus assert with its numbers (device=1, num_gpus=1) and no MIG evidence is
+    torch counting the GPUs before the script narrowed CUDA_VISIBLE_DEVICES; with nvidia-smi's
+    MIG M. column at Enabled beside it, MIG (pytorch/pytorch#131650)."""
+    bare = ("RuntimeError: device >= 0 && device < num_gpus INTERNAL ASSERT FAILED at \"/data/a/"
+            "pytorch/aten/src/ATen/cuda/CUDAContext.cpp\":50, please report a bug to PyTorch. "
+            "device=1, num_gpus=1 compare 1")
+    [(mode, got)] = parts(bare)
+    assert (mode, got["device"], got["counted"]) == (
+        "gpu.visible-devices-changed-after-count", "1", "1")
+    mig = row("pytorch/pytorch/issues/131650")["text"]
+    assert [m for m, _ in parts(mig)] == ["gpu.mig-one-instance-per-process"]

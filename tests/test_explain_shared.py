@@ -164,7 +164,7 @@ def test_a_text_without_the_shared_words_is_no_groups():
 ])
 def test_a_cuda_error_in_any_of_its_forms_is_its_groups(text, group_id):
     """One CUDA error has several forms (the runtime's text, the enum of either API, the number
-    in a wrapper's frame; families/gpu.py reads them into one kind): the causes its threads
+    in a wrapper's frame; families/cuda_errors.py reads them into one kind): the causes its threads
     settled for one form are the causes of every form."""
     group, causes = answer(text)
     assert group == group_id and len(causes) >= 2, (text, group, causes)

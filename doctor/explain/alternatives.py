@@ -27,7 +27,7 @@ from functools import cache
 from dsenv.data import load_table
 from dsenv.doctor import catalogue
 from dsenv.doctor.explain import rank
-from dsenv.doctor.explain.families import build_compile, gpu, rocm
+from dsenv.doctor.explain.families import build_compile, cuda_errors, rocm
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 # Words a family parser already knows, named in the table by "@name" rather than copied: every
@@ -52,7 +52,7 @@ class Group:
 
     def says(self, text: str) -> bool:
         return any(re.search(p, text, FLAGS) for p in self.words) or \
-            bool(self.cuda_errors and gpu.error_kind(text) in self.cuda_errors)
+            bool(self.cuda_errors and cuda_errors.error_kind(text) in self.cuda_errors)
 
     def told(self, text: str) -> list[tuple[str, str]]:
         """(member, pattern) for each member whose telling evidence ``text`` holds."""
