@@ -183,3 +183,18 @@ def test_ssh_openssl_mismatch_names_both_releases():
     assert got == {"built against": "1.0.2g", "loaded": "1.0.1k"}
     # ssh could not run: the daemon box that follows is not read as a lost daemon
     assert "mpi.orted-lost" not in [r.mode for r in mpi.read(_text("unidist/issues/314"))]
+
+
+def test_ray_says_which_version_differs_from_the_heads():
+    """Ray's two blocks (the head's Ray and Python, this process's) are read and compared: Ray
+    alone differs at gpustack/gpustack#1640, Ray and the Python minor at Unakar/Logic-RL#30;
+    Ray Client's line names the Python minor; versions printed without Ray's refusal are
+    no reading."""
+    one = _parts(_text("gpustack/gpustack/issues/1640"), "launch.ray-version-mismatch")
+    assert (one["cluster"], one["this process"], one["differs"]) == (
+        "Ray 2.43.0, Python 3.11.10", "Ray 2.44.1, Python 3.11.10", "Ray")
+    both = _parts(_text("Unakar/Logic-RL/issues/30"), "launch.ray-version-mismatch")
+    assert both["differs"] == "Ray and Python"
+    client = _parts(_text("ray-project/kuberay/issues/1553"), "launch.ray-version-mismatch")
+    assert (client["cluster"], client["this process"]) == ("Python 3.8.13", "Python 3.11.4")
+    assert launch.read("ray.init() connected to the cluster: Ray 2.44.1, Python 3.11.10") == []

@@ -89,6 +89,21 @@ _SIGHUP = re.compile(r"Received (?:(1)|Signals\.(SIGHUP)) death signal"
                      r"|SignalException: Process (\d+) got (?:signal|sigval) ?: ?(1)\b", FLAGS)
 
 
+# Ray refuses a process whose Ray (or Python) differs from the cluster head's: its two blocks
+# ("The cluster was started with: Ray: X Python: A ... This process ... Ray: Y Python: B"),
+# or Ray Client's one line for the Python minor.
+_RAY_SIDE = r"\s*Ray: (?P<{0}_ray>[\w.+-]+)(?:\s*Ray location: \S+)?\s*Python: (?P<{0}_py>[\d.]+)"
+_RAY = re.compile(r"Version mismatch: The cluster was started with:" + _RAY_SIDE.format("head")
+                  + r"[\s\S]{0,200}?This process on node \S+ was started with:"
+                  + _RAY_SIDE.format("here"), FLAGS)
+_RAY_CLIENT = re.compile(r"Python minor versions differ between client and server: client is "
+                         r"(?P<client>[\d.]+), server is (?P<server>[\d.]+)", FLAGS)
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
 def read(message: str) -> list[Reading]:
     found: list[Reading] = []
 
@@ -115,6 +130,15 @@ def read(message: str) -> list[Reading]:
     if m := _SIGHUP.search(message):  # the session that started the launcher hung up
         add("launch.sighup-session-closed", m, signal="SIGHUP (1)",
             forwarded_to=m.group(3) or "", agent_pid=m.group(5) or "")
+    if m := _RAY.search(message):  # which of the two differs says what to align
+        differs = [name for name, a, b in (("Ray", m["head_ray"], m["here_ray"]), (
+            "Python", _minor(m["head_py"]), _minor(m["here_py"]))) if a != b]
+        add("launch.ray-version-mismatch", m, cluster=f"Ray {m['head_ray']}, Python "
+            f"{m['head_py']}", this_process=f"Ray {m['here_ray']}, Python {m['here_py']}",
+            differs=" and ".join(differs))
+    elif m := _RAY_CLIENT.search(message):
+        add("launch.ray-version-mismatch", m, cluster=f"Python {m['server']}",
+            this_process=f"Python {m['client']}", differs="Python")
     _read_rendezvous(message, add)
     _read_ssh(message, add)
     _read_runner(message, add)
