@@ -391,3 +391,31 @@ def test_a_cuda_header_newer_toolkits_ship_is_judged_by_the_release_the_log_name
     _, _, sure, _ = explain_text("fatal error: cuda_fp8.h: No such file or directory")
     assert [m.id for m in sure][:2] == ["toolkit.cuda-too-old-for-header",
                                         "toolkit.cuda-headers-missing"]
+
+
+def test_an_atomic_add_overload_says_which_arch_its_operand_needs():
+    """nvcc's missing atomicAdd overload: the operand type (double at open-atmos/PySDM#319,
+    __half at ashawkey/torch-ngp#22) names the arch that has it, and the lowest target on the
+    nvcc line is read beside it; a build whose every target has the overload gives no reading."""
+    [(mode, got)] = [(r.mode, dict(r.parts)) for r in build.read(row("PySDM/issues/319")["text"])]
+    assert (mode, got["operand"], got["needs arch"]) == (
+        "toolkit.arch-too-old-for-atomic", "double", "6.0")
+    half = row("ashawkey/torch-ngp/issues/22")["text"]
+    line = "nvcc -gencode=arch=compute_52,code=sm_52 -gencode=arch=compute_61,code=sm_61 -c x.cu\n"
+    got = {r.mode: dict(r.parts) for r in build.read(line + half)}
+    assert got["toolkit.arch-too-old-for-atomic"]["lowest target"] == "5.2"
+    assert "toolkit.arch-too-old-for-atomic" not in {
+        r.mode for r in build.read(line.replace("52", "80").replace("61", "90") + half)}
+
+
+def test_torchs_cmake_asking_for_the_old_nvtx_and_an_nvcc_without_libdevice():
+    """torch's CMake files asking for libnvToolsExt name the file that asked
+    (pytorch/pytorch#152756: the installed torch's share/cmake); nvcc without nvvm/libdevice names
+    the nvcc that ran (CharlesShang/DCNv2#110: /usr/bin/nvcc)."""
+    got = {r.mode: dict(r.parts) for r in build.read(row("pytorch/pytorch/issues/152756")["text"])}
+    assert got["toolkit.nvtx2-missing-for-torch-cmake"]["cmake file"].endswith(
+        "torch/share/cmake/Caffe2/public/cuda.cmake")
+    got = {r.mode: dict(r.parts) for r in build.read(row("CharlesShang/DCNv2/issues/110")["text"])}
+    assert got["toolkit.nvcc-outside-toolkit"]["nvcc"] == "/usr/bin/nvcc"
+    assert not {r.mode for r in build.read("nvcc fatal   : Unknown option '-fopenmp'")} & {
+        "toolkit.nvcc-outside-toolkit", "toolkit.nvtx2-missing-for-torch-cmake"}

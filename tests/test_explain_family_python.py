@@ -466,3 +466,16 @@ def test_numpys_c_api_warning_is_the_cause_only_of_a_numpy_failure():
     assert "env.numpy-older-than-build" in [r.mode for r in numpy_failure]
     other = python.read("RuntimeError: NCCL error: unhandled system error", warning)
     assert "env.numpy-older-than-build" not in [r.mode for r in other]
+
+
+def test_openmmlabs_mmcv_range_check_names_both_sides():
+    """mmdet's, mmpose's and the other OpenMMLab packages' import-time check prints the mmcv
+    installed and the range the release takes (open-mmlab/mmdetection#4058); bitsandbytes >= 0.46
+    says which binary it was configured for (bitsandbytes#1688)."""
+    got = symptoms.parts(python, text_of("build", "open-mmlab/mmdetection/issues/4058"),
+                         "env.package-version-mismatch")
+    assert got == {"requires": "mmcv>=1.1.5, <=1.3", "found": "mmcv 1.1.4"}
+    got = symptoms.parts(python, text_of("python", "bitsandbytes/issues/1688"),
+                         "loader.bitsandbytes-cuda-binary")
+    assert got == {"library": "libbitsandbytes_cuda129.so"}
+    assert not python.read("MMCV==2.1.0 is installed")

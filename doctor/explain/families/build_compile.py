@@ -54,6 +54,45 @@ WINDOWS_PROBE = re.compile(r"LNK1181\b[^\n]*?\b((?:aio|cufile)\.lib)", FLAGS)
 CUDA_HEADER = re.compile(r"^(?:(?:cub|thrust|cuda)/.+|cuda\w*\.h|cu(?:blas|rand|sparse|solver|fft)"
                          r"\w*\.h|nvToolsExt\.h|nvtx3/.+|nvrtc\.h)$")
 
+# torch's CMake files (share/cmake/Caffe2/public/cuda.cmake) ask for the old NVTX library that
+# CUDA 12 on Windows, conda's CUDA layout and CUDA >= 12.9 no longer ship (header-only nvtx3)
+NVTX = re.compile(r"Failed to find nvToolsExt|target \"torch::nvtoolsext\" contains"
+                  r"|cannot find -lLIBNVTOOLSEXT-NOTFOUND", FLAGS)
+CMAKE_FILE = re.compile(r"CMake Error at (\S+\.cmake):\d+", FLAGS)
+# An atomicAdd overload the target arch lacks: the operand type says which arch has it (CUDA C
+# Programming Guide, atomicAdd: double from 6.x, __half2 from 6.x, __half from 7.x, bf16 8.x)
+ATOMIC = re.compile(r"no instance of overloaded function \"atomicAdd\" matches the argument list"
+                    r"(?:,?\s*argument types are: \((?:const )?(?P<type>[\w:]+) \*)?", FLAGS)
+ATOMIC_FLOOR = {"double": "6.0", "__half2": "6.0", "half2": "6.0", "__half": "7.0", "half": "7.0",
+                "c10::Half": "7.0", "__nv_bfloat16": "8.0", "__nv_bfloat162": "8.0",
+                "c10::BFloat16": "8.0"}
+TARGETS = re.compile(r"(?:arch=compute_|-arch=sm_|--gpu-architecture=compute_)(\d+)", FLAGS)
+# nvcc without the toolkit around it (a distro /usr/bin/nvcc, a symlink): no nvvm/libdevice
+LIBDEVICE = re.compile(r"(?:nvcc fatal\s*:\s*)?[Pp]ath to libdevice (?:library )?not specified"
+                       r"(?:[^\n]*\n[^\n]*?command '(?P<nvcc>[^']*nvcc)' failed)?", FLAGS)
+
+
+def _toolkit_readings(message: str, where: dict) -> list[Reading]:
+    found = []
+    if nvtx := NVTX.search(message):
+        cmake = CMAKE_FILE.search(message)
+        found.append(reading(FAMILY, "toolkit.nvtx2-missing-for-torch-cmake", nvtx.group(0),
+                             cmake_file=cmake.group(1) if cmake else "", **where))
+    atomic = ATOMIC.search(message)
+    built = sorted({int(t) for t in TARGETS.findall(message)})
+    floor = ATOMIC_FLOOR.get(atomic["type"] or "", "") if atomic else ""
+    # every target at or above the operand's floor: the overload is missing for another reason
+    if atomic and not (built and floor and built[0] >= int(floor.replace(".", ""))):
+        found.append(reading(FAMILY, "toolkit.arch-too-old-for-atomic", atomic.group(0)[:90],
+                             operand=atomic["type"] or "not printed",
+                             needs_arch=floor,
+                             lowest_target=f"{built[0] // 10}.{built[0] % 10}" if built else "",
+                             **where))
+    if libdevice := LIBDEVICE.search(message):
+        found.append(reading(FAMILY, "toolkit.nvcc-outside-toolkit", libdevice.group(0)
+                             .split("\n")[0], nvcc=libdevice["nvcc"] or "", **where))
+    return found
+
 
 def compile_readings(message: str) -> list[Reading]:
     # Which op was being built (ninja's "Error building extension") and which object failed
@@ -97,7 +136,7 @@ def compile_readings(message: str) -> list[Reading]:
     if probe:
         found.append(reading(FAMILY, "deepspeed.windows-no-aio-gds", probe.group(0),
                              library=probe.group(1)))
-    return found
+    return found + _toolkit_readings(message, where)
 
 
 def _newer_cuda_header(message: str, text: str, name: str, where: dict) -> Reading:

@@ -58,7 +58,14 @@ ISOLATED_BUILD = re.compile(r"pip-(?:install|build-env)-\w+|get_requires_for_bui
 BITSANDBYTES = re.compile(r"Could not load bitsandbytes native library: (?P<lib>[\w.+-]+)"
                           r"|Required library version not found: (?P<binary>libbitsandbytes_\w+"
                           r"\.so)|Could not find the bitsandbytes CUDA binary at \S*?"
-                          r"(?P<asked>libbitsandbytes_cuda\w+\.(?:so|dll))")
+                          r"(?P<asked>libbitsandbytes_cuda\w+\.(?:so|dll))"
+                          # bitsandbytes >= 0.46's wording of the same
+                          r"|Configured CUDA binary not found at \S*?"
+                          r"(?P<configured>libbitsandbytes_cuda\w+\.(?:so|dll|dylib))")
+# OpenMMLab packages (mmdet, mmseg, mmpose) check the installed mmcv against the range their
+# release supports, at import
+MMCV_RANGE = re.compile(r"\bMMCV==(?P<found>\S+) is used but incompatible\. Please install "
+                        r"(?P<pkg>mmcv(?:-full)?)\s*(?P<wants>>=[^\n]*?)\.?$", re.M)
 
 
 # A name NumPy removed that a package (or the code) still uses: 1.24 removed the aliases of
@@ -330,5 +337,10 @@ def read(message: str, around: str = "") -> list[Reading]:
     bnb = BITSANDBYTES.search(message)
     if bnb:
         found.append(reading(FAMILY, "loader.bitsandbytes-cuda-binary", bnb.group(0),
-                             library=bnb["lib"] or bnb["binary"] or bnb["asked"]))
+                             library=bnb["lib"] or bnb["binary"] or bnb["asked"]
+                             or bnb["configured"]))
+    if mmcv := MMCV_RANGE.search(message):
+        found.append(reading(FAMILY, "env.package-version-mismatch", mmcv.group(0),
+                             requires=f"{mmcv['pkg']}{mmcv['wants']}",
+                             found=f"mmcv {mmcv['found']}"))
     return found
