@@ -370,3 +370,32 @@ def test_the_schedulers_no_gpu_node_reads_its_counts():
         "container.k8s-gpu-request-exceeds-node", "3", "3")
     assert parts(row("k8s-device-plugin/issues/71")["text"])[0][1]["nodes"] == ""
     assert not parts("0/4 nodes are available: 4 Insufficient memory.")
+
+
+def test_pthread_create_refused_with_eperm_is_the_seccomp_profile_not_a_limit():
+    """EPERM from pthread_create (OpenBLAS at HumanSignal/label-studio#3121, with RLIMIT_NPROC
+    -1: no limit) is the engine's seccomp profile refusing clone3; the same OpenBLAS line with
+    EAGAIN is the thread limit (system.thread-limit), never this."""
+    [(mode, got)] = parts(row("HumanSignal/label-studio/issues/3121")["text"])
+    assert (mode, got["error"], got["caller"]) == (
+        "container.seccomp-blocks-clone3", "EPERM", "OpenBLAS blas_thread_init")
+    eagain = ("OpenBLAS blas_thread_init: pthread_create failed for thread 50 of 64: Resource "
+              "temporarily unavailable\nOpenBLAS blas_thread_init: RLIMIT_NPROC 4096 current, "
+              "513046 max")
+    assert not parts(eagain)
+    assert explain_text(eagain)[2][0].id == "system.thread-limit"
+    sure = explain_text(row("HumanSignal/label-studio/issues/3121")["text"])[2]
+    assert [m.id for m in sure] == ["container.seccomp-blocks-clone3"]
+
+
+def test_ngcs_banner_and_docker_hubs_pull_limit_read_their_parts():
+    """The NGC entrypoint's banner gives both driver releases (NVIDIA/TensorRT-LLM#23); enroot's
+    429 from Docker Hub after an anonymous login says the pull was anonymous
+    (CityBrainChallenge starter-kit#14); another registry's 429 is not Docker Hub's limit."""
+    [(mode, got)] = parts(row("NVIDIA/TensorRT-LLM/issues/23")["text"])
+    assert (mode, got["image needs driver"], got["host driver"]) == (
+        "container.driver-too-old-for-image", "535.86", "510.85.02")
+    [(mode, got)] = parts(row("KDDCup2021-CityBrainChallenge-starter-kit/issues/14")["text"])
+    assert (mode, got["pull"]) == ("container.registry-pull-rate-limit", "anonymous")
+    assert not parts("[ERROR] URL https://nvcr.io/v2/nvidia/pytorch/manifests/24.05-py3 "
+                     "returned error code: 401")

@@ -140,6 +140,20 @@ PLUGIN_NO_NVML = re.compile(r"Loading NVML\s*\n(?:[^\n]*\n)?[^\n]*could not load
 # Insufficient nvidia.com/gpu"); the counts where the event line is whole
 K8S_NO_GPU_NODE = re.compile(r"(?:(?P<free>\d+)/(?P<nodes>\d+) nodes are available:[^\n]*?"
                              r"(?P<short>\d+) )?[Ii]nsufficient nvidia\.com/gpu\b")
+# glibc >= 2.34 creates threads with clone3; an old engine's seccomp profile answers EPERM
+# (limits answer EAGAIN): OpenBLAS's, Go's cgo and glibc users' words for it
+CLONE3_EPERM = re.compile(r"(?P<who>OpenBLAS blas_thread_init|runtime/cgo|\w+)?:? ?pthread_create "
+                          r"failed(?: for thread \d+ of \d+)?: Operation not permitted", IC)
+# NGC images' entrypoint banner: the driver release the image needs and the one it found
+NGC_DRIVER = re.compile(r"built for NVIDIA Driver Release (?P<needs>[0-9.]+) or later, but\s*"
+                        r"version (?P<has>[0-9.]+) was detected and compatibility mode is "
+                        r"UNAVAILABLE", IC)
+# Docker Hub's anonymous pull limit (per outgoing address): the daemon's, enroot's, kubelet's
+RATE_LIMIT = re.compile(r"toomanyrequests:? You have reached your (?:unauthenticated )?pull rate "
+                        r"limit|TOOMANYREQUESTS\W+message\W+You have reached your (?:unauthenticated"
+                        r" )?pull rate limit|registry-1\.docker\.io/v2/\S+(?: returned error code:?|:) 429",
+                        IC)
+ANONYMOUS = re.compile(r"Authenticating with user: <anonymous>", IC)
 NGC_NO_DRIVER = re.compile(r"The NVIDIA Driver was not detected\.\s+GPU functionality will not "
                            r"be available", IC)
 NO_LOOP = re.compile(r"failed to find loop device: (?P<why>could not attach image file to loop "
@@ -356,6 +370,17 @@ def read(message: str) -> list[Reading]:
     if plugin := PLUGIN_NO_NVML.search(message):
         found.append(reading(FAMILY, "container.no-gpu-runtime", plugin.group(0).split("\n")[-1],
                              program="k8s-device-plugin", library="libnvidia-ml.so.1"))
+    if eperm := CLONE3_EPERM.search(message):
+        found.append(reading(FAMILY, "container.seccomp-blocks-clone3", eperm.group(0),
+                             call="pthread_create (clone3)", error="EPERM",
+                             caller=eperm["who"] or ""))
+    if ngc := NGC_DRIVER.search(message):
+        found.append(reading(FAMILY, "container.driver-too-old-for-image", ngc.group(0)[:100],
+                             image_needs_driver=ngc["needs"], host_driver=ngc["has"]))
+    if limit := RATE_LIMIT.search(message):
+        found.append(reading(FAMILY, "container.registry-pull-rate-limit", limit.group(0)[:100],
+                             registry="Docker Hub", status="429",
+                             pull="anonymous" if ANONYMOUS.search(message) else ""))
     if k8s := K8S_NO_GPU_NODE.search(message):
         found.append(reading(FAMILY, "container.k8s-gpu-request-exceeds-node", k8s.group(0),
                              nodes=k8s["nodes"] or "", without_enough=k8s["short"] or ""))
