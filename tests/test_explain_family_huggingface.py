@@ -317,3 +317,27 @@ def test_a_tokenizer_model_sentencepiece_cannot_parse_names_the_file():
     # a healthy load that only mentions the tokenizer's file gives no reading
     healthy = "[INFO|tokenization_utils_base.py:2287] >> loading file tokenizer.model\nsentencepiece loaded"
     assert not [r for r in huggingface.read(healthy) if r.mode == "hf.tokenizer-model-unreadable"]
+
+
+def test_a_dotted_model_folder_is_read_only_with_the_folder_in_the_text():
+    """trust_remote_code's module named after the folder cut at its dot (QwenLM/Qwen3#384:
+    Qwen1.5_Pretrain_merge -> transformers_modules.Qwen1): read with the folder; the module
+    missing without any dotted folder in the text (intel/ipex-llm#10017, a transformers
+    version mismatch) is not this."""
+    got = huggingface.read(_text("QwenLM/Qwen3/issues/384"))
+    assert [(r.mode, dict(r.parts)["folder"]) for r in got] == [
+        ("hf.remote-code-dir-name-has-dot", "Qwen1.5_Pretrain_merge")]
+    assert not [r for r in huggingface.read(
+        "ModuleNotFoundError: No module named 'transformers_modules.chatglm3-6b'")
+        if r.mode == "hf.remote-code-dir-name-has-dot"]
+
+
+def test_a_socks_proxy_without_the_clients_extra_names_the_extra_to_install():
+    """httpx's words (huggingface_hub >= 1.0) ask for httpx[socks], requests' for
+    requests[socks]; a SOCKS proxy that answers nothing is another failure."""
+    got = dict(huggingface.read(_text("chatchat-space/Langchain-Chatchat/issues/605"))[0].parts)
+    assert (got["client"], got["install"]) == ("httpx", "httpx[socks]")
+    got = dict(huggingface.read(_text("psf/requests/issues/3516"))[0].parts)
+    assert got["install"] == "requests[socks]"
+    assert not [r for r in huggingface.read("socks5 proxy 127.0.0.1:1080: connection refused")
+                if r.mode == "hf.socks-proxy-without-socks-extra"]

@@ -33,7 +33,7 @@ def text_of(table: str, url_end: str) -> str:
 
 def test_every_mode_of_the_table_has_its_symptoms_named():
     assert {r["mode"] for r in ROWS} == {
-        "env.compiled-extension-missing", "toolkit.cmake4-old-policy-minimum", "deepspeed.ops-built-for-other-torch", "hf.bnb-quantization-without-cuda", "env.wheel-tags-not-this-interpreter", "env.module-command-uninitialised", "env.rust-extension-no-wheel", "env.tokenizers-sdist-new-rustc", "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
+        "env.compiled-extension-missing", "env.torch-older-than-checkpoint-format", "toolkit.cmake4-old-policy-minimum", "deepspeed.ops-built-for-other-torch", "hf.bnb-quantization-without-cuda", "env.wheel-tags-not-this-interpreter", "env.module-command-uninitialised", "env.rust-extension-no-wheel", "env.tokenizers-sdist-new-rustc", "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
         "env.protobuf-too-new", "env.package-missing", "env.build-without-torch",
         "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files", "env.scripts-not-on-path",
         "env.numpy-name-removed", "env.setuptools-too-old-for-python",
@@ -479,3 +479,39 @@ def test_openmmlabs_mmcv_range_check_names_both_sides():
                          "loader.bitsandbytes-cuda-binary")
     assert got == {"library": "libbitsandbytes_cuda129.so"}
     assert not python.read("MMCV==2.1.0 is installed")
+
+
+@pytest.mark.parametrize("text, missing, extra", [
+    ("AttributeError: module 'torch' has no attribute 'float8_e4m3fn'", "torch.float8_e4m3fn",
+     {"needs": "torch >= 2.1"}),
+    ("AttributeError: module 'torch.nn' has no attribute 'RMSNorm'", "torch.nn.RMSNorm",
+     {"needs": "torch >= 2.4"}),
+    ("  File \"/root/.cache/huggingface/modules/transformers_modules/phi3/modeling_phi3.py\", "
+     "line 1197\nAttributeError: 'DynamicCache' object has no attribute 'get_max_length'",
+     "DynamicCache.get_max_length", {"caller": "the model's remote code"}),
+    ("AttributeError: 'AdamW' object has no attribute 'train'", "AdamW.train()",
+     {"needs": "accelerate >= 0.34 (transformers >= 4.45 calls it)"}),
+    ("module transformers has no attribute Qwen2AudioForConditionalGeneration",
+     "transformers.Qwen2AudioForConditionalGeneration", {}),
+    ("TypeError: LoraConfig.__init__() got an unexpected keyword argument 'use_dora'",
+     "LoraConfig(use_dora=...)", {}),
+])
+def test_a_name_another_release_of_the_stack_lacks_is_read_with_the_release(text, missing,
+                                                                             extra):
+    """Names one package of the stack asks of another's release (hf25 threads: torch names by
+    the release that added them, transformers' Cache API, accelerate's optimizer.train(),
+    transformers classes, PEFT config keys): the name, and the release where one is known."""
+    got = symptoms.parts(python, text, "env.package-version-mismatch")
+    assert got["missing"] == missing and all(got[k] == v for k, v in extra.items()), got
+
+
+@pytest.mark.parametrize("text", [
+    # a circular import or a file named torch.py shadowing the package: not a release
+    "AttributeError: partially initialized module 'torch' has no attribute 'compiler' (most "
+    "likely due to a circular import)",
+    # a name no torch release added (a typo or the user's own)
+    "AttributeError: module 'torch' has no attribute 'cuda_available'",
+    "AttributeError: 'MyCache' object has no attribute 'lookup'",
+])
+def test_names_no_release_explains_are_not_read(text):
+    assert "env.package-version-mismatch" not in [r.mode for r in python.read(text)]

@@ -193,6 +193,29 @@ def read(message: str) -> list[Reading]:
         hit = unknown or key
         add("hf.transformers-too-old-for-model", hit.group(0)[-120:], model_type=hit["type"])
         return found
+    # trust_remote_code's module is named after the model folder: a '.' in the folder's name
+    # cuts it (Qwen1.5-7B -> transformers_modules.Qwen1); only with that folder in the text
+    if (m := re.search(r"No module named [`'‘]?transformers_modules\.(?P<name>[\w-]+)", message)) \
+            and (folder := re.search(rf"(?<![\w-]){re.escape(m['name'])}\.[\w.-]+", message)):
+        add("hf.remote-code-dir-name-has-dot", m.group(0), module=f"transformers_modules."
+            f"{m['name']}", folder=folder.group(0))
+        return found
+    # A SOCKS proxy in the environment and the HTTP client without its SOCKS extra: httpx's
+    # (huggingface_hub >= 1.0) words and requests' (older hubs, datasets)
+    if m := re.search(r"Using SOCKS proxy, but the [`'‘]?socksio[’'`]? ?package is not installed"
+                      r"|Missing dependencies for SOCKS support", message):
+        client = "httpx" if "socksio" in m.group(0) else "requests"
+        add("hf.socks-proxy-without-socks-extra", m.group(0), client=client,
+            install="httpx[socks]" if client == "httpx" else "requests[socks]")
+        return found
+    # Llama 3.1's rope_scaling (rope_type "llama3" and its frequency factors) under a release
+    # that validates the older two-field form (transformers < 4.43)
+    if m := re.search(r"`?rope_scaling`? must be a dictionary with (?:with )?two fields, `?type`? "
+                      r"and `?factor`?(?:, got (?P<got>\{[^}\n]*\}))?", message):
+        add("hf.transformers-too-old-for-model", m.group(0)[:120], config="rope_scaling",
+            needs="transformers >= 4.43.1 (Llama 3.1's rope_type llama3)",
+            **({"got": m["got"][:80]} if m["got"] else {}))
+        return found
     # The Trainer's W&B integration on, with no key and no terminal to ask for one.
     if m := re.search(r"api_key not configured \(no-tty\)", message):
         add("hf.wandb-no-api-key", m.group(0), integration="wandb")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 
 from dsenv.doctor.explain.families import Reading, reading
+from dsenv.doctor.explain.families.stack_api import api_readings
 
 FAMILY = "python"
 
@@ -339,6 +340,7 @@ def read(message: str, around: str = "") -> list[Reading]:
         found.append(reading(FAMILY, "loader.bitsandbytes-cuda-binary", bnb.group(0),
                              library=bnb["lib"] or bnb["binary"] or bnb["asked"]
                              or bnb["configured"]))
+    found += api_readings(message)
     if mmcv := MMCV_RANGE.search(message):
         found.append(reading(FAMILY, "env.package-version-mismatch", mmcv.group(0),
                              requires=f"{mmcv['pkg']}{mmcv['wants']}",

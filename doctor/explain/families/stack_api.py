@@ -1,0 +1,68 @@
+"""Names one package of the training stack asks of another that the installed release of that
+other lacks: torch attributes newer than the torch installed, transformers' Cache API that
+remote code and older libraries still call, optimizers without accelerate's train()/eval(),
+transformers classes another release does not have, PEFT config keys a newer PEFT wrote. Each
+is read with the name, whose release lacks it and, where one release added it, which. Part of
+the python family (python.py): its readings are the python family's."""
+
+from __future__ import annotations
+
+import re
+
+from dsenv.doctor.explain.families import Reading, reading
+
+FAMILY = "python"
+Q = r"[`'‘’]"
+
+# torch attributes by the release that added them (PyTorch's release notes); a package of the
+# stack calling one under an older torch. Names torch removed (torch._six) are the other
+# direction, read by the catalogue's own patterns.
+TORCH_SINCE = {"scaled_dot_product_attention": "2.0", "compiler": "2.1", "float8_e4m3fn": "2.1",
+               "float8_e5m2": "2.1", "float8_e4m3fnuz": "2.2", "float8_e5m2fnuz": "2.2",
+               "register_pytree_node": "2.2", "device_mesh": "2.2", "uint16": "2.3",
+               "uint32": "2.3", "uint64": "2.3", "GradScaler": "2.3",
+               "get_default_device": "2.3", "RMSNorm": "2.4"}
+# "partially initialized module" is a circular import or a file shadowing the package instead
+TORCH_NAME = re.compile(rf"(?<!partially initialized )module {Q}(?P<module>torch(?:\.nn(?:\."
+                        rf"functional)?|\.utils\._pytree|\.amp|\.distributed)?){Q} has no "
+                        rf"attribute {Q}(?P<name>{'|'.join(TORCH_SINCE)}){Q}")
+# transformers' Cache classes lost get_max_length (4.49) and seen_tokens/key_cache/value_cache
+# (4.56): model code under transformers_modules or an older library still calls them
+CACHE_API = re.compile(rf"{Q}(?P<object>\w*Cache){Q} object has no attribute {Q}(?P<name>"
+                       rf"get_max_length|_?seen_tokens|key_cache|value_cache|get_usable_length)"
+                       rf"{Q}")
+# transformers >= 4.45 calls optimizer.train()/eval(), which accelerate's wrapper has from 0.34
+OPTIMIZER_TRAIN = re.compile(rf"{Q}(?P<object>\w*(?:Adam|SGD|Adafactor|Lion|Optimizer)\w*){Q} "
+                             rf"object has no attribute {Q}(?P<name>train|eval){Q}")
+# a transformers class by attribute (diffusers' loader, `transformers.X`), either direction
+TRANSFORMERS_CLASS = re.compile(rf"(?<!partially initialized )module {Q}?transformers{Q}? has no "
+                                rf"attribute {Q}?(?P<name>[A-Z]\w+)")
+# adapter_config.json written by a newer PEFT: keys older PEFTs' config classes refuse (PEFT
+# >= 0.14 ignores unknown keys, huggingface/peft PR 2038)
+PEFT_KEY = re.compile(r"\b(?P<object>(?:Lora|LoHa|LoKr|AdaLora|IA3|Prefix\w*|Prompt\w*|Peft|Boft"
+                      r"|Oft|Vera)Config)\.__init__\(\) got an unexpected keyword argument "
+                      rf"{Q}(?P<name>\w+){Q}")
+
+
+def api_readings(message: str) -> list[Reading]:
+    found = []
+
+    def add(match: re.Match, **parts: str) -> None:
+        found.append(reading(FAMILY, "env.package-version-mismatch", match.group(0), **parts))
+
+    if m := TORCH_NAME.search(message):
+        add(m, missing=f"{m['module']}.{m['name']}", needs=f"torch >= {TORCH_SINCE[m['name']]}")
+    if m := CACHE_API.search(message):
+        caller = "the model's remote code" if "transformers_modules" in message else ""
+        add(m, missing=f"{m['object']}.{m['name']}", release_lacking_it="transformers (>= 4.49 "
+            "removed get_max_length, >= 4.56 seen_tokens/key_cache/value_cache)",
+            **({"caller": caller} if caller else {}))
+    if m := OPTIMIZER_TRAIN.search(message):
+        add(m, missing=f"{m['object']}.{m['name']}()", needs="accelerate >= 0.34 (transformers "
+            ">= 4.45 calls it)")
+    if m := TRANSFORMERS_CLASS.search(message):
+        add(m, missing=f"transformers.{m['name']}")
+    if m := PEFT_KEY.search(message):
+        add(m, missing=f"{m['object']}({m['name']}=...)", written_by="a newer peft (the "
+            "adapter's adapter_config.json)")
+    return found
