@@ -33,7 +33,8 @@ def text_of(table: str, url_end: str) -> str:
 
 def test_every_mode_of_the_table_has_its_symptoms_named():
     assert {r["mode"] for r in ROWS} == {
-        "env.compiled-extension-missing", "env.torch-older-than-checkpoint-format", "toolkit.cmake4-old-policy-minimum", "deepspeed.ops-built-for-other-torch", "hf.bnb-quantization-without-cuda", "env.wheel-tags-not-this-interpreter", "env.module-command-uninitialised", "env.rust-extension-no-wheel", "env.tokenizers-sdist-new-rustc", "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
+        "env.compiled-extension-missing", "env.torch-older-than-checkpoint-format",
+        "env.torch-pin-not-built-for-interpreter", "toolkit.cmake4-old-policy-minimum", "deepspeed.ops-built-for-other-torch", "hf.bnb-quantization-without-cuda", "env.wheel-tags-not-this-interpreter", "env.module-command-uninitialised", "env.rust-extension-no-wheel", "env.tokenizers-sdist-new-rustc", "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
         "env.protobuf-too-new", "env.package-missing", "env.build-without-torch",
         "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files", "env.scripts-not-on-path",
         "env.numpy-name-removed", "env.setuptools-too-old-for-python",
@@ -515,3 +516,23 @@ def test_a_name_another_release_of_the_stack_lacks_is_read_with_the_release(text
 ])
 def test_names_no_release_explains_are_not_read(text):
     assert "env.package-version-mismatch" not in [r.mode for r in python.read(text)]
+
+
+def test_a_torch_pin_pip_offers_no_wheel_for_says_which_side_the_interpreter_is():
+    """pip's list holds only torch releases built for this interpreter: all above the pin
+    (memgraph/mage#489: torch==1.12.0, from 1.13.0) is an interpreter newer than the pin; the
+    pin's own release in the list (a local version label) or a list spanning it is not this."""
+    got = symptoms.parts(python, text_of("python", "memgraph/mage/issues/489"),
+                         "env.torch-pin-not-built-for-interpreter")
+    assert (got["pin"], got["offered"], got["python is"]) == (
+        "1.12.0", "1.13.0 to 2.3.1", "newer than torch 1.12.0 has wheels for")
+    older = ("ERROR: Could not find a version that satisfies the requirement torch==2.6.0 (from "
+             "versions: 1.13.1, 2.0.0, 2.0.1)")
+    assert symptoms.parts(python, older, "env.torch-pin-not-built-for-interpreter")[
+        "python is"] == "older than torch 2.6.0 has wheels for"
+    for other in ("ERROR: Could not find a version that satisfies the requirement torch==2.1.0+cu121"
+                  " (from versions: 2.0.1, 2.1.0, 2.1.1)",
+                  "ERROR: Could not find a version that satisfies the requirement torch==2.1.5 "
+                  "(from versions: 2.0.1, 2.2.0)"):
+        assert "env.torch-pin-not-built-for-interpreter" not in [
+            r.mode for r in python.read(other)]

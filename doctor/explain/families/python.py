@@ -255,6 +255,36 @@ def _python_side(spec: str, interpreter: str) -> str:
     return ""
 
 
+# torch's wheels are per CPython minor and it has no sdist: a pin with no wheel for this
+# interpreter is missing from pip's list, which holds only releases built for it
+TORCH_PIN = re.compile(r"satisfies the requirement (?P<pkg>torch|torchvision|torchaudio)\s*(?:==|~=)"
+                       r"\s*(?P<pin>\d+\.\d+(?:\.\d+)?)(?:\+\w+)?[^\n]*?\(from versions: "
+                       r"(?P<versions>\d[^)\n]*)\)")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def torch_pin(message: str) -> Reading | None:
+    m = TORCH_PIN.search(message)
+    if not m:
+        return None
+    offered = sorted({_release(v) for v in m["versions"].split(",") if v.strip()})
+    pin = _release(m["pin"])
+    if not offered or pin[:2] in {o[:2] for o in offered}:
+        return None  # the pin's release is offered: another cause (a local version label)
+    side = "newer" if offered[0] > pin else "older" if offered[-1] < pin else ""
+    if not side:
+        return None
+    shown = INTERPRETER.search(message)
+    return reading(FAMILY, "env.torch-pin-not-built-for-interpreter", m.group(0)[:160],
+                   package=m["pkg"], pin=m["pin"],
+                   offered=f"{'.'.join(map(str, offered[0]))} to {'.'.join(map(str, offered[-1]))}",
+                   python_is=f"{side} than {m['pkg']} {m['pin']} has wheels for",
+                   **({"interpreter": shown["v"] or f"3.{shown['cp']}"} if shown else {}))
+
+
 def requires_python(message: str, around: str = "") -> Reading | None:
     """``message`` is pip's ignored line or its requirement line; ``around``, the lines near it,
     holds the other one (pip prints them one after the other)."""
@@ -331,7 +361,7 @@ def read(message: str, around: str = "") -> list[Reading]:
         found.append(pkg)
     if refused := refused_keyword(message):
         found.append(refused)
-    if pin := local_pin(message):
+    if pin := local_pin(message) or torch_pin(message):
         found.append(pin)
     elif outside := requires_python(message, around):
         found.append(outside)
