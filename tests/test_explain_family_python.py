@@ -34,7 +34,8 @@ def text_of(table: str, url_end: str) -> str:
 def test_every_mode_of_the_table_has_its_symptoms_named():
     assert {r["mode"] for r in ROWS} == {
         "env.compiled-extension-missing", "env.torch-older-than-checkpoint-format",
-        "env.torch-pin-not-built-for-interpreter", "toolkit.cmake4-old-policy-minimum", "deepspeed.ops-built-for-other-torch", "hf.bnb-quantization-without-cuda", "env.wheel-tags-not-this-interpreter", "env.module-command-uninitialised", "env.rust-extension-no-wheel", "env.tokenizers-sdist-new-rustc", "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
+        "env.torch-pin-not-built-for-interpreter",
+        "env.package-older-than-pydantic-2", "env.pydantic-older-than-package", "toolkit.cmake4-old-policy-minimum", "deepspeed.ops-built-for-other-torch", "hf.bnb-quantization-without-cuda", "env.wheel-tags-not-this-interpreter", "env.module-command-uninitialised", "env.rust-extension-no-wheel", "env.tokenizers-sdist-new-rustc", "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
         "env.protobuf-too-new", "env.package-missing", "env.build-without-torch",
         "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files", "env.scripts-not-on-path",
         "env.numpy-name-removed", "env.setuptools-too-old-for-python",
@@ -536,3 +537,18 @@ def test_a_torch_pin_pip_offers_no_wheel_for_says_which_side_the_interpreter_is(
                   "(from versions: 2.0.1, 2.2.0)"):
         assert "env.torch-pin-not-built-for-interpreter" not in [
             r.mode for r in python.read(other)]
+
+
+def test_pydantics_two_directions_are_read_apart():
+    """pydantic 2 under a package of the v1 era (DeepSpeed's config_utils.py at
+    deepspeedai/DeepSpeed#3950) and pydantic 1 under a package of the v2 API
+    (datalab-to/marker#73) are the two directions; pydantic's own validation error is neither."""
+    got = symptoms.parts(python, text_of("python", "deepspeedai/DeepSpeed/pull/3950"),
+                         "env.package-older-than-pydantic-2")
+    assert (got["v1 api"], got["caller"]) == ("field_info", "deepspeed")
+    got = symptoms.parts(python, text_of("python", "datalab-to/marker/issues/73"),
+                         "env.pydantic-older-than-package")
+    assert got["v2 name"] == "field_validator"
+    assert not [r for r in python.read("pydantic_core._pydantic_core.ValidationError: 1 validation "
+                                       "error for DeepSpeedZeroConfig\nstage\n  Input should be "
+                                       "a valid integer") if "pydantic" in r.mode]

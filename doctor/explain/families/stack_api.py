@@ -43,6 +43,32 @@ PEFT_KEY = re.compile(r"\b(?P<object>(?:Lora|LoHa|LoKr|AdaLora|IA3|Prefix\w*|Pro
                       r"|Oft|Vera)Config)\.__init__\(\) got an unexpected keyword argument "
                       rf"{Q}(?P<name>\w+){Q}")
 
+# pydantic 2 removed the v1 API a package of the v1 era calls (DeepSpeed <= 0.10.0's config
+# classes among them); the v2-only names a newer package imports from a pydantic 1
+PYDANTIC_V1_API = re.compile(rf"{Q}FieldInfo{Q} object has no attribute {Q}(?P<name>required|"
+                             rf"field_info|allow_mutation|outer_type_){Q}|If you use {Q}@root_"
+                             rf"validator{Q} with pre=False|{Q}(?P<moved>BaseSettings){Q} has been "
+                             rf"moved to the {Q}pydantic-settings{Q} package")
+PYDANTIC_V2_NAME = re.compile(rf"cannot import name {Q}(?P<name>field_validator|model_validator|"
+                              rf"field_serializer|model_serializer|ConfigDict|computed_field|"
+                              rf"TypeAdapter|RootModel){Q} from {Q}pydantic(?![\w.])")
+
+# DeepSpeed's config classes (a pasted path may be cut: its function names it too)
+DS_CONFIG = re.compile(r"deepspeed[/\\]runtime[/\\]config_utils\.py|config_utils\.py\"?, line "
+                       r"\d+, in _deprecated_fields_check")
+
+
+def _pydantic(message: str) -> list[Reading]:
+    if m := PYDANTIC_V1_API.search(message):
+        name = m["name"] or m["moved"] or "root_validator"
+        return [reading(FAMILY, "env.package-older-than-pydantic-2", m.group(0), v1_api=name,
+                        installed="pydantic 2", caller="deepspeed" if DS_CONFIG.search(message)
+                        else "")]
+    if m := PYDANTIC_V2_NAME.search(message):
+        return [reading(FAMILY, "env.pydantic-older-than-package", m.group(0),
+                        v2_name=m["name"], installed="pydantic 1")]
+    return []
+
 
 def api_readings(message: str) -> list[Reading]:
     found = []
@@ -65,4 +91,4 @@ def api_readings(message: str) -> list[Reading]:
     if m := PEFT_KEY.search(message):
         add(m, missing=f"{m['object']}({m['name']}=...)", written_by="a newer peft (the "
             "adapter's adapter_config.json)")
-    return found
+    return found + _pydantic(message)
