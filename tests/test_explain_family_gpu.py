@@ -436,3 +436,14 @@ def test_the_num_gpus_assert_without_mig_is_the_count_taken_before_the_change():
         "gpu.visible-devices-changed-after-count", "1", "1")
     mig = row("pytorch/pytorch/issues/131650")["text"]
     assert [m for m, _ in parts(mig)] == ["gpu.mig-one-instance-per-process"]
+
+
+def test_lightnings_gpu_indices_outside_the_visible_ones():
+    """Lightning's own check: the indices asked for and those visible (bene-ges/nemo_compatible
+    #16: [1] of [0]); none visible at all ("only has: []", AntixK/PyTorch-VAE#81) is a node or
+    build without GPUs, not a remapped index."""
+    [(mode, got)] = parts(row("bene-ges/nemo_compatible/issues/16")["text"])
+    assert (mode, got["requested"], got["visible"]) == ("gpu.visible-devices-remapped", "[1]",
+                                                        "[0]")
+    assert not parts("MisconfigurationException: You requested GPUs: [1]\n But your machine "
+                     "only has: []")

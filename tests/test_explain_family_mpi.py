@@ -328,3 +328,19 @@ def test_an_mpicc_that_wraps_nvc_is_not_a_missing_mpi():
             "a problem with pip.\nERROR: Failed building wheel for mpi4py")
     assert "mpi.build-without-mpi" not in [m for m, _ in parts(text)]
     assert first_cause(text) != "mpi.build-without-mpi"
+
+
+def test_mpichs_own_host_name_and_cuda_ipc_refusals_read_their_parts():
+    """MPICH's TCP netmod that cannot resolve this machine's name names it (MPAS-Dev/compass#263);
+    CUDA-aware Open MPI's CUDA IPC refusal names the call and CUDA's return value
+    (JuliaGPU/CUDA.jl#1053); another host's name failing in Hydra's proxy launch is not this
+    machine's own."""
+    got = {r.mode: dict(r.parts) for r in mpi.read(
+        next(r["text"] for r in ROWS if r["url"].endswith("MPAS-Dev/compass/issues/263")))}
+    assert got["mpi.own-hostname-unresolvable"]["host"] == "pn2034311.lanl.gov"
+    got = {r.mode: dict(r.parts) for r in mpi.read(
+        next(r["text"] for r in ROWS if r["url"].endswith("JuliaGPU/CUDA.jl/issues/1053")))}
+    assert (got["mpi.smcuda-cuda-ipc-unusable"]["call"],
+            got["mpi.smcuda-cuda-ipc-unusable"]["code"]) == ("cuIpcGetMemHandle", "1")
+    assert "mpi.own-hostname-unresolvable" not in [r.mode for r in mpi.read(
+        "[proxy:0:1@node2] HYDU_sock_connect: unable to get host address for node1 (1)")]

@@ -106,6 +106,9 @@ XLA_PTX = re.compile(r"The NVIDIA driver's CUDA version is (?P<driver>\d+\.\s*\d
                      r"|Because the driver is older than the (?:ptxas|PTX compiler) version, XLA "
                      r"is disabling parallel compilation", IC)
 NO_SLOT = re.compile(r"No slot '(?P<slot>\d+)' specified on host '?(?P<host>[\w.-]+)", IC)
+# Lightning's check of the indices asked for against those visible (an empty list: no GPU at all)
+LIGHTNING_GPUS = re.compile(r"You requested (?:gpu|GPUs?|cuda): (?P<asked>\[[0-9, ]+\])(?:\s*But "
+                            r"your machine only has: (?P<visible>\[[0-9, ]*\]))?", IC)
 
 # Who else may own the same words.
 DEEPSPEED = re.compile(r"deepspeed|op_builder|fused_adam|DS_BUILD", IC)
@@ -357,6 +360,10 @@ def read(message: str, around: str = "") -> list[Reading]:
     if nccl:  # init_process_group('nccl') with a build that has no NCCL
         found.append(reading(FAMILY, "torch.no-nccl-in-build", nccl.group(0),
                              platform="windows" if WINDOWS.search(message) else ""))
+    lightning = LIGHTNING_GPUS.search(message)
+    if lightning and lightning["visible"] != "[]":  # none visible at all is another cause
+        found.append(reading(FAMILY, "gpu.visible-devices-remapped", lightning.group(0),
+                             requested=lightning["asked"], visible=lightning["visible"] or ""))
     include, slot = DS_INCLUDE.search(message), NO_SLOT.search(message)
     if slot or (include and "parse_inclusion_exclusion" in message):
         # The deepspeed runner was given device indices outside the visible set.

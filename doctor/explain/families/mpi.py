@@ -105,11 +105,19 @@ _PLUGIN = re.compile(r"mpi/(?P<a>\w+)|MPI type '?(?P<b>\w+)|--mpi=(?P<c>\w+)", r
 _EXECVE = re.compile(r"execve\(\): (?P<path>\S+): (?P<why>No such file or directory)")
 
 # Open MPI / PRRTE help texts (whitespace collapsed) and the mode each names.
+_OWN_HOST = re.compile(r"gethostbyname failed, (\S+) \(errno \d+\)|gethostbyname error on (\S+): "
+                       r"Unknown host|HYDU_getfullhostname \([^)]*\): getaddrinfo error \(hostname: "
+                       r"([^,\s)]+)|Unable to get host entry for (\S+)")
 _OMPI = (
     # mpi4py (and MPI+OpenMP codes) ask for MPI_THREAD_MULTIPLE; a UCX built without
     # --enable-mt cannot give it, and the UCX PML steps aside (ompi's pml_ucx.c prints this
     # for that reason only)
     (re.compile(r"UCP worker does not support MPI_THREAD_MULTIPLE"), "mpi.ucx-no-thread-multiple"),
+    # CUDA-aware Open MPI's smcuda BTL: CUDA IPC refuses the buffer (memory from a pool or
+    # virtual-memory allocator, or another context)
+    (re.compile(r"The call to (?P<call>cuIpc(?:Get|Open)MemHandle) failed\.(?: This means the GPU "
+                r"RDMA protocol cannot be used\.)?(?: cuIpc\w+ return value: (?P<code>\d+))?"),
+     "mpi.smcuda-cuda-ipc-unusable"),
     # More ranks than slots (cores, hostfile slots=, the allocation's tasks).
     (re.compile(r"There are not enough slots available in the system to satisfy the (?P<n>\d+) "
                 r"slots that were requested by the application:? (?P<app>\S+)?"),
@@ -324,6 +332,9 @@ def read(message: str) -> list[Reading]:
                              program="Open MPI" if "Open MPI" in m.group(0) else
                              "libfabric (MPICH, Intel MPI, Open MPI)" if "PSM3" in m.group(0)
                              else "MPICH/Intel MPI", **parts))
+    if m := _OWN_HOST.search(flat):  # MPICH's TCP netmod and Hydra look up this host's name
+        found.append(reading(FAMILY, "mpi.own-hostname-unresolvable", m.group(0)[:200],
+                             program="MPICH (Hydra)", host=next(h for h in m.groups() if h)))
     leads = [m["lead"].lower() for m in _SINGLETON.finditer(message)]
     if leads and max(leads.count(lead) for lead in leads) >= 2 \
             and not any(r.mode == "mpi.srun-singletons" for r in found):
