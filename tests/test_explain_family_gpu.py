@@ -447,3 +447,13 @@ def test_lightnings_gpu_indices_outside_the_visible_ones():
                                                         "[0]")
     assert not parts("MisconfigurationException: You requested GPUs: [1]\n But your machine "
                      "only has: []")
+
+
+def test_a_triton_kernel_over_the_gpus_shared_memory_reads_both_sizes():
+    """Triton's launch check gives what the kernel's block sizes need and what this GPU has
+    (FlashML-org/FreeToken#246: 96 KiB on a 64 KiB GPU); CUDA's own out-of-memory is not it."""
+    [(mode, got)] = parts(row("FlashML-org/FreeToken/issues/246")["text"])
+    assert (mode, got["kernel needs"], got["gpu has"]) == (
+        "gpu.triton-kernel-exceeds-shared-memory", "96 KiB", "64 KiB per block")
+    assert "gpu.triton-kernel-exceeds-shared-memory" not in [m for m, _ in parts(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")]

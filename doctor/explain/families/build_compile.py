@@ -36,7 +36,9 @@ NO_COMPILER = re.compile(
     r"|Failed to find (C) compiler\. Please specify via CC environment variable"
     # gcc's collect2 without the linker it runs (binutils' ld off PATH, or the gold/mold a
     # -fuse-ld flag names): ublue-os/bluefin#2349, ldc-developers/ldc#3117
-    r"|fatal error: cannot find [‘'\"`](ld)[’'\"]", FLAGS)
+    r"|fatal error: cannot find [‘'\"`](ld)[’'\"]"
+    # torch.compile's Inductor probing the compilers of torch._inductor.config.cpp.cxx
+    r"|InvalidCxxCompiler: No working (C\+\+) compiler found", FLAGS)
 
 # -march=native is an x86 option: gcc for POWER (and Arm) wants -mcpu=native, and Apple's
 # clang for arm64 refuses it outright (a cross compiler's "unknown value 'native'" is not this)

@@ -106,6 +106,9 @@ XLA_PTX = re.compile(r"The NVIDIA driver's CUDA version is (?P<driver>\d+\.\s*\d
                      r"|Because the driver is older than the (?:ptxas|PTX compiler) version, XLA "
                      r"is disabling parallel compilation", IC)
 NO_SLOT = re.compile(r"No slot '(?P<slot>\d+)' specified on host '?(?P<host>[\w.-]+)", IC)
+# Triton's launch check: the kernel's shared memory per block against this GPU's limit
+TRITON_SHMEM = re.compile(r"out of resource: shared memory,? ?Required: ?(?P<need>\d+),? ?Hardware "
+                          r"limit(?:ation)?: ?(?P<limit>\d+)", IC)
 # Lightning's check of the indices asked for against those visible (an empty list: no GPU at all)
 LIGHTNING_GPUS = re.compile(r"You requested (?:gpu|GPUs?|cuda): (?P<asked>\[[0-9, ]+\])(?:\s*But "
                             r"your machine only has: (?P<visible>\[[0-9, ]*\]))?", IC)
@@ -360,6 +363,10 @@ def read(message: str, around: str = "") -> list[Reading]:
     if nccl:  # init_process_group('nccl') with a build that has no NCCL
         found.append(reading(FAMILY, "torch.no-nccl-in-build", nccl.group(0),
                              platform="windows" if WINDOWS.search(message) else ""))
+    if shmem := TRITON_SHMEM.search(message):
+        found.append(reading(FAMILY, "gpu.triton-kernel-exceeds-shared-memory", shmem.group(0),
+                             kernel_needs=f"{int(shmem['need']) // 1024} KiB",
+                             gpu_has=f"{int(shmem['limit']) // 1024} KiB per block"))
     lightning = LIGHTNING_GPUS.search(message)
     if lightning and lightning["visible"] != "[]":  # none visible at all is another cause
         found.append(reading(FAMILY, "gpu.visible-devices-remapped", lightning.group(0),
