@@ -341,3 +341,13 @@ def test_a_socks_proxy_without_the_clients_extra_names_the_extra_to_install():
     assert got["install"] == "requests[socks]"
     assert not [r for r in huggingface.read("socks5 proxy 127.0.0.1:1080: connection refused")
                 if r.mode == "hf.socks-proxy-without-socks-extra"]
+
+
+def test_a_model_type_pasted_alone_is_read_only_when_transformers_defines_it():
+    """A bare `KeyError: 'mixtral'` (SCIR-HI/Huatuo-Llama-Med-Chinese#110) is transformers'
+    CONFIG_MAPPING in a release older than the model; a type only a project registers (LLaVA's
+    llava_llama, settled as installing that project's package) and an ordinary key are not."""
+    assert [r.mode for r in huggingface.read(_text("Huatuo-Llama-Med-Chinese/issues/110"))] == [
+        "hf.transformers-too-old-for-model"]
+    for other in ("KeyError: 'llava_llama'", "KeyError: 'labels'"):
+        assert not huggingface.read(other)

@@ -432,9 +432,16 @@ def test_an_older_numpy_than_the_build_says_both_c_apis():
 
 
 def test_numpys_import_error_alone_names_no_direction():
-    # "numpy.core.multiarray failed to import" follows an older NumPy, NumPy 2 under a 1.x build,
-    # or no NumPy at all (pytorch/pytorch#1755): alone it is not read as any of them
-    assert first_cause("ImportError: numpy.core.multiarray failed to import") == ""
+    # "numpy.core.multiarray failed to import" follows an older NumPy or NumPy 2 under a 1.x
+    # build (and, rarely, no NumPy at all: pytorch/pytorch#1755): alone it is the group that
+    # lists both directions, never one of them; NumPy's own line above it names the direction
+    from tests.harness.explaining import answer
+
+    line = "ImportError: numpy.core.multiarray failed to import"
+    assert answer(line) == ("numpy-c-api-unloadable",
+                            ["env.numpy2-abi", "env.numpy-older-than-build"])
+    assert first_cause("A module that was compiled using NumPy 1.x cannot be run in\nNumPy 2.0.0 "
+                       "as it may crash.\n" + line) == "env.numpy2-abi"
 
 
 def test_pkg_resources_parts_name_the_importing_file():

@@ -165,6 +165,15 @@ def _hosts(message: str) -> list[str]:
     return [(m["pool"] or m["url"]).lower() for m in _HOST.finditer(message)]
 
 
+# model_type values transformers itself defines: a KeyError of one pasted alone (no frames) is
+# its CONFIG_MAPPING lookup in a release that predates the model; a project's own registered
+# types (LLaVA's llava_llama) and ordinary keys ('labels') are not among them
+UPSTREAM_TYPES = (r"llama\d*|mistral\d*|mixtral|qwen[23](?:_5)?(?:_moe|_vl|_audio)?|gemma\d*(?:_text)?"
+                  r"|phi\d*(?:small|moe)?|gptj|gpt_neox|gpt_bigcode|falcon|starcoder2|mpt"
+                  r"|deepseek_v[23]|cohere\d*|olmo\d*|mamba\d*|jamba|dbrx|grounding-dino|siglip"
+                  r"|idefics\d*|paligemma")
+
+
 def read(message: str) -> list[Reading]:
     if not message.strip():
         return []
@@ -188,7 +197,10 @@ def read(message: str) -> list[Reading]:
     # releases) the KeyError its CONFIG_MAPPING raises inside configuration_auto.py.
     unknown = re.search(r"has model type `?(?P<type>[\w.-]+?)`? but Transformers does not "
                         r"recognize this architecture", message)
-    key = re.search(r"configuration_auto\.py[\s\S]{0,400}?KeyError: '(?P<type>[\w.-]+)'", message)
+    key = re.search(r"(?:configuration_auto\.py|CONFIG_MAPPING\[)[\s\S]{0,400}?KeyError: "
+                    r"'(?P<type>[\w.-]+)'", message) or (re.search(
+        rf"^\s*KeyError: ['\"](?P<type>{UPSTREAM_TYPES})['\"]\s*$", message, re.M)
+        if 'File "' not in message else None)  # frames shown: they say whose lookup it was
     if unknown or key:
         hit = unknown or key
         add("hf.transformers-too-old-for-model", hit.group(0)[-120:], model_type=hit["type"])

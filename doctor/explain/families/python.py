@@ -40,7 +40,10 @@ BACKEND = re.compile(r"requires the (?P<name>[\w-]+) library but it was not foun
                      r"environment|the package (?P<pkg>\w+) seems to be not installed"
                      r"|`device_map` requires (?P<acc>Accelerate): `pip install '?accelerate"
                      # tokenizers' conversion of a slow (sentencepiece) tokenizer to a fast one
-                     r"|You need to have (?P<conv>sentencepiece) installed to convert a slow")
+                     r"|You need to have (?P<conv>sentencepiece) installed to convert a slow"
+                     # transformers >= 4.40's wording, and 5.x's (sentencepiece or tiktoken)
+                     r"|If it's based on (?P<conv2>sentencepiece), make sure you have sentencepiece "
+                     r"installed|You need to have (?P<conv3>sentencepiece) or tiktoken installed")
 NO_MODULE = re.compile(r"No module named '(?P<name>[\w]+)(?:\.[\w.]+)?'")
 # Import names of the training stack whose absence is the environment's, not the code's
 # (mpi4py: DeepSpeed's MPI discovery has its own mode, launch.ds-mpi-discovery-fallback;
@@ -338,8 +341,8 @@ def read(message: str, around: str = "") -> list[Reading]:
     elif moved := moved_module(message, STACK):
         found.append(moved)
     elif absent or (module and module["name"] in STACK):
-        name = (absent["name"] or absent["pkg"] or absent["conv"]
-                or absent["acc"].lower()) if absent \
+        name = (absent["name"] or absent["pkg"] or absent["conv"] or absent["conv2"]
+                or absent["conv3"] or absent["acc"].lower()) if absent \
             else module["name"]
         found.append(reading(FAMILY, "env.package-missing", (absent or module).group(0),
                              package=name))
