@@ -37,6 +37,9 @@ class Mode:
     goes_on: bool = False  # the process goes on after this symptom (a fallback, a notice)
     merged: tuple[str, ...] = ()  # ids of earlier or proposed modes of the same cause it took in
     benign: bool = False  # a normal notice, never a job's cause (explain shows it as a notice)
+    # names what failed, never why (a collective that timed out): explain lists it, with its fix
+    # (how to find the cause), under "no known cause" and goes on looking for the cause
+    symptom_only: bool = False
 
     def matches(self, text: str) -> list[str]:
         """The patterns of this mode that ``text`` matches."""
@@ -56,7 +59,8 @@ def modes() -> tuple[Mode, ...]:
                       r["cause"], r["detect"], r.get("check", ""), r["fix"],
                       r.get("fixable", ""), tuple(r["sources"]), tuple(r.get("also", ())),
                       tuple(r.get("against", ())), bool(r.get("goes_on", False)),
-                      tuple(r.get("merged", ())), bool(r.get("benign", False)))
+                      tuple(r.get("merged", ())), bool(r.get("benign", False)),
+                      bool(r.get("symptom_only", False)))
                  for r in rows)
 
 

@@ -65,6 +65,27 @@ def test_an_unrelated_message_matches_nothing_and_exits_1():
         assert done.returncode == 1 and "no catalogue entry matches" in done.stdout
 
 
+WATCHDOG = ("[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran "
+            "for 1800572 milliseconds before timing out.")
+
+
+def test_a_collective_that_timed_out_is_a_symptom_never_the_cause():
+    """NCCL's watchdog says which collective stalled, not why a rank was elsewhere (settled in
+    the trackers mostly as the code: ranks on different paths, rank 0 tokenizing past the
+    timeout): alone, no known cause, with the symptom and how to find the cause; with a line
+    that names a cause in the same log, that cause."""
+    done = dsenv("explain", WATCHDOG)
+    assert done.returncode == 1 and done.stdout.startswith("no known cause")
+    assert "symptom     comm.collective-timeout" in done.stdout
+    assert "dsenv doctor --distributed" in done.stdout
+    log = ("[rank1]: RuntimeError: Ninja is required to load C++ extensions\n" + WATCHDOG)
+    named = dsenv("explain", log)
+    assert named.returncode == 0 and named.stdout.startswith("jit.ninja-missing:")
+    matches = json.loads(dsenv("explain", log, "--json").stdout)["matches"]
+    assert [m["id"] for m in matches] == ["jit.ninja-missing"]
+
+
 def test_explain_reads_stdin_and_refuses_nothing_in_one_line():
     import subprocess
     import sys

@@ -56,9 +56,8 @@ def test_a_check_that_does_not_apply_here_says_so(tmp_path):
 
 
 def test_a_cause_no_check_can_see_says_why():
-    done = dsenv("explain", "--here", "[Rank 2] Watchdog caught collective operation timeout: "
-                 "WorkNCCL(SeqNum=880, OpType=BROADCAST) ran for 1800648 milliseconds before "
-                 "timing out.")
+    done = dsenv("explain", "--here", "what():  [FT][ERROR] CUDA runtime error: "
+                 "CUBLAS_STATUS_ARCH_MISMATCH /workspace/open_attention.h:171")
     assert _here(done).startswith("no doctor check can see this before the job")
 
 

@@ -65,6 +65,11 @@ def explain_text(text: str):
     with the fallback after it. In a log, a benign notice is never the cause: when it is all
     that matched, nothing is confident and the notices come back as the weak ones."""
     reading, line, sure, weak = _explain(text)
+    symptoms = [m for m in sure if m.mode is not None and m.mode.symptom_only]
+    if symptoms:  # what failed, never why (a line near the root brought it): listed, not named
+        sure = [m for m in sure if m not in symptoms]
+        weak = symptoms + [m for m in weak if m not in symptoms] if not sure else weak
+        line = line if sure else None
     if sure and all(_benign(m) for m in sure) and _is_log(text):
         # a notice of healthy runs too (NCCL's "Could not find: libnccl-net.so", the deepspeed
         # runner's "Unable to find hostfile") is what a log holds, not why it failed: shown
@@ -112,6 +117,8 @@ def _explain_lines(text: str):
         matches = rank.rank(message, around, chained)
         sure = alternatives.narrow(rank.confident(matches), matches, message,
                                    f"{around}\n{chained}")
+        if sure and all(m.mode is not None and m.mode.symptom_only for m in sure):
+            sure = []  # what failed, not why: shown among the weak ones, the search goes on
         if sure and all(_benign(m) for m in sure):
             notices.append(line)
         if sure and not _goes_on(sure[0]):
@@ -319,6 +326,10 @@ def _print_unknown(reading, weak, args, notices=()) -> int:
             if x is not reading.root:
                 print(f"  also        line {x.number}: {x.text.strip()[:300]}")
     for m in weak:
+        if m.mode is not None and m.mode.symptom_only:  # confident, but of the symptom alone
+            print(f"  symptom     {m.id}: {title(m)}")
+            print(f"  next        {fix(m)}")
+            continue
         print(f"  weak        {m.id} (score {m.score:g} < {rank.BAR:g}): {'; '.join(m.why)}")
         if m.finding is not None:
             print(f"  next        {m.finding.fix}")
