@@ -399,3 +399,19 @@ def test_ngcs_banner_and_docker_hubs_pull_limit_read_their_parts():
     assert (mode, got["pull"]) == ("container.registry-pull-rate-limit", "anonymous")
     assert not parts("[ERROR] URL https://nvcr.io/v2/nvidia/pytorch/manifests/24.05-py3 "
                      "returned error code: 401")
+
+
+def test_an_old_singularitys_squashfs_mount_and_a_rootless_single_id_map():
+    """Singularity < 3.5.3's squashfs mount refused by a kernel >= 5.1 (2.x's wording at
+    apptainer/singularity#5482); rootless Podman unpacking a file owned by an ID its
+    single-ID namespace lacks names the IDs and the file (podman#3932); a squashfs image that is
+    merely missing, and Podman's own permission error, are neither."""
+    [(mode, got)] = parts(row("apptainer/singularity/issues/5482")["text"])
+    assert (mode, got["runtime"]) == ("container.singularity-too-old-for-kernel",
+                                      "Singularity 2.x")
+    [(mode, got)] = parts(row("podman-container-tools/podman/issues/3932")["text"])
+    assert (mode, got["requested"], got["file"]) == (
+        "container.rootless-userns-single-id", "0:42", "/etc/shadow")
+    assert not parts("FATAL:   could not open image /scratch/x.sif: failed to retrieve path for "
+                     "/scratch/x.sif: lstat /scratch/x.sif: no such file or directory")
+    assert not parts("Error: open /run/user/1000/libpod: permission denied")

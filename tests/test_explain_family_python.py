@@ -35,7 +35,9 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
     assert {r["mode"] for r in ROWS} == {
         "env.compiled-extension-missing", "env.torch-older-than-checkpoint-format",
         "env.torch-pin-not-built-for-interpreter",
-        "env.package-older-than-pydantic-2", "env.pydantic-older-than-package", "toolkit.cmake4-old-policy-minimum", "deepspeed.ops-built-for-other-torch", "hf.bnb-quantization-without-cuda", "env.wheel-tags-not-this-interpreter", "env.module-command-uninitialised", "env.rust-extension-no-wheel", "env.tokenizers-sdist-new-rustc", "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
+        "env.package-older-than-pydantic-2", "env.pydantic-older-than-package",
+        "env.conda-cuda-virtual-package-missing", "env.pip-into-externally-managed-python",
+        "env.pip-cannot-uninstall-os-package", "toolkit.cmake4-old-policy-minimum", "deepspeed.ops-built-for-other-torch", "hf.bnb-quantization-without-cuda", "env.wheel-tags-not-this-interpreter", "env.module-command-uninitialised", "env.rust-extension-no-wheel", "env.tokenizers-sdist-new-rustc", "env.numpy2-abi", "torch.weights-only-default", "env.torchvision-other-torch",
         "env.protobuf-too-new", "env.package-missing", "env.build-without-torch",
         "loader.bitsandbytes-cuda-binary", "hf.git-lfs-pointer-files", "env.scripts-not-on-path",
         "env.numpy-name-removed", "env.setuptools-too-old-for-python",

@@ -154,6 +154,15 @@ RATE_LIMIT = re.compile(r"toomanyrequests:? You have reached your (?:unauthentic
                         r" )?pull rate limit|registry-1\.docker\.io/v2/\S+(?: returned error code:?|:) 429",
                         IC)
 ANONYMOUS = re.compile(r"Authenticating with user: <anonymous>", IC)
+# Singularity < 3.5.3 mounts squashfs with errors=remount-ro, which kernels >= 5.1 refuse
+OLD_SQUASHFS_MOUNT = re.compile(r"failed to mount squashfs filesystem: invalid argument|Failed to "
+                                r"mount squashfs image in \(read only\): Invalid argument"
+                                r"|squashfs: Unknown parameter '?errors'?", IC)
+# rootless Podman/Buildah with the user's own ID mapped alone: a layer file owned by another ID
+USERNS_IDS = re.compile(r"(?:potentially insufficient UIDs or GIDs available in user namespace|"
+                        r"there might not be enough IDs available in the namespace) \(requested "
+                        r"(?P<ids>\d+:\d+) for (?P<path>[^)]+)\)|using rootless single mapping "
+                        r"into the namespace", IC)
 NGC_NO_DRIVER = re.compile(r"The NVIDIA Driver was not detected\.\s+GPU functionality will not "
                            r"be available", IC)
 NO_LOOP = re.compile(r"failed to find loop device: (?P<why>could not attach image file to loop "
@@ -381,6 +390,13 @@ def read(message: str) -> list[Reading]:
         found.append(reading(FAMILY, "container.registry-pull-rate-limit", limit.group(0)[:100],
                              registry="Docker Hub", status="429",
                              pull="anonymous" if ANONYMOUS.search(message) else ""))
+    if squashfs := OLD_SQUASHFS_MOUNT.search(message):
+        found.append(reading(FAMILY, "container.singularity-too-old-for-kernel", squashfs.group(0),
+                             runtime="Singularity 2.x" if "read only" in squashfs.group(0) else
+                             "Singularity < 3.5.3", refused="squashfs errors=remount-ro"))
+    if ids := USERNS_IDS.search(message):
+        found.append(reading(FAMILY, "container.rootless-userns-single-id", ids.group(0)[:120],
+                             requested=ids["ids"] or "", file=ids["path"] or ""))
     if k8s := K8S_NO_GPU_NODE.search(message):
         found.append(reading(FAMILY, "container.k8s-gpu-request-exceeds-node", k8s.group(0),
                              nodes=k8s["nodes"] or "", without_enough=k8s["short"] or ""))
