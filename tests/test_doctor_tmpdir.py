@@ -7,6 +7,7 @@ the job's TMPDIR; the probe that finds no temporary folder at all skips with the
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from dsenv.verdicts.findings import Status
@@ -89,3 +90,32 @@ def test_explain_here_finds_the_cause_present_in_the_job(tmp_path):
     assert first["id"] == "system.tmp-full" and first["check"] == "system.tmpdir"
     assert any(x.startswith("on this node system.tmpdir finds: FAIL") for x in first["here"])
     assert "the cause is present here" in first["here"]
+
+
+def test_a_temporary_folder_too_long_for_socket_paths(make_ctx, run_one, tmp_path):
+    """system.tmpdir-sockets: sockets under TMPDIR must fit Unix's 107-byte sun_path. A real
+    folder of 90 bytes fails (multiprocessing's listener sockets, DataLoader workers), one of
+    60 warns (Ray's session sockets), one of 30 is ok, and no temporary folder skips."""
+    import shutil
+    import tempfile
+
+    base = tempfile.mkdtemp(prefix="s", dir="/tmp")  # /tmp/sXXXXXXXX: short enough to grow
+    try:
+        def folder(length: int) -> str:
+            path = base + "/" + "d" * (length - len(base) - 1)
+            os.makedirs(path, exist_ok=True)
+            return path
+
+        for length, status in ((90, Status.FAIL), (60, Status.WARN), (30, Status.OK)):
+            found = run_one("system.tmpdir-sockets",
+                            make_ctx(env={"TMPDIR": folder(length)}, root="/"))
+            assert found.status == status, found
+            if status != Status.OK:
+                assert "AF_UNIX path too long" in found.summary
+                assert found.mode == "system.tmpdir-socket-path-too-long"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    (tmp_path / "empty").mkdir()
+    found = run_one("system.tmpdir-sockets", make_ctx(env={"TMPDIR": "/scratch/gone"},
+                                                      root=tmp_path / "empty"))
+    assert found.status == Status.SKIP and "no temporary folder exists" in found.summary

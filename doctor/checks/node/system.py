@@ -153,6 +153,35 @@ def temp_folder_room(ctx: Context):
                         here=f"export TMPDIR={_roomy_folder(ctx)}")
 
 
+# Unix socket paths must fit sun_path (108 bytes with its NUL). Under the temporary folder,
+# Python's multiprocessing (DataLoader workers sharing tensors, resource_sharer) adds
+# "/pymp-XXXXXXXX/listener-XXXXXXXX" (32 bytes); Ray (vLLM, verl) adds "/ray/session_<date>_
+# <time>_<usec>_<pid>/sockets/plasma_store" (up to 68).
+SOCKET_MAX = 107
+SUFFIX_MULTIPROCESSING = 32
+SUFFIX_RAY = 68
+
+
+@check("system.tmpdir-sockets", "Temporary folder leaves room for Unix socket paths")
+def temp_folder_socket_paths(ctx: Context):
+    folder = tempdir.temp_folder(ctx)
+    if folder is None:
+        return skip("no temporary folder exists (TMPDIR, TEMP, TMP, /tmp, /var/tmp)")
+    length = len(folder.path.encode())
+    evidence = [f"{folder.path} ({folder.source}): {length} bytes; sockets under it get "
+                f"{SUFFIX_MULTIPROCESSING} (multiprocessing) to {SUFFIX_RAY} (Ray) more, "
+                f"of {SOCKET_MAX}"]
+    if length + SUFFIX_RAY <= SOCKET_MAX:
+        return ok(f"{folder.path}: {length} bytes", *evidence)
+    finding = fail if length + SUFFIX_MULTIPROCESSING > SOCKET_MAX else warn
+    who = ("Python multiprocessing (DataLoader workers), Ray and ZMQ" if finding is fail
+           else "Ray (vLLM, verl) and ZMQ ipc:// endpoints")
+    return mode_finding(finding, "system.tmpdir-socket-path-too-long",
+                        f"{folder.path} is {length} bytes: {who} cannot create their Unix "
+                        "sockets under it (AF_UNIX path too long)", *evidence,
+                        here="export TMPDIR=/tmp/$USER (or another short path) in the job")
+
+
 def _roomy_folder(ctx: Context) -> str:
     """A folder on a file system with room for temporary files: the node's usual places (read
     with the same deadline: a home on a hung file server cannot stall the check)."""
