@@ -162,7 +162,7 @@ SUFFIX_MULTIPROCESSING = 32
 SUFFIX_RAY = 68
 
 
-@check("system.tmpdir-sockets", "Temporary folder leaves room for Unix socket paths")
+@check("system.tmpdir-sockets", "Temporary folder path for sockets")
 def temp_folder_socket_paths(ctx: Context):
     folder = tempdir.temp_folder(ctx)
     if folder is None:
@@ -172,7 +172,7 @@ def temp_folder_socket_paths(ctx: Context):
                 f"{SUFFIX_MULTIPROCESSING} (multiprocessing) to {SUFFIX_RAY} (Ray) more, "
                 f"of {SOCKET_MAX}"]
     if length + SUFFIX_RAY <= SOCKET_MAX:
-        return ok(f"{folder.path}: {length} bytes", *evidence)
+        return ok(f"{folder.path} ({length} bytes) leaves room for socket paths", *evidence)
     finding = fail if length + SUFFIX_MULTIPROCESSING > SOCKET_MAX else warn
     who = ("Python multiprocessing (DataLoader workers), Ray and ZMQ" if finding is fail
            else "Ray (vLLM, verl) and ZMQ ipc:// endpoints")
