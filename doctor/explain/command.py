@@ -65,7 +65,7 @@ def explain_text(text: str):
     with the fallback after it. In a log, a benign notice is never the cause: when it is all
     that matched, nothing is confident and the notices come back as the weak ones."""
     reading, line, sure, weak = _explain(text)
-    symptoms = [m for m in sure if m.mode is not None and m.mode.symptom_only]
+    symptoms = [m for m in sure if _symptom_only(m)]
     if symptoms:  # what failed, never why (a line near the root brought it): listed, not named
         sure = [m for m in sure if m not in symptoms]
         weak = symptoms + [m for m in weak if m not in symptoms] if not sure else weak
@@ -80,6 +80,10 @@ def explain_text(text: str):
 
 def _benign(m: rank.Match) -> bool:
     return m.mode is not None and m.mode.benign
+
+
+def _symptom_only(m: rank.Match) -> bool:
+    return m.mode is not None and m.mode.symptom_only
 
 
 def _is_log(text: str) -> bool:
@@ -117,7 +121,7 @@ def _explain_lines(text: str):
         matches = rank.rank(message, around, chained)
         sure = alternatives.narrow(rank.confident(matches), matches, message,
                                    f"{around}\n{chained}")
-        if sure and all(m.mode is not None and m.mode.symptom_only for m in sure):
+        if sure and all(_symptom_only(m) for m in sure):
             sure = []  # what failed, not why: shown among the weak ones, the search goes on
         if sure and all(_benign(m) for m in sure):
             notices.append(line)
@@ -326,7 +330,7 @@ def _print_unknown(reading, weak, args, notices=()) -> int:
             if x is not reading.root:
                 print(f"  also        line {x.number}: {x.text.strip()[:300]}")
     for m in weak:
-        if m.mode is not None and m.mode.symptom_only:  # confident, but of the symptom alone
+        if _symptom_only(m):  # confident, but of the symptom alone
             print(f"  symptom     {m.id}: {title(m)}")
             print(f"  next        {fix(m)}")
             continue

@@ -133,8 +133,10 @@ def init_distributed(rt: Runtime, config: dict, verbose: bool = False) -> dict:
 
 
 def _bound_port(dist) -> int | None:
-    """The port the default group's TCPStore listens on (under its PrefixStores)."""
-    store = dist.distributed_c10d._get_default_store()
+    """The port the default group's TCPStore listens on (under its PrefixStores); None where
+    this torch does not say (the report then shows port 0: the kernel's choice)."""
+    default_store = getattr(dist.distributed_c10d, "_get_default_store", None)  # private API
+    store = default_store() if default_store else None
     while not hasattr(store, "port") and hasattr(store, "underlying_store"):
         store = store.underlying_store
     return getattr(store, "port", None)
