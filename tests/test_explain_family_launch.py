@@ -198,3 +198,17 @@ def test_ray_says_which_version_differs_from_the_heads():
     client = _parts(_text("ray-project/kuberay/issues/1553"), "launch.ray-version-mismatch")
     assert (client["cluster"], client["this process"]) == ("Python 3.8.13", "Python 3.11.4")
     assert launch.read("ray.init() connected to the cluster: Ray 2.44.1, Python 3.11.10") == []
+
+
+def test_a_closed_elastic_rendezvous_is_read_and_explain_lists_it_as_a_symptom():
+    """RendezvousClosedError (pytorch/pytorch#147064: the backend from torchrun's own line) is
+    what failed on this node after another agent left: the family reads it, explain names no
+    cause for it alone and lists it with where to look; "Rendezvous'ing worker group" alone, a
+    healthy start, is nothing."""
+    from dsenv.doctor.explain.command import explain_text
+
+    text = _text("pytorch/pytorch/issues/147064")
+    assert _parts(text, "launch.rdzv-closed")["backend"] == "c10d"
+    _, _, sure, weak = explain_text(text)
+    assert not sure and weak[0].id == "launch.rdzv-closed"
+    assert launch.read("[default] Rendezvous'ing worker group") == []

@@ -100,6 +100,11 @@ _RAY_CLIENT = re.compile(r"Python minor versions differ between client and serve
                          r"(?P<client>[\d.]+), server is (?P<server>[\d.]+)", FLAGS)
 
 
+# torchrun's elastic rendezvous closed by an agent that exited (or an earlier job's run id)
+_RDZV_CLOSED = re.compile(r"\bRendezvousClosedError\b", FLAGS)
+_RDZV_BACKEND = re.compile(r"--rdzv[_-]backend[= ](\w+)|rendezvous[/\\](\w+)_rendezvous\.py", FLAGS)
+
+
 def _minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
@@ -130,6 +135,10 @@ def read(message: str) -> list[Reading]:
     if m := _SIGHUP.search(message):  # the session that started the launcher hung up
         add("launch.sighup-session-closed", m, signal="SIGHUP (1)",
             forwarded_to=m.group(3) or "", agent_pid=m.group(5) or "")
+    if m := _RDZV_CLOSED.search(message):  # another agent closed it: a symptom here
+        backend = _RDZV_BACKEND.search(message)
+        add("launch.rdzv-closed", m, backend=(backend.group(1) or backend.group(2))
+            if backend else "")
     if m := _RAY.search(message):  # which of the two differs says what to align
         differs = [name for name, a, b in (("Ray", m["head_ray"], m["here_ray"]), (
             "Python", _minor(m["head_py"]), _minor(m["here_py"]))) if a != b]
