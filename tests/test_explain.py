@@ -152,3 +152,27 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     _, err = child.communicate(text + "\n", timeout=60)
     assert child.returncode == 141, err
     assert "Traceback" not in err and not err.strip(), err
+
+
+@pytest.mark.parametrize("text, not_this, this", [
+    # apex's check where torch has no CUDA at all ("Cuda None": a CPU-only or ROCm torch)
+    ("RuntimeError: Cuda extensions are being compiled with a version of Cuda that does not "
+     "match the version used to compile Pytorch binaries.  Pytorch binaries were compiled with "
+     "Cuda None.", "jit.cuda-major-mismatch", ""),
+    ("RuntimeError: Cuda extensions are being compiled with a version of Cuda that does not "
+     "match the version used to compile Pytorch binaries.  Pytorch binaries were compiled with "
+     "Cuda 12.1.", "", "jit.cuda-major-mismatch"),
+    # an op's .so in the extensions folder that an older libstdc++ cannot load: the libstdc++
+    ("ImportError: /env/lib/libstdc++.so.6: version GLIBCXX_3.4.29 not found (required by "
+     "/home/u/.cache/torch_extensions/py310_cu121/fused_adam/fused_adam.so)",
+     "jit.extensions-dir-shared", "loader.libstdcxx-too-old"),
+    ("ImportError: /home/u/.cache/torch_extensions/py310_cu121/fused_adam/fused_adam.so: "
+     "undefined symbol: _ZN3c104cuda20CUDACachingAllocator9allocatorE", "",
+     "jit.extensions-dir-shared"),
+])
+def test_the_words_around_a_build_check_decide_which_cause_it_is(text, not_this, this):
+    from dsenv.doctor.explain.command import explain_text
+
+    _, _, sure, _ = explain_text(text)
+    ids = [m.id for m in sure]
+    assert not_this not in ids and (not this or ids[0] == this), ids

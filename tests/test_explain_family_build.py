@@ -419,3 +419,15 @@ def test_torchs_cmake_asking_for_the_old_nvtx_and_an_nvcc_without_libdevice():
     assert got["toolkit.nvcc-outside-toolkit"]["nvcc"] == "/usr/bin/nvcc"
     assert not {r.mode for r in build.read("nvcc fatal   : Unknown option '-fopenmp'")} & {
         "toolkit.nvcc-outside-toolkit", "toolkit.nvtx2-missing-for-torch-cmake"}
+
+
+def test_a_cuda_header_hipcc_asks_for_is_a_source_left_unhipified_not_cuda_headers():
+    """hipcc compiling for a gfx target reads no CUDA header once a source is hipified: the CUDA
+    header it cannot find is not a CUDA toolkit without headers (no reading); nvcc's is."""
+    hip = ("In file included from csrc/multi_tensor_adam.hip:12:\n"
+           "torch/include/ATen/cuda/CUDAContext.h:5:10: fatal error: 'cuda_runtime_api.h' file "
+           "not found\n1 error generated when compiling for gfx90a.")
+    assert "toolkit.cuda-headers-missing" not in [r.mode for r in build.read(hip)]
+    nvcc = ("torch/include/ATen/cuda/CUDAContext.h:5:10: fatal error: cuda_runtime_api.h: No such "
+            "file or directory")
+    assert "toolkit.cuda-headers-missing" in [r.mode for r in build.read(nvcc)]

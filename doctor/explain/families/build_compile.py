@@ -69,6 +69,7 @@ ATOMIC_FLOOR = {"double": "6.0", "__half2": "6.0", "half2": "6.0", "__half": "7.
                 "c10::Half": "7.0", "__nv_bfloat16": "8.0", "__nv_bfloat162": "8.0",
                 "c10::BFloat16": "8.0"}
 TARGETS = re.compile(r"(?:arch=compute_|-arch=sm_|--gpu-architecture=compute_)(\d+)", FLAGS)
+HIP_COMPILE = re.compile(r"when compiling for gfx\d|\bhipcc\b|\.hip:\d+", FLAGS)
 # nvcc without the toolkit around it (a distro /usr/bin/nvcc, a symlink): no nvvm/libdevice
 LIBDEVICE = re.compile(r"(?:nvcc fatal\s*:\s*)?[Pp]ath to libdevice (?:library )?not specified"
                        r"(?:[^\n]*\n[^\n]*?command '(?P<nvcc>[^']*nvcc)' failed)?", FLAGS)
@@ -108,6 +109,9 @@ def compile_readings(message: str) -> list[Reading]:
         name = path.rsplit("/", 1)[-1]
         # The header names the package that lacks its development files.
         mode = ("toolkit.python-headers-missing" if name in ("Python.h", "pyconfig.h")
+                # hipcc compiling for a gfx target includes no CUDA header once a source is
+                # hipified: a CUDA header asked for there is a source left un-hipified
+                else "" if CUDA_HEADER.match(path) and HIP_COMPILE.search(message)
                 else "toolkit.cuda-headers-missing" if CUDA_HEADER.match(path)
                 else "toolkit.nccl-headers-missing" if name == "nccl.h"
                 else "toolkit.cudnn-headers-missing" if CUDNN_HEADER.match(name)
