@@ -21,7 +21,7 @@ PARSED = {"comm.no-bootstrap-interface", "comm.ibverbs-unloadable",
           "comm.nccl-newer-than-driver", "comm.ib-link-errors", "comm.efa-unavailable",
           "comm.slingshot-no-ofi-plugin", "comm.socket-virtual-interfaces",
           "comm.gloo-ifname-invalid", "comm.algo-proto-forced",
-          "comm.gpu-memory-registration-failed"}
+          "comm.gpu-memory-registration-failed", "comm.cumem-host-numa-divergent"}
 
 
 def _modes(text: str) -> list[str]:
@@ -198,6 +198,35 @@ def test_a_refused_shared_memory_segment_is_the_folder_mode_not_its_size():
     full = ("misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-Abc123 to "
             "9637892 bytes")
     assert _modes(full) == ["system.shm-too-small"]
+
+
+# NCCL >= 2.12's misc/shmutils.cc ends the line in the errno of the call that failed
+# ("error: %s (%d)", strerror and errno): the errno, not the words before it, is the cause.
+_SEGMENT = ("h:1:2 [0] misc/shmutils.cc:67 NCCL WARN Error while {op} shared memory segment "
+            "{path} (size {size}), error: {why} ({errno})")
+
+
+@pytest.mark.parametrize("op,path,size,why,errno,want", [
+    ("creating", "/dev/shm/nccl-sZcxQF", 9637888, "No space left on device", 28,
+     ["system.shm-too-small"]),
+    ("creating", "/dev/shm/nccl-sZcxQF", 9637888, "Permission denied", 13,
+     ["system.shm-not-writable"]),
+    ("creating", "/dev/shm/nccl-sZcxQF", 9637888, "Read-only file system", 30,
+     ["system.shm-not-writable"]),
+    # the peer's cuMem handle read as a file name: a zero-sized segment named by garbage
+    ("attaching to", "/dev/shm/nccl-\u040c", 0, "No such file or directory", 2,
+     ["comm.cumem-host-numa-divergent"]),
+    # a real segment gone missing (NVIDIA/nccl#1589: no settled cause): no cause named
+    ("attaching to", "/dev/shm/nccl-glnlGK", 14156128, "No such file or directory", 2, []),
+])
+def test_a_failed_segment_is_read_by_its_errno(op, path, size, why, errno, want):
+    assert _modes(_SEGMENT.format(op=op, path=path, size=size, why=why, errno=errno)) == want
+
+
+def test_the_cumem_fallback_reads_its_parts():
+    row = next(r for r in ROWS if r["mode"] == "comm.cumem-host-numa-divergent")
+    found = [r for r in nccl.read(row["text"]) if r.mode == "comm.cumem-host-numa-divergent"]
+    assert dict(found[0].parts)["errno"] == "No such file or directory (2)"
 
 
 def _lookalike(url_end: str) -> str:

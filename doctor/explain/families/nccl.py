@@ -60,6 +60,32 @@ _PLUGIN = re.compile(r"NET/Plugin ?: (?:Plugin load \((?P<lib>libnccl-net[\w.-]*
                      r"|Unable to load (?P<lib3>libnccl-net[\w.-]*)")
 
 
+# misc/shmutils.cc: "Error while creating|attaching to shared memory segment PATH (size N),
+# error: <strerror> (<errno>)"
+_SHM_SEGMENT = re.compile(r"(?P<op>creating|attaching to) shared memory segment (?P<path>\S*)\s*"
+                          r"\(size (?P<size>\d+)\)(?:, error: (?P<why>[^(\n]+?) \((?P<errno>\d+)\))?")
+
+
+def _shm_cause(text: str) -> str:
+    """The cause of a failed shared-memory segment from the errno NCCL printed with it: ENOSPC
+    (or posix_fallocate, "failed to extend") is /dev/shm full (a container's 64 MB default);
+    EACCES, EPERM or EROFS is /dev/shm's mode or a read-only mount; an attach of a zero-sized
+    segment whose name is not a /dev/shm name is the peer's cuMem handle read as a path (one
+    rank fell back from cuMem host memory, NVIDIA/nccl#2190); any other errno names none."""
+    m = _SHM_SEGMENT.search(text)
+    if m is None or m["errno"] is None:  # before 2.12: the call and its errno on their own line
+        return ("system.shm-too-small" if re.search(
+            r"No space left on device|posix_fallocate|failed to extend|creating shared memory",
+            text) else "")
+    if m["errno"] == "28":
+        return "system.shm-too-small"
+    if m["errno"] in ("1", "13", "30"):
+        return "system.shm-not-writable"
+    if m["op"] == "attaching to" and m["size"] == "0" and m["errno"] == "2":
+        return "comm.cumem-host-numa-divergent"
+    return ""
+
+
 def _gid_parts(text: str) -> dict[str, str]:
     """The GID index and GIDs NCCL names, with what kind of address the local GID is."""
     m = _GID.search(text)
@@ -101,14 +127,15 @@ def read(message: str) -> list[Reading]:
             frame=frame.group(1) or "libnccl.so")
     for source, text in _warn_parts(message):
         base = source.rsplit("/", 1)[-1]
-        # NCCL's shared-memory segment in /dev/shm ran out of space (a container's 64 MB
-        # default): shm.cc / shmutils.cc, posix_fallocate or "failed to extend". A refused
-        # shm_open (Permission denied) is /dev/shm's mode instead: system.shm-too-small's
-        # `against` and system.shm-not-writable's own pattern decide that, in one place.
+        # NCCL's shared-memory segment (shm.cc / shmutils.cc): since 2.12 the line ends in the
+        # errno of the call that failed, which says why (_shm_cause).
         if (base.startswith(("shm", "shmutils")) or "/dev/shm/nccl" in text) and re.search(
-                r"No space left on device|posix_fallocate|failed to extend|creating shared memory"
-                r" segment", text):
-            add("system.shm-too-small", text, file=source, call="shared-memory segment")
+                r"No space left on device|posix_fallocate|failed to extend|(?:creating|attaching"
+                r" to) shared memory segment", text):
+            if mode := _shm_cause(text):
+                errno = _SHM_SEGMENT.search(text)
+                add(mode, text, file=source, call="shared-memory segment",
+                    **({"errno": f"{errno['why']} ({errno['errno']})"} if errno else {}))
         # NVLS multicast (nvls.cc, cuMulticast*) fails when the Fabric Manager is unhealthy.
         elif base.startswith("nvls") or "NVLink SHARP (NVLS)" in text:
             add("comm.nvls-fabric-manager", text, file=source, call="NVLS multicast")
