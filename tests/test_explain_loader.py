@@ -207,7 +207,7 @@ def test_every_linked_mode_exists():
         for key, mode in row.get("modes", {}).items():
             kind, _, shape = key.partition(".")
             assert kind in ("missing", "undefined-symbol", "symbol-version", "link"), key
-            assert shape in ("", "program", "path", "extension", "abi", "unversioned", "own",
+            assert shape in ("", "program", "path", "extension", "torch", "abi", "unversioned", "own",
                              "unlinked"), key
             assert mode in ids, mode
 
@@ -229,6 +229,24 @@ def test_every_linked_mode_exists():
     # cuDNN: any shape but an executable's is a missing cuDNN
     ("ImportError: libcudnn.so.9: cannot open shared object file", "extension",
      "loader.cudnn-missing"),
+    # torch's own import (the last frame torch/__init__.py, ctypes' own left out): the CUDA
+    # libraries its pip wheels take from the nvidia-* wheels (pytorch/pytorch#88869)
+    ("  File \"/venv/lib/python3.11/site-packages/torch/__init__.py\", line 229, in <module>\n"
+     "    from torch._C import *  # noqa: F403\nImportError: libcupti.so.11.7: cannot open "
+     "shared object file: No such file or directory", "torch", "torch.pip-cuda-wheels-not-found"),
+    ("  File \"/usr/lib64/python3.7/site-packages/torch/__init__.py\", line 153, in "
+     "_load_global_deps\n    ctypes.CDLL(lib_path, mode=ctypes.RTLD_GLOBAL)\n  File \"/usr/lib64/"
+     "python3.7/ctypes/__init__.py\", line 359, in __init__\nOSError: libcublas.so.11: cannot "
+     "open shared object file", "torch", "torch.pip-cuda-wheels-not-found"),
+    # twins: a conda build of torch links its own packages (pytorch/vision#5635), and an
+    # extension imported after torch is the extension's
+    ("  File \"/opt/conda/conda-bld/torchvision_1647/lib/python3.7/site-packages/torch/__init__"
+     ".py\", line 199, in <module>\nImportError: libcupti.so.10.2: cannot open shared object "
+     "file", "extension", "loader.ext-built-for-other-cuda"),
+    ("  File \"/venv/lib/python3.11/site-packages/torch/__init__.py\", line 229, in <module>\n"
+     "  File \"/venv/lib/python3.11/site-packages/xformers/ops.py\", line 3, in <module>\n"
+     "ImportError: libcudart.so.11.0: cannot open shared object file", "extension",
+     "loader.ext-built-for-other-cuda"),
     # MPI: an extension asks for the ABI it was built with; MPI's own internals are a path
     ("ImportError: libmpi.so.40: cannot open shared object file", "extension",
      "loader.mpi-other-abi"),

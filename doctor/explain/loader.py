@@ -47,7 +47,7 @@ class Finding:
     version: str = ""  # soname version (12), or the symbol version (GLIBCXX_3.4.30)
     required_by: str = ""
     where: str = ""  # the folder the message names, if any
-    shape: str = ""  # program, path, extension, abi, unversioned: what the message's shape adds
+    shape: str = ""  # program, path, extension, torch, abi, unversioned: what the message's shape adds
     program: str = ""  # the executable that could not start ("error while loading ...")
     extension: str = ""  # the extension module that needs the library, when a path names it
 
@@ -243,15 +243,18 @@ def _line_before(text: str, start: int) -> str:
     return text[text.rfind("\n", 0, start) + 1:start]
 
 
-def _missing_shape(text: str, start: int, lib: str) -> tuple[str, str]:
+def _missing_shape(text: str, start: int, lib: str, around: str = "") -> tuple[str, str]:
     """(shape, program) of a missing library from the words before it on its line, or the
-    hint the same message gives after it."""
+    hint the same message gives after it (the traceback's frames: the message's, else the
+    lines ``around`` it)."""
     before = _line_before(text, start)
     prog = PROGRAM.search(before)
     if prog:
         return "program", prog.group("prog") or ""
     if PATH_LOADER.search(before) or PATH_HINT.search(text, start, start + 600):
         return "path", ""
+    if _torch_imports_it(f"{around}\n{text[:start]}"):
+        return "torch", ""
     wanted = CUDA_MAJOR_SONAME.match(lib)
     torch_cuda = TORCH_CUDA.search(text)
     if wanted and torch_cuda and (torch_cuda.group("cu") or torch_cuda.group("v")) != \
@@ -262,6 +265,22 @@ def _missing_shape(text: str, start: int, lib: str) -> tuple[str, str]:
     # The development name without a soname version (libcuda.so): a dlopen by that name,
     # which a driver or runtime package does not install (it ships libcuda.so.1).
     return ("unversioned" if lib.endswith(".so") else ""), ""
+
+
+# - torch's own import (its __init__ preloading the CUDA libraries in _load_global_deps, or
+#   `from torch._C import *`): torch's pip wheels take those libraries from the nvidia-*
+#   wheels they require, so one missing there is an install without them (or in another
+#   site-packages), not an extension built elsewhere. A conda build of torch (its conda-bld
+#   path) links its own packages instead.
+FRAME = re.compile(r'File "(?P<path>[^"\n]+)", line \d+, in (?P<func>\S+)')
+
+
+def _torch_imports_it(frames_text: str) -> bool:
+    """True when the last frame of ``frames_text`` (ctypes' own left out) is torch/__init__.py."""
+    frames = [m for m in FRAME.finditer(frames_text[-3000:])
+              if not re.search(r"[/\\]ctypes[/\\]__init__\.py$", m["path"])]
+    return bool(frames) and bool(re.search(r"[/\\]torch[/\\]__init__\.py$", frames[-1]["path"])) \
+        and "conda-bld" not in frames[-1]["path"]
 
 
 def _extension(path: str) -> str:
@@ -286,14 +305,14 @@ def _loads_what_is_missing(text: str, match: re.Match, lib: str) -> bool:
     return bool(dependency) and dependency.group(1) != lib
 
 
-def parse(text: str) -> list[Finding]:
+def parse(text: str, around: str = "") -> list[Finding]:
     """The loader and linker errors in ``text``, each library once."""
     found: dict[tuple[str, str], Finding] = {}
     for m in MISSING.finditer(text):
         lib = next(g for g in m.groups()[1:] if g).rstrip(".")
         if _loads_what_is_missing(text, m, lib):
             continue
-        shape, program = _missing_shape(text, m.start(), lib)
+        shape, program = _missing_shape(text, m.start(), lib, around)
         found.setdefault(("missing", lib), Finding(
             "missing", lib, m.group(0), library_row(lib), version=soname_version(lib),
             where=m.group("path") or "", shape=shape, program=program))

@@ -225,7 +225,7 @@ def rank(message: str, around: str = "", chained: str = "") -> list[Match]:
     matches = score_modes(message, around, chained)
     beyond = f"{around}\n{chained}" if chained else around
     by_id = {m.id: m for m in matches}
-    for finding in loader.parse(message):
+    for finding in loader.parse(message, around):
         weight = BAR if finding.benign else STRUCTURE + 0.5 if finding.row else UNKNOWN_LIBRARY
         matches.append(Match(weight, finding=finding,
                              matched=[finding.text], why=[f"parsed: {finding.describe()}"]))
@@ -236,7 +236,11 @@ def rank(message: str, around: str = "", chained: str = "") -> list[Match]:
         why = f"parsed: {finding.describe()} (libraries.toml: {finding.kind} -> {mode.id})"
         # The mode's evidence against holds for the link too (a missing libcusparse that
         # bitsandbytes' loader reports is bitsandbytes' mode, not the CUDA runtime's).
-        linked_score = STRUCTURE + 1 - SPECIFIC * len(evidence_against(mode, message, beyond))
+        # A link the message's shape chose (who asked for the library: a program, torch's own
+        # import) says more than the words alone, which the plain kind's mode also matches.
+        shaped = 0.5 if f"{finding.kind}.{finding.shape}" in (finding.row or {}).get("modes", {}) else 0
+        linked_score = (STRUCTURE + 1 + shaped
+                        - SPECIFIC * len(evidence_against(mode, message, beyond)))
         if mode.id in by_id:
             by_id[mode.id].score = max(by_id[mode.id].score, linked_score)
             by_id[mode.id].why.append(why)
