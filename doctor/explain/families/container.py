@@ -230,7 +230,10 @@ def _rdma(message: str) -> Reading | None:
     return None
 
 
-def read(message: str) -> list[Reading]:
+DOCKER_PROMPT = re.compile(r"^\S*root@(?P<id>[0-9a-f]{12}):", re.MULTILINE)
+
+
+def read(message: str, around: str = "") -> list[Reading]:
     if not message:
         return []
     found: list[Reading] = []
@@ -279,6 +282,12 @@ def read(message: str) -> list[Reading]:
         # The same mount error when the hook's name was cut off by the wrapping of the line
         found.append(reading(FAMILY, "container.image-ships-driver-libs",
                              EXISTS.search(message).group(0), path=EXISTS.search(message)["path"]))
+    if "Driver/library version mismatch" in message and (
+            prompt := DOCKER_PROMPT.search(message) or DOCKER_PROMPT.search(around)):
+        # NVML's mismatch inside a container (Docker's default host name: 12 hex digits): the
+        # image's own driver libraries, not the host's, are older or newer than the module
+        found.append(reading(FAMILY, "container.image-ships-driver-libs", prompt.group(0),
+                             container=prompt["id"], nvml="Driver/library version mismatch"))
     if exe := NO_NVIDIA_SMI.search(message):
         # runc starting the container's command finds no nvidia-smi: nothing injected the
         # driver's binaries (no GPU runtime for this container, nvidia-docker 1's volume)

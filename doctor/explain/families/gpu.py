@@ -70,6 +70,22 @@ XID = re.compile(r"Xid \(PCI:(?P<bus>[^)]*)\): (?P<xid>\d+)", IC)
 # lost, Xid 79), as nvidia-smi, pynvml and node monitors print them
 OFF_BUS = re.compile(r"fallen off the bus|GPU is lost\.\s+Reboot\s+the system|"
                      r"\b(?:NVML_)?ERROR_GPU_IS_LOST\b|NVMLError_GpuIsLost|NV_ERR_GPU_IS_LOST", IC)
+# nvidia-smi's own line when NVML has no handle for a GPU it enumerates on PCI (bare metal
+# prints the bus id glued to "GPU"): the GPU lost from the bus, as NVML_ERROR_GPU_IS_LOST
+SMI_NO_HANDLE = re.compile(r"Unable to determine the device handle for GPU ?(?P<bus>[0-9a-f]{3,8}:"
+                           r"[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]): (?:Unknown Error|GPU is lost)", IC)
+# The container hook (libnvidia-container < 1.1) calls cuInit on the host before the container
+# starts: its "cuda error: X" is the host's driver stack failing, not the container's.
+HOOK_CUDA = re.compile(r"nvidia-container-cli(?:\.real)?:? (?:reports \"?)?(?:initialization error: )?"
+                       r"cuda error[:\uff0c,] ?(?P<what>unknown error|no cuda-capable device is "
+                       r"detected|invalid device ordinal|initialization error)", IC)
+# The kernel module loaded but initialised no GPU: the kernel log says why (a GPU only the open
+# modules drive, or the GPU's own initialisation failing: BIOS, GSP firmware, hardware).
+NO_DEVICES = re.compile(r"\bNo devices were found\b", IC)
+OPEN_REQUIRED = re.compile(r"(?:PCI ID: (?P<pci>10de:[0-9a-f]{4})\) )?installed in this system "
+                           r"requires use of the NVIDIA open kernel modules", IC)
+RM_INIT = re.compile(r"RmInitAdapter failed!(?: \((?P<code>[0-9a-fx:*]+)\))?|rm_init_adapter failed"
+                     r"|Cannot initialize GSP firmware RM", IC)
 # Kernels the GPU is too old for: FlashAttention-2 (sm80+), Triton behind torch.compile (7.0+).
 FLASH_AMPERE = re.compile(r"FlashAttention only supports Ampere GPUs or newer", IC)
 TRITON_OLD = re.compile(r"Found (?P<gpu>[^\n]+?) which is too old to be supported by the triton "
@@ -356,6 +372,19 @@ def read(message: str, around: str = "") -> list[Reading]:
     if (xid and xid["xid"] == "79") or OFF_BUS.search(message):  # Xid 79: GPU off the bus
         found.append(reading(FAMILY, "gpu.fallen-off-bus", (xid or OFF_BUS.search(message))
                              .group(0), xid=xid["xid"] if xid else "", pci=xid["bus"] if xid else ""))
+    if lost := SMI_NO_HANDLE.search(message):
+        found.append(reading(FAMILY, "gpu.fallen-off-bus", lost.group(0), pci=lost["bus"]))
+    if hook := HOOK_CUDA.search(message):
+        found.append(reading(FAMILY, "gpu.cuda-unknown-error-driver", hook.group(0),
+                             error=hook["what"], where="the container hook's cuInit, on the host"))
+    init, opened = RM_INIT.search(f"{around}\n{message}"), OPEN_REQUIRED.search(message)
+    if init and (RM_INIT.search(message) or NO_DEVICES.search(message)):
+        found.append(reading(FAMILY, "gpu.rm-init-adapter-failed", init.group(0),
+                             code=init["code"] or ""))
+    elif opened or NO_DEVICES.search(message):
+        found.append(reading(FAMILY, "gpu.closed-kernel-module-unsupported-gpu",
+                             (opened or NO_DEVICES.search(message)).group(0),
+                             pci_id=opened["pci"] or "" if opened else ""))
     cpu = NO_CUDA.search(message)
     if cpu:  # torch's own check: the installed build has no CUDA at all
         found.append(reading(FAMILY, "torch.cpu-only-build", cpu.group(0)))
