@@ -383,11 +383,28 @@ def _no_gpu_readings(message: str) -> list[Reading]:
     return found
 
 
+# DeepSpeed's batch check with world_size 1 where the job has more GPUs, beside DeepSpeed 0.9.0
+# or accelerate 0.17/0.18: the pairing that counted one process (DeepSpeed#3228; the fix is
+# deepspeed 0.8.3 or a newer accelerate), not a wrong GPU count.
+BATCH_WORLD_1 = re.compile(r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step "
+                           r"\* world_size \d+ != \d+ \* \d+ \* 1\b")
+PAIRING = re.compile(r"\bdeepspeed\W{0,3}(?:v|==|:\s*|\s+)(?P<ds>0\.9\.0)\b|\baccelerat\w*\W{0,3}"
+                     r"(?:v|==|:\s*|\s+)(?P<acc>0\.1[78]\.\d)", re.IGNORECASE)
+
+
+def _batch_pairing_reading(message: str, around: str) -> Reading | None:
+    batch, pair = BATCH_WORLD_1.search(message), PAIRING.search(f"{message}\n{around}")
+    if not (batch and pair):
+        return None
+    return reading(FAMILY, "env.package-version-mismatch", batch.group(0), world_size="1",
+                   deepspeed=pair["ds"] or "", accelerate=pair["acc"] or "")
+
+
 def read(message: str, around: str = "") -> list[Reading]:
     if not message:
         return []
     found = [r for r in (_arch_reading(message), _cuda_home_reading(message, around),
-                         _gcc_min_reading(message)) if r]
+                         _gcc_min_reading(message), _batch_pairing_reading(message, around)) if r]
     for pattern, mode, names in SIMPLE:
         hit = pattern.search(message)
         if hit:

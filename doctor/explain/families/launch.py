@@ -30,6 +30,12 @@ _MPI_RUN = re.compile(r"\bmpirun\b|\bmpiexec\b|-m mpi4py", FLAGS)
 _HOSTNAME_I = re.compile(r"hostname: (?:invalid|illegal) option -- '?I'?"
                          r"|Command '\['(hostname -I)'\]' (?:returned non-zero exit status (\d+)"
                          r"|died with)", FLAGS)
+# Windows has no `hostname -I` at all (cmd.exe's refusal, a drive-letter path to the package):
+# DeepSpeed's distributed init runs there, which it does not support
+_WINDOWS_SHELL = re.compile(r"is not recognized as an internal or external command|\u4e0d\u662f\u5185"
+                            r"\u90e8\u6216\u5916\u90e8\u547d\u4ee4|\b[A-Z]:\\\\?(?:[\w.-]+\\\\?)+site-packages"
+                            r"|\bpython\.exe\b", FLAGS)
+_CMD_HOSTNAME_I = re.compile(r"'\"?hostname -I\"?' (?:is not recognized|\u4e0d\u662f\u5185\u90e8)", FLAGS)
 _LOCAL_RANK = re.compile(r"unrecognized arguments:.*?(--local[-_]rank)", FLAGS)
 _LIBUV = re.compile(r"use_libuv was requested but PyTorch was buil[dt] without libuv", FLAGS)
 # c10d's client: "failed to connect to [host]:port (errno: 110 - Connection timed out)",
@@ -125,7 +131,11 @@ def read(message: str) -> list[Reading]:
         # DeepSpeed's fallback when no launcher set them; under mpirun mpi4py is wanted
         add("launch.ds-mpi-discovery-fallback", m, module="mpi4py",
             fallback="mpi_discovery" if discovery else "")
-    if m := _HOSTNAME_I.search(message):  # the hostname here has no -I
+    if (m := _HOSTNAME_I.search(message) or _CMD_HOSTNAME_I.search(message)) and (
+            win := _WINDOWS_SHELL.search(message)):
+        add("launch.deepspeed-on-windows", m, command="hostname -I", platform="Windows",
+            seen=win.group(0))
+    elif m:  # the hostname here has no -I
         add("launch.hostname-i-unsupported", m, command="hostname -I",
             exit_status=m.group(2) or "")
     if m := _LOCAL_RANK.search(message):  # launch.py passes it, the script does not take it
