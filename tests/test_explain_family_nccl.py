@@ -21,7 +21,8 @@ PARSED = {"comm.no-bootstrap-interface", "comm.ibverbs-unloadable",
           "comm.nccl-newer-than-driver", "comm.ib-link-errors", "comm.efa-unavailable",
           "comm.slingshot-no-ofi-plugin", "comm.socket-virtual-interfaces",
           "comm.gloo-ifname-invalid", "comm.algo-proto-forced",
-          "comm.gpu-memory-registration-failed", "comm.cumem-host-numa-divergent"}
+          "comm.gpu-memory-registration-failed", "comm.cumem-host-numa-divergent",
+          "comm.rdma-no-active-device"}
 
 
 def _modes(text: str) -> list[str]:
@@ -227,6 +228,21 @@ def test_the_cumem_fallback_reads_its_parts():
     row = next(r for r in ROWS if r["mode"] == "comm.cumem-host-numa-divergent")
     found = [r for r in nccl.read(row["text"]) if r.mode == "comm.cumem-host-numa-divergent"]
     assert dict(found[0].parts)["errno"] == "No such file or directory (2)"
+
+
+@pytest.mark.parametrize("text,want", [
+    # IB wanted (the HCA filter set) and NCCL's scan empty: no active RDMA port
+    ("h:1:2 [0] NCCL INFO NCCL_IB_HCA set to mlx5_0:1,mlx5_1:1\nh:1:2 [0] NCCL INFO NET/IB : No "
+     "device found.", ["comm.rdma-no-active-device"]),
+    # the same line on a node without RDMA NICs, nothing asking for IB: normal (NVIDIA/nccl#226)
+    ("h:1:2 [0] NCCL INFO NET/IB : No device found.\nh:1:2 [0] NCCL INFO NET/Socket : Using "
+     "[0]eth0:10.1.1.1<0>", []),
+    # a device listed that will not open is the container's, not the node's ports
+    ("h:1:2 [0] NCCL INFO NCCL_IB_HCA set to mlx5_0\nh:1:2 [0] misc/ibvwrap.cc:212 NCCL WARN Call "
+     "to ibv_open_device failed\nh:1:2 [0] NCCL INFO NET/IB : No device found.", []),
+])
+def test_an_empty_ib_scan_is_a_cause_only_where_ib_was_wanted(text, want):
+    assert [m for m in _modes(text) if m == "comm.rdma-no-active-device"] == want
 
 
 def _lookalike(url_end: str) -> str:

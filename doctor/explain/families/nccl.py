@@ -86,6 +86,13 @@ def _shm_cause(text: str) -> str:
     return ""
 
 
+_NO_IB_DEVICE = re.compile(r"NET/IB ?: No device found")
+_IB_LIST_FAILED = re.compile(r"Failed to get IB devices list(?:: [^\n]*)?")
+_IB_WANTED = re.compile(r"NCCL_IB_HCA set to \S+|NCCL_NET\W{0,4}(?:set by environment to )?\W?IB\b"
+                        r"|\bibv_devinfo\b|\bibstatus\b")
+_IB_OPEN_FAILED = re.compile(r"Unable to open device|Call to ibv_open_device failed")
+
+
 def _gid_parts(text: str) -> dict[str, str]:
     """The GID index and GIDs NCCL names, with what kind of address the local GID is."""
     m = _GID.search(text)
@@ -105,7 +112,7 @@ def _warn_parts(message: str) -> list[tuple[str, str]]:
     return found or [("", message)]
 
 
-def read(message: str) -> list[Reading]:
+def read(message: str, around: str = "") -> list[Reading]:
     if not message.strip():
         return []
     out: list[Reading] = []
@@ -230,6 +237,18 @@ def read(message: str) -> list[Reading]:
     if m := re.search(r"no userspace device-specific driver found for \S+|couldn't open config "
                       r"directory '/etc/libibverbs\.d'", message):
         add("comm.ibverbs-unloadable", m.group(0), why="no provider for the device")
+    # NCCL's IB scan ended empty ("No device found", an INFO) where IB was wanted (NCCL_IB_HCA
+    # or NCCL_NET=IB set, ibv_devinfo pasted) or the verbs device list itself failed: no active
+    # RDMA port (drivers or service not loaded, ports down, an HCA filter naming none). On a
+    # node without RDMA NICs the line is normal (NVIDIA/nccl#226); a device that will not open
+    # is a container's (container.rdma-devices-not-passed), a missing provider is read above.
+    text = f"{message}\n{around}"
+    failed, empty = _IB_LIST_FAILED.search(message), _NO_IB_DEVICE.search(message)
+    intent = _IB_WANTED.search(text)
+    if not out and not _IB_OPEN_FAILED.search(text) and (failed or (empty and intent)):
+        add("comm.rdma-no-active-device", (failed or empty).group(0),
+            wanted=intent.group(0) if intent else "",
+            verbs="the device list failed" if _IB_LIST_FAILED.search(text) else "")
     # The interfaces NCCL's socket transport chose: TCP over Slingshot's hsn means the OFI
     # plugin is missing; a bridge/veth next to the real NIC is unreachable from other nodes.
     if m := _SOCKET_LIST.search(message):
