@@ -86,6 +86,15 @@ OPEN_REQUIRED = re.compile(r"(?:PCI ID: (?P<pci>10de:[0-9a-f]{4})\) )?installed 
                            r"requires use of the NVIDIA open kernel modules", IC)
 RM_INIT = re.compile(r"RmInitAdapter failed!(?: \((?P<code>[0-9a-fx:*]+)\))?|rm_init_adapter failed"
                      r"|Cannot initialize GSP firmware RM", IC)
+# CUDA reports a missing libcuda as an insufficient driver (35): with the message saying there is
+# no NVIDIA GPU or driver where it ran (AMD/Intel graphics, no nvidia-smi, CPU-only, a hosted CI
+# runner), that is the cause, not the driver's age
+NO_NVIDIA = re.compile(r"\b(?:no|do(?:es)? not have an?|don'?t have an?|haven'?t(?: got)?(?: an?)?|"
+                       r"without(?: an?)?)\s+(?:nvidia\s+|cuda[- ]capable\s+|dedicated\s+)?(?:gpus?|"
+                       r"graphics card|video card|nvidia card)\b|\b(?:AMD|Intel)\s+(?:gpus?|cards?|"
+                       r"graphics|cuda)\b|\[[+x]\]\s*(?:AMD|Intel)\b|nvidia-smi:?\s+(?:command\s+)?"
+                       r"not found|'nvidia-smi' is not recognized|\bCPU[- ]only\b|github(?:[- ]hosted)? "
+                       r"(?:actions|runners?)|\btravis\b", IC)
 # Kernels the GPU is too old for: FlashAttention-2 (sm80+), Triton behind torch.compile (7.0+).
 FLASH_AMPERE = re.compile(r"FlashAttention only supports Ampere GPUs or newer", IC)
 TRITON_OLD = re.compile(r"Found (?P<gpu>[^\n]+?) which is too old to be supported by the triton "
@@ -326,6 +335,9 @@ def read(message: str, around: str = "") -> list[Reading]:
     elif kind[0] == "invalid-device" and (mig := MIG.search(message) or MIG.search(around)):
         found.append(reading(FAMILY, "gpu.mig-one-instance-per-process", kind[1], error=kind[1],
                              code=kind[2], mig=mig.group(0)[:60]))
+    elif kind[0] == "insufficient-driver" and (none := NO_NVIDIA.search(f"{message}\n{around}")):
+        found.append(reading(FAMILY, "gpu.no-gpu-on-node", kind[1], error=kind[1], code=kind[2],
+                             no_nvidia=none.group(0)))
     elif kind[0] == "invalid-device" or kind[0] in SIMPLE:
         found.append(reading(FAMILY, SIMPLE[kind[0]], kind[1], error=kind[1], code=kind[2]))
     # (the MIG evidence may be the node's nvidia-smi pasted around the error)
