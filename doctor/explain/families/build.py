@@ -35,6 +35,10 @@ NVCC_PATH = re.compile(r"No such file or directory: '([^'\n]*)/bin/nvcc'"
                        r"|(:/[^\s:'\"]*)/bin/nvcc: not found", FLAGS)
 CUDA_HOME_UNSET = re.compile(r"CUDA_HOME does not exist|CUDA_HOME environment variable is "
                              r"not set", FLAGS)
+# setup.py files' own checks for nvcc: apex's "--cuda_ext was requested, but nvcc was not found"
+# (and the packages that copied it), the locate_cuda() helper many CUDA extensions carry
+NVCC_NOT_FOUND = re.compile(r"\S+ was requested, but nvcc was not found|The nvcc binary could "
+                            r"not be located in your \$PATH", FLAGS)
 # A setup.py joining torch.utils.cpp_extension.CUDA_HOME with "/bin/nvcc" (apex, Megatron's
 # and gpt-neox's fused kernels): CUDA_HOME is None when torch found no toolkit, and the join
 # fails. The frame's source line, shown above the TypeError, says what was joined.
@@ -253,7 +257,7 @@ def _cuda_home_reading(message: str, around: str = "") -> Reading | None:
                            cuda_home=home, form="a path list" if ":" in home else "…/bin")
         return reading(FAMILY, "jit.cuda-home-missing", found.group(0), cuda_home=home,
                        form="no bin/nvcc there")
-    unset = CUDA_HOME_UNSET.search(message)
+    unset = CUDA_HOME_UNSET.search(message) or NVCC_NOT_FOUND.search(message)
     if unset:
         return reading(FAMILY, "jit.cuda-home-missing", unset.group(0), cuda_home="unset",
                        form="no toolkit found")
