@@ -16,6 +16,7 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               # modes read by their catalogue patterns alone: one wording each
               "container.hook-refused-in-csv-or-cdi-mode", "container.enroot-manifest-not-found",
               "container.driver-init-timeout-no-persistence",
+              "container.display-capability-no-modeset-node",
               "container.enroot-helpers-lack-file-caps",
               "container.apptainer-squashfs-tools-not-found",
               # glibc's own start-up line, the same words in every image and binary

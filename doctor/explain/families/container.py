@@ -49,7 +49,9 @@ CGROUP_DENIED = re.compile(r"bpf_prog_query\(BPF_CGROUP_DEVICE\) failed: operati
 WSL_NO_ADAPTER = re.compile(r"WSL environment detected but no adapters were found", IC)
 # CDI (Podman, containerd, Docker >= 25): the requested name is in no spec under /etc/cdi or
 # /var/run/cdi.
-CDI_UNRESOLVED = re.compile(r"unresolvable CDI devices? (?P<devices>[^\s:]+)", IC)
+# (Podman before 4.1 has no CDI: it takes the device name for a file and stats it)
+CDI_UNRESOLVED = re.compile(r"unresolvable CDI devices? (?P<devices>[^\s:]+)|\bstat (?P<devices2>[a-z0-9.-]+\."
+                            r"[a-z]{2,}/[a-z0-9._-]+=[\w.:-]+): no such file or directory", IC)
 # RDMA devices listed (sysfs) but not openable (/dev/infiniband/uverbsN): NCCL's IB transport,
 # libfabric's efa provider; and aws-ofi-nccl's RDMA protocol finding no EFA
 # device (ENODATA) on a platform that has them.
@@ -300,7 +302,7 @@ def read(message: str, around: str = "") -> list[Reading]:
                              stage="initialization", platform="WSL"))
     if cdi := CDI_UNRESOLVED.search(message):
         found.append(reading(FAMILY, "container.cdi-spec-unresolved", cdi.group(0),
-                             device=cdi["devices"].strip("[]"),
+                             device=(cdi["devices"] or cdi["devices2"]).strip("[]"),
                              runtime="kubelet" if "inject CDI devices" in message else ""))
     if rdma := _rdma(message):
         found.append(rdma)
