@@ -245,6 +245,21 @@ def test_an_empty_ib_scan_is_a_cause_only_where_ib_was_wanted(text, want):
     assert [m for m in _modes(text) if m == "comm.rdma-no-active-device"] == want
 
 
+@pytest.mark.parametrize("text", [
+    # EFAULT from memory registration in UCX's and mscclpp's words: a buffer the NIC cannot
+    # pin, never the locked-memory limit (that is ENOMEM): microsoft/mscclpp#496, openucx/ucx#8049
+    "UCX  ERROR ibv_reg_mr(address=0x7f724fa00000, length=4096, access=0xf) failed: Bad address",
+    "mscclpp._mscclpp.IbError: (14, 'ibv_reg_mr failed (errno 14) (Ib failure: Bad address)')",
+])
+def test_a_bad_address_registration_is_not_the_memlock_limit(text):
+    _, _, sure, _ = explain_text(text)
+    assert "comm.memlock-low" not in [m.id for m in sure]
+    # the healthy twin: ENOMEM is the limit
+    _, _, sure, _ = explain_text("UCX  ERROR ibv_reg_mr(address=0x7f72, length=4096) failed: "
+                                 "Cannot allocate memory")
+    assert sure and sure[0].id == "comm.memlock-low"
+
+
 def _lookalike(url_end: str) -> str:
     import json
     from pathlib import Path

@@ -115,9 +115,14 @@ _OMPI = (
     (re.compile(r"UCP worker does not support MPI_THREAD_MULTIPLE"), "mpi.ucx-no-thread-multiple"),
     # CUDA-aware Open MPI's smcuda BTL: CUDA IPC refuses the buffer (memory from a pool or
     # virtual-memory allocator, or another context)
-    (re.compile(r"The call to (?P<call>cuIpc(?:Get|Open)MemHandle) failed\.(?: This means the GPU "
+    (re.compile(r"The call to (?P<call>cuIpcGetMemHandle) failed\.(?: This means the GPU "
                 r"RDMA protocol cannot be used\.)?(?: cuIpc\w+ return value: (?P<code>\d+))?"),
      "mpi.smcuda-cuda-ipc-unusable"),
+    # The receiving side: a rank cannot open its peer's handle because it does not see the
+    # peer's GPU (Slurm's per-task GPU binding; Cray MPICH's GTL says so in its own words)
+    (re.compile(r"The call to (?P<call>cuIpcOpenMemHandle) failed\.|\(GTL DEBUG: \d+\) (?P<gtl>"
+                r"cuIpcOpenMemHandle): invalid argument, CUDA_ERROR_INVALID_VALUE|Failed to register "
+                r"remote memory, rc=-?\d+"), "slurm.gpu-bind-isolates-cuda-ipc"),
     # More ranks than slots (cores, hostfile slots=, the allocation's tasks).
     (re.compile(r"There are not enough slots available in the system to satisfy the (?P<n>\d+) "
                 r"slots that were requested by the application:? (?P<app>\S+)?"),
