@@ -23,7 +23,7 @@ def parts(text: str) -> list[tuple[str, dict[str, str]]]:
 # Modes the family leaves to the catalogue's patterns (tests/test_explain_catalogue.py names
 # their symptoms through explain): an iGPU beside a discrete GPU is rocm.igpu-selected's `also`,
 # which rank.py reads in the line and in the lines around it.
-CATALOGUE_ONLY = {"rocm.igpu-selected",
+CATALOGUE_ONLY = {"rocm.igpu-selected", "rocm.clang-libstdcxx-headers-missing",
                   # GNU c++ refusing HIP flags: the compiler's words, read by the pattern
                   "rocm.hip-flags-to-gnu-compiler"}
 
