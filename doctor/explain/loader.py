@@ -267,11 +267,9 @@ def _missing_shape(text: str, start: int, lib: str, around: str = "") -> tuple[s
     return ("unversioned" if lib.endswith(".so") else ""), ""
 
 
-# - torch's own import (its __init__ preloading the CUDA libraries in _load_global_deps, or
-#   `from torch._C import *`): torch's pip wheels take those libraries from the nvidia-*
-#   wheels they require, so one missing there is an install without them (or in another
-#   site-packages), not an extension built elsewhere. A conda build of torch (its conda-bld
-#   path) links its own packages instead.
+# - torch's own import (_load_global_deps, `from torch._C import *`): its pip wheels take those
+#   libraries from the nvidia-* wheels they require, so one missing is an install without them,
+#   not an extension built elsewhere (a conda build, its conda-bld path, links its own packages).
 FRAME = re.compile(r'File "(?P<path>[^"\n]+)", line \d+, in (?P<func>\S+)')
 
 
