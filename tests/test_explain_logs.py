@@ -565,3 +565,17 @@ def test_the_frame_above_an_exception_survives_python_311_carets():
     read = [logread.find_root(t) for t in (with_carets, without)]
     assert read[0].message(read[0].root) == read[1].message(read[1].root)
     assert "site-packages/deepspeed/ops/adam/cpu_adam.py" in read[0].message(read[0].root)
+
+
+def test_rocrs_gpu_page_fault_is_a_failure_line():
+    """ROCr's "Memory access fault by GPU node-N" (the process aborts after it) is read as the
+    failure: no mode names its cause from the line alone, so it is "no known cause", never "no
+    failure found"; a log line above it that merely mentions memory is not the root."""
+    text = ("[2025-11-30 10:00:01] loading model\nMemory access fault by GPU node-1 (Agent handle: "
+            "0x5570f8146df0) on address 0x7ff96a9ac000. Reason: Page not present or supervisor "
+            "privilege.\n")
+    reading, line, sure, _ = explain_text(text)
+    assert reading.root is not None and reading.root.text.startswith("Memory access fault by GPU")
+    assert not sure
+    done = dsenv("explain", text)
+    assert done.stdout.startswith("no known cause"), done.stdout

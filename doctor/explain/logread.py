@@ -62,7 +62,9 @@ _FAILURE = re.compile(
     r"|License Status\s*:\s*Unlicensed(?! \(Unrestricted\))"
     # Open MPI/PRRTE's refusals to start ranks: their help boxes carry no "error" word
     r"|not enough slots available in the system|has detected an attempt to run as root"
-    r"|would result in binding more\b",
+    r"|would result in binding more\b"
+    # ROCr's GPU page fault: the process aborts right after it (no "error" word on the line)
+    r"|^Memory access fault by GPU node-\d+",
     re.IGNORECASE)
 # Lines that only say that something else failed.
 _CASCADE = re.compile(
