@@ -69,6 +69,11 @@ def test_the_shared_memory_segment_is_named():
     found = nccl.read(text)
     assert [r.mode for r in found] == ["system.shm-too-small"]
     assert dict(found[0].parts)["file"] == "misc/shmutils.cc"
+    # the "Error while ... segment" form without an errno (before 2.12) says none, not "None"
+    old = nccl.read("include/shm.h:48 NCCL WARN Error while creating shared memory segment "
+                    "nccl-shm-recv-1 (size 4460544)")
+    assert [r.mode for r in old] == ["system.shm-too-small"]
+    assert dict(old[0].parts)["errno"] == ""
 
 
 def test_the_plugin_notice_yields_to_a_real_error():

@@ -390,13 +390,14 @@ def read(message: str, around: str = "") -> list[Reading]:
         found.append(reading(FAMILY, "gpu.cuda-unknown-error-driver", hook.group(0),
                              error=hook["what"], where="the container hook's cuInit, on the host"))
     init, opened = RM_INIT.search(f"{around}\n{message}"), OPEN_REQUIRED.search(message)
-    if init and (RM_INIT.search(message) or NO_DEVICES.search(message)):
+    none_found = NO_DEVICES.search(message)
+    if init and (none_found or RM_INIT.search(message)):
         found.append(reading(FAMILY, "gpu.rm-init-adapter-failed", init.group(0),
                              code=init["code"] or ""))
-    elif opened or NO_DEVICES.search(message):
+    elif opened or none_found:
         found.append(reading(FAMILY, "gpu.closed-kernel-module-unsupported-gpu",
-                             (opened or NO_DEVICES.search(message)).group(0),
-                             pci_id=opened["pci"] or "" if opened else ""))
+                             (opened or none_found).group(0),
+                             pci_id=(opened["pci"] or "") if opened else ""))
     cpu = NO_CUDA.search(message)
     if cpu:  # torch's own check: the installed build has no CUDA at all
         found.append(reading(FAMILY, "torch.cpu-only-build", cpu.group(0)))

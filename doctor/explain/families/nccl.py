@@ -66,13 +66,13 @@ _SHM_SEGMENT = re.compile(r"(?P<op>creating|attaching to) shared memory segment 
                           r"\(size (?P<size>\d+)\)(?:, error: (?P<why>[^(\n]+?) \((?P<errno>\d+)\))?")
 
 
-def _shm_cause(text: str) -> str:
-    """The cause of a failed shared-memory segment from the errno NCCL printed with it: ENOSPC
+def _shm_cause(text: str, m: re.Match | None) -> str:
+    """The cause of a failed shared-memory segment (``m``: its _SHM_SEGMENT match) from the
+    errno NCCL printed with it: ENOSPC
     (or posix_fallocate, "failed to extend") is /dev/shm full (a container's 64 MB default);
     EACCES, EPERM or EROFS is /dev/shm's mode or a read-only mount; an attach of a zero-sized
     segment whose name is not a /dev/shm name is the peer's cuMem handle read as a path (one
     rank fell back from cuMem host memory, NVIDIA/nccl#2190); any other errno names none."""
-    m = _SHM_SEGMENT.search(text)
     if m is None or m["errno"] is None:  # before 2.12: the call and its errno on their own line
         return ("system.shm-too-small" if re.search(
             r"No space left on device|posix_fallocate|failed to extend|creating shared memory",
@@ -139,10 +139,11 @@ def read(message: str, around: str = "") -> list[Reading]:
         if (base.startswith(("shm", "shmutils")) or "/dev/shm/nccl" in text) and re.search(
                 r"No space left on device|posix_fallocate|failed to extend|(?:creating|attaching"
                 r" to) shared memory segment", text):
-            if mode := _shm_cause(text):
-                errno = _SHM_SEGMENT.search(text)
+            segment = _SHM_SEGMENT.search(text)
+            if mode := _shm_cause(text, segment):
                 add(mode, text, file=source, call="shared-memory segment",
-                    **({"errno": f"{errno['why']} ({errno['errno']})"} if errno else {}))
+                    errno=f"{segment['why']} ({segment['errno']})" if segment and segment["errno"]
+                    else "")
         # NVLS multicast (nvls.cc, cuMulticast*) fails when the Fabric Manager is unhealthy.
         elif base.startswith("nvls") or "NVLink SHARP (NVLS)" in text:
             add("comm.nvls-fabric-manager", text, file=source, call="NVLS multicast")
