@@ -75,6 +75,9 @@ def test_rows_come_from_threads_the_measured_sets_do_not_hold():
 def test_explain_answers_a_shared_text_with_its_group(row):
     group, causes = answer(row["text"])
     g = alternatives.group(row["group"])
+    if g.usual:  # the usual member named alone, the group shown with it (the next test)
+        assert not group and causes[0] == g.usual, causes
+        return
     assert group == g.id and set(g.modes) <= set(causes), causes
     assert row["mode"] in causes
 
@@ -188,6 +191,32 @@ def test_a_shared_soname_in_another_loaders_words_is_the_same_group():
         assert group == "cuda-runtime-soname-missing" and len(causes) >= 3, (text, causes)
     group, _ = answer("Could not load dynamic library 'libnvinfer.so.7'")
     assert group != "cuda-runtime-soname-missing"
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if alternatives.group(r["group"]).usual],
+                         ids=lambda r: f"{r['group']}:{r['mode']}@{r['url'][19:]}")
+def test_a_usual_cause_is_named_with_what_else_its_words_were(row):
+    """A group whose words threads settled mostly as one cause (``usual``: a port another
+    process holds, for EADDRINUSE) names that cause and shows the other members with what tells
+    them apart; each member's own row holds the words, so each answer shows the group."""
+    g = alternatives.group(row["group"])
+    done = dsenv("explain", row["text"])
+    assert done.returncode == 0, explain(done)
+    head = " ".join(done.stdout.split())
+    assert head.startswith(f"{g.usual}: ") and "known causes share" not in head, head
+    others = [m for m in g.modes if m != g.usual]
+    assert f"also {', '.join(others)} had these words too ({g.id};" in head, head
+    data = json.loads(dsenv("explain", "--json", row["text"]).stdout)
+    assert "shared" not in data and data["matches"][0]["id"] == g.usual
+    assert g.which in data["matches"][0]["also"]
+
+
+def test_a_cause_of_other_words_shows_no_usual_group():
+    """The twin: a port refused for privilege (EACCES, below 1024) is no group's usual cause."""
+    done = dsenv("explain", "RuntimeError: The server socket has failed to bind to [::]:80 "
+                            "(errno: 13 - Permission denied).")
+    assert "had these words too" not in done.stdout and '"also"' not in dsenv(
+        "explain", "--json", "RuntimeError: CUDA error: out of memory").stdout
 
 
 HUB_UNREACHABLE = ("OSError: We couldn't connect to 'https://huggingface.co' to load this file, "

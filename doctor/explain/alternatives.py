@@ -10,6 +10,10 @@ tells them apart. Telling evidence (a ProxyError) names its member alone; a text
 family parser compares (torch's list of the capabilities it was built for) keeps its ranked
 cause.
 
+A group with a ``usual`` member is words that threads settled mostly as that cause: the answer
+names it alone, as a ranked cause, and shows the other members with what tells them apart; a
+member's telling evidence still names that member alone.
+
 A group marked ``unranked`` has words that no single cause ranks above the bar (a bare "No space
 left on device" says a file system is full, not which): when no line of the text names a cause,
 those words alone make the answer the group (:func:`unranked`).
@@ -49,6 +53,7 @@ class Group:
     sources: tuple[str, ...]  # threads that settled each member for these words
     cuda_errors: tuple[str, ...] = ()  # CUDA error kinds whose every form counts as the words
     unranked: bool = False  # the words alone make the group when nothing else was named
+    usual: str = ""  # the member these words mostly are: named alone unless a tell says another
 
     def says(self, text: str) -> bool:
         return any(re.search(p, text, FLAGS) for p in self.words) or \
@@ -69,7 +74,8 @@ def groups() -> tuple[Group, ...]:
                            catalogue.mode(k).also if x == ALSO else (x,)))
                         for k, v in r.get("tells", {}).items()},
                        tuple(FAMILY_WORDS.get(d, d) for d in r.get("decided", ())), r["which"], tuple(r["sources"]),
-                       tuple(r.get("cuda_errors", ())), bool(r.get("unranked", False)))
+                       tuple(r.get("cuda_errors", ())), bool(r.get("unranked", False)),
+                       r.get("usual", ""))
                  for r in rows)
 
 
@@ -98,6 +104,11 @@ def narrow(sure: list[rank.Match], ranked: list[rank.Match], message: str,
             chosen = _match(member, ranked, best.score)
             chosen.why.append(f"tells it apart from {best.id}: {pattern!r}")
             return [chosen] + [m for m in sure if m.id != member]
+        if g.usual:
+            # the words' usual cause stands (its group's other members are shown with it);
+            # a best that is another member was ranked on its own evidence and stands too
+            best.usual = g.id if best.id == g.usual else ""
+            return sure
         # a member the line holds evidence against (its `against` in the catalogue) is not
         # one of the causes these words could be here
         others = [m for m in g.modes if m != best.id

@@ -297,6 +297,8 @@ def _look_here(matches, args) -> dict[int, list[str]]:
 def _match_json(m: rank.Match, here_lines: list[str] | None) -> dict:
     out = {"id": m.id, "title": title(m), "cause": cause(m), "fix": fix(m), "score": m.score,
            "matched": m.matched, "evidence": m.why, "parsed": m.parsed, "sources": list(sources(m))}
+    if m.usual:
+        out["also"] = _also(m)
     if m.mode:
         out.update(check=m.mode.check, detect=m.mode.detect, fixable=m.mode.fixable)
     else:
@@ -387,5 +389,14 @@ def render(match: rank.Match, read=None, root=None, here: list[str] | None = Non
                                    "node and in the environment"))
     for i, item in enumerate(here or ()):
         lines.append(para("here" if i == 0 else "", item))
+    if match.usual:
+        lines.append(para("also", _also(match)))
     lines += [para("source" if i == 0 else "", src) for i, src in enumerate(sources(match))]
     return "\n".join(lines)
+
+
+def _also(match: rank.Match) -> str:
+    """What else the words of the usual cause's group were, and how to tell (alternatives.py)."""
+    group = alternatives.group(match.usual)
+    others = ", ".join(m for m in group.modes if m != match.id)
+    return f"{others} had these words too ({group.id}; {group.sources[-1]}): {group.which}"

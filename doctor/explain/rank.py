@@ -94,6 +94,7 @@ class Match:
     why: list[str] = field(default_factory=list)  # the evidence, in words
     parsed: list[str] = field(default_factory=list)  # what a family parser extracted
     shared: str = ""  # the group of causes whose words the line shares (alternatives.py)
+    usual: str = ""  # the group whose usual cause this is (alternatives.py): others shown
 
     @property
     def id(self) -> str:
