@@ -22,7 +22,11 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               # glibc's own start-up line, the same words in every image and binary
               "container.glibc-needs-newer-kernel",
               # shadow-utils' and Apptainer's words for newuidmap without its privileges
-              "container.newuidmap-no-privilege"}
+              "container.newuidmap-no-privilege",
+              # kubelet's sandbox events in each CRI runtime's words, and gVisor's boot refusal
+              "container.k8s-runtimeclass-not-applicable",
+              "container.k8s-nvidia-runtime-handler-missing",
+              "container.gvisor-nvproxy-unsupported-driver"}
 
 
 def row(url_tail: str) -> dict:

@@ -457,3 +457,17 @@ def test_a_triton_kernel_over_the_gpus_shared_memory_reads_both_sizes():
         "gpu.triton-kernel-exceeds-shared-memory", "96 KiB", "64 KiB per block")
     assert "gpu.triton-kernel-exceeds-shared-memory" not in [m for m, _ in parts(
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")]
+
+
+def test_the_drivers_jit_assembler_refusing_newer_ptx_is_the_driver():
+    """numba's cuLinkAddData (error 218/222 spelled UNKNOWN_CUDA_ERROR by old numba) with the
+    driver's ptxas line: the PTX ISA and the newest one the driver reads are the parts; nvcc's
+    own ptxas refusing the same PTX at build time (no driver call) is not the driver."""
+    mode, got = parts(row("numba/numba/issues/3794")["text"])[0]
+    assert mode == "gpu.ptx-newer-than-driver"
+    assert (got["ptx isa"], got["driver reads up to"]) == ("6.3", "6.1")
+    build = ("ptxas application ptx input, line 9; fatal   : Unsupported .version 7.8; current "
+             "version is '7.4'\nptxas fatal   : Ptx assembly aborted due to errors\n"
+             "error: command '/usr/local/cuda/bin/nvcc' failed with exit status 255")
+    assert "gpu.ptx-newer-than-driver" not in [m for m, _ in parts(build)]
+    assert parts("") == []

@@ -130,6 +130,12 @@ XLA_PTX = re.compile(r"The NVIDIA driver's CUDA version is (?P<driver>\d+\.\s*\d
                      r"than the (?:ptxas CUDA|PTX compiler) version \(?(?P<ptxas>[\d.]*\d)"
                      r"|Because the driver is older than the (?:ptxas|PTX compiler) version, XLA "
                      r"is disabling parallel compilation", IC)
+# The driver's own JIT assembler (cuLinkAddData, cuModuleLoadData: numba, CuPy) refusing PTX of
+# a newer ISA than it reads: the "current version" is the driver's (nvcc's own ptxas refusing
+# PTX at build time is toolkit.ptxas-older-than-ptx).
+DRIVER_PTXAS = re.compile(r"ptxas application ptx input, line \d+; fatal\s*: Unsupported \.version "
+                          r"(?P<ptx>\d+\.\d+); current version is '(?P<driver>\d+\.\d+)'", IC)
+DRIVER_JIT = re.compile(r"\bcu(?:Link\w+|ModuleLoad\w*)\b", IC)
 NO_SLOT = re.compile(r"No slot '(?P<slot>\d+)' specified on host '?(?P<host>[\w.-]+)", IC)
 # Triton's launch check: the kernel's shared memory per block against this GPU's limit
 TRITON_SHMEM = re.compile(r"out of resource: shared memory,? ?Required: ?(?P<need>\d+),? ?Hardware "
@@ -358,6 +364,11 @@ def read(message: str, around: str = "") -> list[Reading]:
         found.append(reading(FAMILY, "gpu.ptx-newer-than-driver", xla.group(0)[:120],
                              driver_supports_cuda=re.sub(r"\s", "", xla["driver"] or ""),
                              ptx_compiler=xla["ptxas"] or ""))
+    both = f"{message}\n{around}"
+    if (DRIVER_PTXAS.search(message) or DRIVER_JIT.search(message)) and \
+            (ptx := DRIVER_PTXAS.search(both)) and DRIVER_JIT.search(both):
+        found.append(reading(FAMILY, "gpu.ptx-newer-than-driver", ptx.group(0),
+                             ptx_isa=ptx["ptx"], driver_reads_up_to=ptx["driver"]))
     old = DRIVER_OLD.search(message)
     if old:  # torch gives the driver's CUDA version as 1000*major + 10*minor
         v = int(old["v"])
