@@ -77,9 +77,6 @@ def test_catalogue_is_three_times_the_first():
 # pages, several wordings each) without a second thread that shows the text AND settles the
 # cause. Each is detected by a doctor check, so the mode stays; the list may only shrink.
 ONE_THREAD_SO_FAR = {
-    "container.k8s-nvidia-runtime-handler-missing": "threads with the words whose fix is not "
-                                                    "visible (gpu-operator#413, #549, #589, #730, "
-                                                    "#759, k0s#4558: text cut off)",
     "job.rank0-started-twice": "its other settled threads hold only the words it shares with "
                                "launch.port-in-use (narumiruna/pytorch-distributed-example#19: "
                                "a group row) or no error line (gpt-neox#784, yolov5#12429)",

@@ -23,9 +23,8 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               "container.glibc-needs-newer-kernel",
               # shadow-utils' and Apptainer's words for newuidmap without its privileges
               "container.newuidmap-no-privilege",
-              # kubelet's sandbox events in each CRI runtime's words, and gVisor's boot refusal
+              # kubelet's sandbox events in CRI-O's and dockershim's words, and gVisor's boot refusal
               "container.k8s-runtimeclass-not-applicable",
-              "container.k8s-nvidia-runtime-handler-missing",
               "container.gvisor-nvproxy-unsupported-driver"}
 
 
@@ -420,3 +419,13 @@ def test_an_old_singularitys_squashfs_mount_and_a_rootless_single_id_map():
     assert not parts("FATAL:   could not open image /scratch/x.sif: failed to retrieve path for "
                      "/scratch/x.sif: lstat /scratch/x.sif: no such file or directory")
     assert not parts("Error: open /run/user/1000/libpod: permission denied")
+
+
+def test_containerd_without_the_nvidia_runtime_is_the_toolkit_not_registered():
+    """kubelet's sandbox error from containerd's CRI names the runtime the RuntimeClass asked
+    for; another runtime's handler missing (gVisor's runsc) is not the NVIDIA toolkit's."""
+    mode, got = parts(row("NVIDIA/gpu-operator/issues/432")["text"])[0]
+    assert (mode, got["runtime"]) == ("container.nvidia-toolkit-broken", "nvidia")
+    other = ('Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get '
+             'sandbox runtime: no runtime for "runsc" is configured')
+    assert "container.nvidia-toolkit-broken" not in [m for m, _ in parts(other)]

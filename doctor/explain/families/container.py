@@ -81,6 +81,9 @@ NO_HOOK = re.compile(r"(?P<binary>nvidia-container-(?:runtime-hook|runtime|cli))
 # runtime name: nvidia" (3dgrut#71, AirSLAM#113)
 NO_RUNTIME = re.compile(r"(?:Unknown runtime specified|unknown or invalid runtime name:) "
                         r"(?P<runtime>[\w.-]+?)\.?(?:[\s\"']|$)", IC)
+# containerd's CRI: the pod's RuntimeClass names a runtime the config containerd loads lacks
+# (the toolkit never registered it there: gpu-operator#432)
+CRI_NO_RUNTIME = re.compile(r'no runtime for \\?"?(?P<runtime>[\w.-]+?)\\?"? is configured', IC)
 # Apptainer/Singularity.
 NV_NOTHING = re.compile(r"Could not find any (?:nv files|NVIDIA (?:libraries|binaries)) on this "
                         r"host", IC)
@@ -314,7 +317,7 @@ def read(message: str, around: str = "") -> list[Reading]:
         found.append(reading(FAMILY, "container.stale-after-driver-change", old.group(0),
                              volume=old["volume"], driver=old["version"]))
     daemon = NO_GPU_DRIVER.search(message)
-    runtime = NO_RUNTIME.search(message)
+    runtime = NO_RUNTIME.search(message) or CRI_NO_RUNTIME.search(message)
     hook = NO_HOOK.search(message)
     if daemon or hook or (runtime and "nvidia" in runtime["runtime"].lower()):
         # dockerd knows no GPU device driver / no nvidia runtime, or the toolkit's binaries it
