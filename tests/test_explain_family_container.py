@@ -429,3 +429,13 @@ def test_containerd_without_the_nvidia_runtime_is_the_toolkit_not_registered():
     other = ('Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get '
              'sandbox runtime: no runtime for "runsc" is configured')
     assert "container.nvidia-toolkit-broken" not in [m for m, _ in parts(other)]
+
+
+def test_a_gpu_asked_of_docker_on_a_mac_is_no_gpu_not_the_toolkit():
+    """Docker Desktop on a Mac has no NVIDIA GPU to give: the daemon's "could not select device
+    driver" there is the machine, named with the platform; on a Linux host it stays the toolkit."""
+    mode, got = parts(row("Deep-MI/FastSurfer/issues/56")["text"])[0]
+    assert (mode, got["platform"]) == ("gpu.no-gpu-on-node", "MacBook")
+    linux = ('docker: Error response from daemon: could not select device driver "" with '
+             'capabilities: [[gpu]].')
+    assert [m for m, _ in parts(linux)] == ["container.nvidia-toolkit-broken"]

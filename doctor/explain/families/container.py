@@ -67,6 +67,9 @@ EXISTS = re.compile(r"file creation failed: (?P<path>\S+): file exists", IC)
 # Docker's daemon has no driver for --gpus, or no runtime called nvidia.
 NO_GPU_DRIVER = re.compile(r"could not select device driver \"(?P<driver>[^\"]*)\" with "
                            r"capabilities: \[\[(?P<caps>[^\]]*)", IC)
+# ... asked of Docker on a Mac: Docker Desktop there passes no GPU at all (MeloTTS#40, FastSurfer#56)
+MAC = re.compile(r"\b(?:mac ?OS|MacBook|Macintosh|Apple (?:Silicon|M[1-9])|M[1-9] (?:Pro|Max|Ultra"
+                 r"|chip))\b", IC)
 # (enroot's 98-nvidia.sh hook: "[ERROR] Command not found: nvidia-container-cli, see ...")
 # The binary dockerd or the runtime is configured to call is gone (the package uninstalled, or
 # the hook renamed nvidia-container-toolkit in a partial upgrade): "fork/exec
@@ -317,6 +320,9 @@ def read(message: str, around: str = "") -> list[Reading]:
         found.append(reading(FAMILY, "container.stale-after-driver-change", old.group(0),
                              volume=old["volume"], driver=old["version"]))
     daemon = NO_GPU_DRIVER.search(message)
+    if daemon and (mac := MAC.search(f"{message}\n{around}")):
+        found.append(reading(FAMILY, "gpu.no-gpu-on-node", daemon.group(0), platform=mac.group(0)))
+        daemon = None
     runtime = NO_RUNTIME.search(message) or CRI_NO_RUNTIME.search(message)
     hook = NO_HOOK.search(message)
     if daemon or hook or (runtime and "nvidia" in runtime["runtime"].lower()):
