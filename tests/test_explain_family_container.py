@@ -439,3 +439,15 @@ def test_a_gpu_asked_of_docker_on_a_mac_is_no_gpu_not_the_toolkit():
     linux = ('docker: Error response from daemon: could not select device driver "" with '
              'capabilities: [[gpu]].')
     assert [m for m, _ in parts(linux)] == ["container.nvidia-toolkit-broken"]
+
+
+def test_a_driver_replaced_under_a_running_docker_names_the_file_gone():
+    """The toolkit's hook cannot mount the new driver's procfs files into a container that a
+    daemon started before the driver change: the file it missed is the part; another mount
+    error (a library of the image) is not the driver change."""
+    mode, got = parts(row("NVIDIA/nvidia-container-toolkit/issues/169")["text"])[0]
+    assert (mode, got["missing"]) == ("container.stale-after-driver-change",
+                                      "/proc/driver/nvidia/params/version/registry")
+    other = ("nvidia-container-cli: mount error: file creation failed: /var/lib/docker/overlay2/"
+             "x/merged/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1: file exists")
+    assert "container.stale-after-driver-change" not in [m for m, _ in parts(other)]

@@ -67,7 +67,7 @@ EXISTS = re.compile(r"file creation failed: (?P<path>\S+): file exists", IC)
 # Docker's daemon has no driver for --gpus, or no runtime called nvidia.
 NO_GPU_DRIVER = re.compile(r"could not select device driver \"(?P<driver>[^\"]*)\" with "
                            r"capabilities: \[\[(?P<caps>[^\]]*)", IC)
-# ... asked of Docker on a Mac: Docker Desktop there passes no GPU at all (MeloTTS#40, FastSurfer#56)
+# ... asked of Docker on a Mac: Docker Desktop passes no GPU there (MeloTTS#40)
 MAC = re.compile(r"\b(?:mac ?OS|MacBook|Macintosh|Apple (?:Silicon|M[1-9])|M[1-9] (?:Pro|Max|Ultra"
                  r"|chip))\b", IC)
 # (enroot's 98-nvidia.sh hook: "[ERROR] Command not found: nvidia-container-cli, see ...")
@@ -137,6 +137,9 @@ UVM = re.compile(r"Kernel module nvidia_uvm is not loaded|/dev/nvidia-uvm\S*: no
 # restarted) from before a driver change asks for the old one (nvidia-docker#493, #416).
 OLD_DRIVER_VOLUME = re.compile(r"no such volume: ?(?P<volume>nvidia_driver_(?P<version>[0-9.]+"
                                r"\d))", IC)
+# The hook after the driver was replaced under a running dockerd (nvidia-docker#1068)
+DRIVER_PROCFS_GONE = re.compile(r"mount error: mount operation failed: \S*?/proc/driver/nvidia/"
+                                r"(?P<file>[\w/]+): no such file or directory", IC)
 # Inside the container.
 NVML = re.compile(r"Failed to initialize NVML: (?P<why>Unknown Error|Insufficient Permissions)",
                   IC)
@@ -203,8 +206,7 @@ def docker_host(message: str) -> str:
 
 
 def _network(message: str) -> Reading | None:
-    """NCCL cannot reach or bind across a Docker bridge: the peer's address is a container's
-    bridge address, or a container's bootstrap finds no interface or address to use."""
+    """NCCL across a Docker bridge: a peer's bridge address, or no interface/address to use."""
     host, own = docker_host(message), BRIDGE_OWN.search(message)
     peer = BRIDGE_PEER.search(message)
     if peer:  # the other rank advertised the private address only its own host can reach
@@ -316,7 +318,10 @@ def read(message: str, around: str = "") -> list[Reading]:
     if uvm:
         found.append(reading(FAMILY, "container.nvidia-uvm-not-loaded", uvm.group(0),
                              module="nvidia_uvm", device="/dev/nvidia-uvm"))
-    if old := OLD_DRIVER_VOLUME.search(message):
+    if gone := DRIVER_PROCFS_GONE.search(message):
+        found.append(reading(FAMILY, "container.stale-after-driver-change", gone.group(0)[:160],
+                             missing=f"/proc/driver/nvidia/{gone['file']}"))
+    elif old := OLD_DRIVER_VOLUME.search(message):
         found.append(reading(FAMILY, "container.stale-after-driver-change", old.group(0),
                              volume=old["volume"], driver=old["version"]))
     daemon = NO_GPU_DRIVER.search(message)
