@@ -315,6 +315,22 @@ def test_an_undefined_torch_symbol_names_the_extension_and_the_abi(symbol, shape
     assert (found.shape, found.mode, found.extension) == (shape, mode, "fused_adam")
 
 
+@pytest.mark.parametrize("symbol", [
+    "_ZNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEE9_M_appendEPKcm",  # std::__cxx11
+    "_ZTVNSt7__cxx1118basic_stringstreamIcSt11char_traitsIcESaIcEEE",  # its vtable
+    "_ZTINSt8ios_base7failureB5cxx11E", "_ZSt28__throw_bad_array_new_lengthv",
+    "__cxa_throw_bad_array_new_length", "_ZNSt15__exception_ptr13exception_ptr9_M_addrefEv",
+])
+def test_a_missing_symbol_of_the_standard_library_itself_is_an_older_libstdcxx(symbol):
+    """libstdc++ from GCC 5 on exports both string ABIs: a std:: name missing (with __cxx11 in
+    it or not) means the libstdc++ loaded is older than the compiler that built the module,
+    never the ABI flag, which is for other libraries' symbols taking a std::string (above)."""
+    found, = loader.parse("ImportError: /opt/conda/lib/python3.9/site-packages/mod/_ext.cpython-"
+                          f"39-x86_64-linux-gnu.so: undefined symbol: {symbol}")
+    assert (found.row["name"], found.mode) == ("the GCC C++ runtime (libstdc++)",
+                                              "loader.libstdcxx-too-old")
+
+
 @pytest.mark.parametrize("torch_line, shape", [
     ("torch 2.7.1+cu128", "abi"), ("torch==2.9.0", "abi"),  # pip wheels with the new ABI
     ("torch 2.6.0+cu124", ""), ("torch 1.4.0", ""),  # old-ABI wheels: Ss is theirs too
