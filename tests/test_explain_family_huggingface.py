@@ -351,3 +351,15 @@ def test_a_model_type_pasted_alone_is_read_only_when_transformers_defines_it():
         "hf.transformers-too-old-for-model"]
     for other in ("KeyError: 'llava_llama'", "KeyError: 'labels'"):
         assert not huggingface.read(other)
+
+
+def test_offline_mode_refusing_the_hubs_api_is_code_calling_it():
+    """A refused call of the Hub's API (/api/models/<repo>: model_info, the repo's refs) is no
+    file the cache lacks: the library calls it on every load, cached or not; a refused file
+    (the cache's own words, or /resolve/) stays the incomplete snapshot."""
+    api = _parts(_text("vllm-project/vllm/issues/3719"), "hf.offline-code-calls-hub-api")
+    assert api["api"] == "https://huggingface.co/api/models/bigcode/starcoder"
+    file_ = ("huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an appropriate cached "
+             "snapshot folder for the specified revision on the local disk and outgoing traffic "
+             "has been disabled.")
+    assert [r.mode for r in huggingface.read(file_)] == ["hf.offline-incomplete-snapshot"]

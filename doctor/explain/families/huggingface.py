@@ -86,6 +86,8 @@ _OFFLINE = re.compile(r"OfflineModeIsEnabled|offline mode is enabled|[Oo]utgoing
                       r"cached snapshot folder|Couldn't find cache for \S+ for config|no file "
                       r"named \S+ found in directory \S*/snapshots/")
 
+_OFFLINE_API = re.compile(r"Cannot reach\s+(?P<api>https?://\S+?/api/(?:models|datasets|spaces)/\S+?)"
+                          r":? offline mode is enabled", re.I)
 
 # hf_xet: its Python error ("Data processing error: CAS service error"), its Rust client's log
 # records (cas_client/src/*.rs) or a request to a *.xethub.hf.co host that failed.
@@ -355,7 +357,11 @@ def read(message: str) -> list[Reading]:
     if status.startswith("5") and hub:
         add("hf.hub-transient-outage", f"{status} Server Error")
         return found
-    # Offline mode refused a request the cache could not answer.
+    # Offline mode refused a call of the Hub's API (/api/models/<repo>: model_info, the repo's
+    # files or refs), which no cache answers, or a file the cache could not answer
+    if api := _OFFLINE_API.search(message):
+        add("hf.offline-code-calls-hub-api", api[0], api=api["api"])
+        return found
     if m := _OFFLINE.search(message):
         add("hf.offline-incomplete-snapshot", m[0], refused=m[0])
         return found
