@@ -328,3 +328,16 @@ def test_c10ds_ipv6_notice_is_no_bootstrap_failure():
     warn = ("node1:1234:1234 [0] misc/socket.cc:386 NCCL WARN socketCreate: Address family not "
             "supported by protocol")
     assert "comm.no-bootstrap-interface" in [r.mode for r in nccl.read(warn)]
+
+
+def test_peer_access_asked_by_an_engines_own_all_reduce_names_the_caller():
+    """The same CUDA error 217 from vLLM/sglang's custom_all_reduce.cuh or TensorRT-LLM's own
+    all-reduce: the GPUs' missing P2P, with the engine named as the caller (NCCL's P2P settings
+    cannot help there, the mode's fix says); from NCCL's p2p transport no caller is named."""
+    (got,) = nccl.read("Failed: Cuda error /w/vllm/csrc/custom_all_reduce.cuh:307 'peer access "
+                       "is not supported between these two devices'")
+    assert (got.mode, dict(got.parts)["caller"]) == ("comm.p2p-peer-access-unsupported",
+                                                     "custom_all_reduce")
+    (got,) = nccl.read("h:1:2 [0] transport/p2p.cc:202 NCCL WARN failed to open CUDA IPC handle "
+                       ": 217 peer access is not supported between these two devices")
+    assert got.mode == "comm.p2p-peer-access-unsupported" and not dict(got.parts)["caller"]

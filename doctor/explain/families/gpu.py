@@ -136,6 +136,9 @@ XLA_PTX = re.compile(r"The NVIDIA driver's CUDA version is (?P<driver>\d+\.\s*\d
 DRIVER_PTXAS = re.compile(r"ptxas application ptx input, line \d+; fatal\s*: Unsupported \.version "
                           r"(?P<ptx>\d+\.\d+); current version is '(?P<driver>\d+\.\d+)'", IC)
 DRIVER_JIT = re.compile(r"\bcu(?:Link\w+|ModuleLoad\w*)\b", IC)
+# Fabric Manager's own refusal: its driver interface is another driver release than the loaded one
+FM_MISMATCH = re.compile(r"fabric manager NVIDIA GPU driver interface version (?P<fm>\S+) (?:don|doesn)"
+                         r"[\u2019']t match with driver version (?P<driver>[\d.]*\d)", IC)
 NO_SLOT = re.compile(r"No slot '(?P<slot>\d+)' specified on host '?(?P<host>[\w.-]+)", IC)
 # Triton's launch check: the kernel's shared memory per block against this GPU's limit
 TRITON_SHMEM = re.compile(r"out of resource: shared memory,? ?Required: ?(?P<need>\d+),? ?Hardware "
@@ -364,6 +367,9 @@ def read(message: str, around: str = "") -> list[Reading]:
         found.append(reading(FAMILY, "gpu.ptx-newer-than-driver", xla.group(0)[:120],
                              driver_supports_cuda=re.sub(r"\s", "", xla["driver"] or ""),
                              ptx_compiler=xla["ptxas"] or ""))
+    if fm := FM_MISMATCH.search(message):
+        found.append(reading(FAMILY, "gpu.fabric-manager-not-running", fm.group(0),
+                             fabric_manager=fm["fm"], driver=fm["driver"]))
     both = f"{message}\n{around}"
     if (DRIVER_PTXAS.search(message) or DRIVER_JIT.search(message)) and \
             (ptx := DRIVER_PTXAS.search(both)) and DRIVER_JIT.search(both):

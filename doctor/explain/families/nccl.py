@@ -66,6 +66,9 @@ _SHM_SEGMENT = re.compile(r"(?P<op>creating|attaching to) shared memory segment 
                           r"\(size (?P<size>\d+)\)(?:, error: (?P<why>[^(\n]+?) \((?P<errno>\d+)\))?")
 
 
+_CUSTOM_ALLREDUCE = re.compile(r"custom_all_reduce|CustomAll[Rr]educe|\[TensorRT-LLM\]")
+
+
 def _shm_cause(text: str, m: re.Match | None) -> str:
     """The cause of a failed shared-memory segment (``m``: its _SHM_SEGMENT match) from the
     errno NCCL printed with it: ENOSPC
@@ -147,9 +150,12 @@ def read(message: str, around: str = "") -> list[Reading]:
         # NVLS multicast (nvls.cc, cuMulticast*) fails when the Fabric Manager is unhealthy.
         elif base.startswith("nvls") or "NVLink SHARP (NVLS)" in text:
             add("comm.nvls-fabric-manager", text, file=source, call="NVLS multicast")
-        # CUDA error 217: the two GPUs have no peer access (p2p.cc IPC, shm.cc cuMem host).
+        # CUDA error 217: the two GPUs have no peer access (p2p.cc IPC, shm.cc cuMem host, or
+        # an inference engine's own all-reduce, which no NCCL setting helps: sglang#552)
         elif re.search(r"peer access is not supported|IPC handle : 217|failure 217", text):
-            add("comm.p2p-peer-access-unsupported", text, file=source, call="CUDA peer access")
+            own = _CUSTOM_ALLREDUCE.search(f"{source} {text}")
+            add("comm.p2p-peer-access-unsupported", text, file=source, call="CUDA peer access",
+                caller=own.group(0) if own else "")
         # accelerate refuses consumer cards without P2P (RTX 3090/4000 series) until NCCL's
         # P2P and IB transports are turned off for them.
         elif m := re.search(r"Using (RTX [\w ]+?) series doesn't support faster communication "
