@@ -471,3 +471,16 @@ def test_the_drivers_jit_assembler_refusing_newer_ptx_is_the_driver():
              "error: command '/usr/local/cuda/bin/nvcc' failed with exit status 255")
     assert "gpu.ptx-newer-than-driver" not in [m for m, _ in parts(build)]
     assert parts("") == []
+
+
+def test_no_driver_in_a_container_started_without_the_gpu_is_the_container():
+    """torch's "Found no NVIDIA driver" after NVIDIA's image said the driver was not detected,
+    or after a docker run line without --gpus: the container was not given the GPU; with
+    --gpus on the line (or no container at all) it is not this reading."""
+    mode, got = parts(row("jbilcke-hf/FacePoke/issues/12")["text"])[0]
+    assert mode == "container.no-gpu-runtime" and "docker run -p 8080:8080" in got["container"]
+    given = ("$ docker run --gpus all -it img python x.py\nRuntimeError: Found no NVIDIA driver "
+             "on your system. Please check that you have an NVIDIA GPU")
+    assert "container.no-gpu-runtime" not in [m for m, _ in parts(given)]
+    assert [m for m, _ in parts("RuntimeError: Found no NVIDIA driver on your system.")] == [
+        "gpu.no-gpu-on-node"]

@@ -155,6 +155,10 @@ EXTENSION = re.compile(r"TORCH_CUDA_ARCH_LIST|cpp_extension|-gencode|ext_module|
                        r"|\b\w+_cuda\.\w+\(|(?<!torch)\._C\.\w+\(|flash_attn|xformers"
                        r"|\bapex\b|mmcv|detectron2", IC)
 CONTAINER = re.compile(r"singularity|apptainer|docker|podman|enroot|\.sif\b", IC)
+# ... started without the GPU: NVIDIA's images say so at start, or the docker run line shows it
+NO_GPU_CONTAINER = re.compile(r"The NVIDIA Driver was not detected\.\s+GPU functionality will not "
+                              r"be available|^[^\n]*\bdocker run\b(?![^\n]*(?:--gpus|--runtime[= ]?"
+                              r"nvidia|--device[= ]?nvidia))[^\n]*$", re.MULTILINE)
 # A kernel without code for the GPU in a binary that is not torch's: HIP's builds (ROCm torch
 # and ggml print CUDA's words there too; the rocm family reads them) and ggml's own CUDA build.
 # (collect_env's "ROCM used to build PyTorch: N/A" beside a CUDA build is not one of them.)
@@ -380,7 +384,10 @@ def read(message: str, around: str = "") -> list[Reading]:
         v = int(old["v"])
         found.append(reading(FAMILY, "gpu.driver-too-old", old.group(0),
                              driver_supports_cuda=f"{v // 1000}.{v % 1000 // 10}"))
-    if NO_DRIVER.search(message) and not CONTAINER.search(message):
+    if NO_DRIVER.search(message) and (started := NO_GPU_CONTAINER.search(f"{message}\n{around}")):
+        found.append(reading(FAMILY, "container.no-gpu-runtime", NO_DRIVER.search(message)[0],
+                             container=started.group(0).strip()[:100]))
+    elif NO_DRIVER.search(message) and not CONTAINER.search(message):
         # No libcuda at all: a machine without the driver (a container is the container's)
         found.append(reading(FAMILY, "gpu.no-gpu-on-node", NO_DRIVER.search(message).group(0)))
     elif counted := NONE_COUNTED.search(message):
