@@ -211,6 +211,18 @@ def test_a_usual_cause_is_named_with_what_else_its_words_were(row):
     assert g.which in data["matches"][0]["also"]
 
 
+def test_a_members_tell_beside_other_words_names_nothing():
+    """set_device(rank) in a traceback tells the global-rank bug apart only where CUDA said
+    invalid device ordinal; beside CUDA's initialization error (a fork after CUDA started,
+    pytorch/pytorch#17357) it names neither member."""
+    frames = ('  File "train.py", line 40, in main\n    torch.cuda.set_device(rank)\n'
+              'RuntimeError: cuda runtime error (3) : initialization error')
+    assert answer(frames) == ("", [])
+    _, causes = answer(frames.replace("cuda runtime error (3) : initialization error",
+                                      "CUDA error: invalid device ordinal"))
+    assert causes[:1] == ["job.device-index-from-global-rank"]
+
+
 def test_a_cause_of_other_words_shows_no_usual_group():
     """The twin: a port refused for privilege (EACCES, below 1024) is no group's usual cause."""
     done = dsenv("explain", "RuntimeError: The server socket has failed to bind to [::]:80 "
