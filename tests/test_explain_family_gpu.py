@@ -484,3 +484,18 @@ def test_no_driver_in_a_container_started_without_the_gpu_is_the_container():
     assert "container.no-gpu-runtime" not in [m for m, _ in parts(given)]
     assert [m for m, _ in parts("RuntimeError: Found no NVIDIA driver on your system.")] == [
         "gpu.no-gpu-on-node"]
+
+
+@pytest.mark.parametrize("text", [
+    "F0504 12:30:02.978602 2662 common.cpp:163] Check failed: error == cudaSuccess (30 vs. 0) "
+    "unknown error",  # Caffe's check, CUDA < 10.1's number for unknown
+    "cudaGetDeviceCount returned 30\n-> unknown error",  # deviceQuery
+    "time=2024-09-05T09:20:35 level=DEBUG msg=x\ncudaSetDevice err: 999",  # ollama's probe
+])
+def test_cudas_unknown_error_in_other_programs_words_is_the_same_kind(text):
+    """The catch-all 'unknown error' as Caffe, deviceQuery and ollama print it is the kind the
+    runtime's own text is (a wedged nvidia_uvm, after a suspend or not); 30 means 'unknown'
+    only where the text says so (the renumbering of CUDA 10.1)."""
+    assert [m for m, _ in parts(text)][:1] == ["gpu.cuda-unknown-error-driver"]
+    assert "gpu.cuda-unknown-error-driver" not in [
+        m for m, _ in parts("cudaGetDeviceCount returned 3\n-> initialization error")]

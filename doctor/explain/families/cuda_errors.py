@@ -42,7 +42,10 @@ KINDS = (
     # The toolkit's stub libcuda.so (for linking only) loaded instead of the driver's.
     ("stub", r"CUDA driver is a stub library|cudaErrorStubLibrary|CUDA_ERROR_STUB_LIBRARY"),
     ("unknown", r"CUDA unknown error|cudaErrorUnknown|CUDA_ERROR_UNKNOWN"
-     r"|error=\d+ : unknown error|cuda runtime error \(\d+\) : unknown error"),
+     r"|error=\d+ : unknown error|cuda runtime error \(\d+\) : unknown error"
+     # Caffe's check, deviceQuery, ollama's cudart probe (30 is "unknown" before CUDA 10.1)
+     r"|cudaSuccess \((?:30|999) vs\. 0\)\s*unknown error|cudaGetDeviceCount returned (?:30|999)\b"
+     r"|\b(?:cudart|cuda driver library) init failure: 999\b|\bcudaSetDevice err: 999\b"),
 )
 KIND_TEXT = [(kind, re.compile(pattern, IC)) for kind, pattern in KINDS]
 # cudaError_t numbers (CUDA >= 10.1; 35 and 46 kept their numbers from the older table).

@@ -1,14 +1,11 @@
 """The GPU, its driver and the CUDA runtime, and the torch build, read by structure.
 
-CUDA reports one failure in several forms: the runtime's text ("no kernel image is available
-for execution on the device"), the enum name (cudaErrorNoKernelImageForDevice, or the driver
-API's CUDA_ERROR_NO_BINARY_FOR_GPU), or only a number inside a wrapper's frame ("cuda runtime
-error (802)", "error == cudaSuccess (46 vs. 0)", "Return value 46 from 'cudaStreamCreate...'").
-Each is read into one error kind (cuda_errors.py); the kind, and what torch says around it (the GPU's sm_XX
-and the arch list the build supports, the driver's CUDA version, a compiled extension in the
-traceback), name the cause. NVML's and the kernel's own lines (Xid) are read the same way.
-xFormers says which torch build its C++/CUDA part was made for and which one it found: another
-torch release, the same release for another CUDA, or a CPU-only torch are three causes.
+CUDA reports one failure in several forms (the runtime's text, the enum of either API, a number
+in a wrapper's frame); each is read into one error kind (cuda_errors.py), and the kind with
+what is printed around it (the GPU's sm_XX and the build's arch list, the driver's CUDA version,
+a compiled extension in the traceback) names the cause. NVML's, the kernel's (Xid)
+and the Fabric Manager's own lines are read the same way; xFormers' build line tells another
+torch release, another CUDA and a CPU-only torch apart.
 """
 
 from __future__ import annotations
@@ -136,7 +133,7 @@ XLA_PTX = re.compile(r"The NVIDIA driver's CUDA version is (?P<driver>\d+\.\s*\d
 DRIVER_PTXAS = re.compile(r"ptxas application ptx input, line \d+; fatal\s*: Unsupported \.version "
                           r"(?P<ptx>\d+\.\d+); current version is '(?P<driver>\d+\.\d+)'", IC)
 DRIVER_JIT = re.compile(r"\bcu(?:Link\w+|ModuleLoad\w*)\b", IC)
-# Fabric Manager's own refusal: its driver interface is another driver release than the loaded one
+# Fabric Manager's refusal: its driver interface is another release than the loaded driver
 FM_MISMATCH = re.compile(r"fabric manager NVIDIA GPU driver interface version (?P<fm>\S+) (?:don|doesn)"
                          r"[\u2019']t match with driver version (?P<driver>[\d.]*\d)", IC)
 NO_SLOT = re.compile(r"No slot '(?P<slot>\d+)' specified on host '?(?P<host>[\w.-]+)", IC)
@@ -165,7 +162,6 @@ NO_GPU_CONTAINER = re.compile(r"The NVIDIA Driver was not detected\.\s+GPU funct
 NOT_TORCH_KERNELS = re.compile(r"\bHIP (?:error|kernel errors)|ROCm error|hipError\w|\+rocm\d"
                                r"|ROCM used to build PyTorch: \d|\bgfx\d{3}|HSA_OVERRIDE_GFX"
                                r"|\bggml|llama\.cpp", IC)
-
 # torch's runtime compiler (NVRTC: the JIT fusers, TorchScript, jiterator) refusing the GPU's
 # arch: the CUDA torch was built with predates the GPU (RTX 30xx on cu110, 40xx on cu113).
 # CuPy ships its own NVRTC: its refusal is CuPy's CUDA, not torch's.
@@ -177,8 +173,7 @@ VGPU_UNLICENSED = re.compile(r"License Status\s*:\s*Unlicensed(?: \((?P<state>Re
                              r"(?! \(Unrestricted\))|vGPU license state: Unlicensed(?! \(Unr)"
                              r"|Valid GRID license not found|nvidia-gridd(?:\[\d+\])?: Failed to "
                              r"acquire license", IC)
-# Triton loading a cubin its bundled ptxas (a newer CUDA than the node's driver) assembled:
-# CUDA_ERROR_INVALID_IMAGE in Triton's words.
+# Triton loading a cubin its bundled ptxas (newer CUDA than the driver) assembled: INVALID_IMAGE
 TRITON_IMAGE = re.compile(r"Triton Error \[CUDA\]: device kernel image is invalid", IC)
 
 SIMPLE = {"insufficient-driver": "gpu.driver-too-old",
@@ -374,9 +369,8 @@ def read(message: str, around: str = "") -> list[Reading]:
     if fm := FM_MISMATCH.search(message):
         found.append(reading(FAMILY, "gpu.fabric-manager-not-running", fm.group(0),
                              fabric_manager=fm["fm"], driver=fm["driver"]))
-    both = f"{message}\n{around}"
-    if (DRIVER_PTXAS.search(message) or DRIVER_JIT.search(message)) and \
-            (ptx := DRIVER_PTXAS.search(both)) and DRIVER_JIT.search(both):
+    if (ptx := DRIVER_PTXAS.search(f"{message}\n{around}")) and DRIVER_JIT.search(f"{message}\n"
+            f"{around}") and (DRIVER_PTXAS.search(message) or DRIVER_JIT.search(message)):
         found.append(reading(FAMILY, "gpu.ptx-newer-than-driver", ptx.group(0),
                              ptx_isa=ptx["ptx"], driver_reads_up_to=ptx["driver"]))
     old = DRIVER_OLD.search(message)
