@@ -431,3 +431,16 @@ def test_a_cuda_header_hipcc_asks_for_is_a_source_left_unhipified_not_cuda_heade
     nvcc = ("torch/include/ATen/cuda/CUDAContext.h:5:10: fatal error: cuda_runtime_api.h: No such "
             "file or directory")
     assert "toolkit.cuda-headers-missing" in [r.mode for r in build.read(nvcc)]
+
+
+@pytest.mark.parametrize("name, mode", [
+    ("Qwen3Config", "hf.transformers-too-old-for-model"),  # a model's class: an older release
+    ("Qwen2_5_VLForConditionalGeneration", "hf.transformers-too-old-for-model"),
+    ("TFBertModel", "env.package-missing"),  # TensorFlow's classes need TensorFlow
+    ("AutoModelForVision2Seq", "env.package-version-mismatch"),  # every release's name: removed
+    ("LLaMAForCausalLM", "env.package-version-mismatch"),  # a pre-release spelling
+])
+def test_a_name_missing_from_transformers_says_which_release_problem(name, mode):
+    text = f"ImportError: cannot import name '{name}' from 'transformers' (/env/lib/python3.10/" \
+           "site-packages/transformers/__init__.py)"
+    assert [r.mode for r in build.read(text)][:1] == [mode]

@@ -107,6 +107,12 @@ DS_CALL = re.compile(r"\b(deepspeed(?:\.\w+)+)\(")
 STACK_IMPORT = re.compile(r"cannot import name '(\w+)' from '((?:transformers|accelerate|peft|trl"
                           r"|datasets|torch|tokenizers|safetensors|bitsandbytes|diffusers"
                           r"|optimum|megatron\.core)(?:\.\w+)*)'", FLAGS)
+# A class transformers defines per model (Qwen3Config, LlamaForCausalLM): a release older than
+# the model; TF*/Flax* ones exist only with TensorFlow/JAX installed (transformers#4137). Not the
+# Auto*/PreTrained*/Trainer names every release has (one gone is another release).
+MODEL_CLASS = re.compile(r"(?P<fw>TF|Flax)?(?!Auto|LLaMA|PreTrained|Trainer|Training|Generation"
+                         r"|Feature|Image)[A-Z]\w*?(?:Config|Model|For[A-Z]\w*|Processor|Tokenizer"
+                         r"(?:Fast)?)")
 # transformers' dependency_versions_check and require_version: "<req> is required for a
 # normal functioning of this module, but found <name>==<version>".
 REQUIRED = re.compile(r"(?P<req>[A-Za-z][\w.-]*\s*(?:[<>=!~]=?\s*[\w.*+-]+\s*,?\s*)+) is required "
@@ -313,7 +319,10 @@ def _deepspeed_readings(message: str) -> list[Reading]:
                              argument=called[1]))
     name = STACK_IMPORT.search(message)
     if name and not CIRCULAR.search(message):
-        found.append(reading(FAMILY, "env.package-version-mismatch", name.group(0),
+        model = MODEL_CLASS.fullmatch(name.group(1)) if name.group(2) == "transformers" else None
+        found.append(reading(FAMILY, "env.package-version-mismatch" if not model else
+                             "env.package-missing" if model["fw"] else
+                             "hf.transformers-too-old-for-model", name.group(0),
                              name=name.group(1), module=name.group(2)))
     need = REQUIRED.search(message) or FEATURE.search(message)
     if need:  # the release one package requires of another, and the one it found

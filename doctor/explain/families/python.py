@@ -141,7 +141,9 @@ def moved_module(message: str, stack: frozenset[str]) -> Reading | None:
                 or (root == "torch" and (sub in TORCH_CORE or sub.split(".")[0] == "_C"
                                          or sub.split(".")[-1][:1].isupper())):
             continue
-        mode = "hf.hub-version-api-removed" if root == HUB else "env.package-version-mismatch"
+        mode = "hf.hub-version-api-removed" if root == HUB else \
+            "hf.transformers-too-old-for-model" if root == "transformers" and sub.startswith(
+                "models.") else "env.package-version-mismatch"  # a model the release lacks
         return reading(FAMILY, mode, m.group(0), package=root, module=f"{root}.{sub}",
                        importer=_frame_package(message[:m.start()]))
     return None
