@@ -209,6 +209,9 @@ def test_a_usual_cause_is_named_with_what_else_its_words_were(row):
     data = json.loads(dsenv("explain", "--json", row["text"]).stdout)
     assert "shared" not in data and data["matches"][0]["id"] == g.usual
     assert g.which in data["matches"][0]["also"]
+    # the thread cited is another member's (the table lists the usual cause's threads first)
+    cited = next(r for r in ROWS if r["url"] == g.sources[-1])
+    assert cited["group"] == g.id and cited["mode"] != g.usual
 
 
 def test_a_members_tell_beside_other_words_names_nothing():

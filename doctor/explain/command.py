@@ -399,4 +399,5 @@ def _also(match: rank.Match) -> str:
     """What else the words of the usual cause's group were, and how to tell (alternatives.py)."""
     group = alternatives.group(match.usual)
     others = ", ".join(m for m in group.modes if m != match.id)
+    # a usual group lists the usual cause's threads first: the last is another member's
     return f"{others} had these words too ({group.id}; {group.sources[-1]}): {group.which}"
