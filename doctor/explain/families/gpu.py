@@ -369,8 +369,9 @@ def read(message: str, around: str = "") -> list[Reading]:
     if fm := FM_MISMATCH.search(message):
         found.append(reading(FAMILY, "gpu.fabric-manager-not-running", fm.group(0),
                              fabric_manager=fm["fm"], driver=fm["driver"]))
-    if (ptx := DRIVER_PTXAS.search(f"{message}\n{around}")) and DRIVER_JIT.search(f"{message}\n"
-            f"{around}") and (DRIVER_PTXAS.search(message) or DRIVER_JIT.search(message)):
+    both = f"{message}\n{around}"  # the assembler's line and the driver call, one on this line
+    if (ptx := DRIVER_PTXAS.search(both)) and DRIVER_JIT.search(both) and (
+            ptx.start() < len(message) or DRIVER_JIT.search(message)):
         found.append(reading(FAMILY, "gpu.ptx-newer-than-driver", ptx.group(0),
                              ptx_isa=ptx["ptx"], driver_reads_up_to=ptx["driver"]))
     old = DRIVER_OLD.search(message)
@@ -378,12 +379,13 @@ def read(message: str, around: str = "") -> list[Reading]:
         v = int(old["v"])
         found.append(reading(FAMILY, "gpu.driver-too-old", old.group(0),
                              driver_supports_cuda=f"{v // 1000}.{v % 1000 // 10}"))
-    if NO_DRIVER.search(message) and (started := NO_GPU_CONTAINER.search(f"{message}\n{around}")):
-        found.append(reading(FAMILY, "container.no-gpu-runtime", NO_DRIVER.search(message)[0],
+    no_driver = NO_DRIVER.search(message)
+    if no_driver and (started := NO_GPU_CONTAINER.search(both)):
+        found.append(reading(FAMILY, "container.no-gpu-runtime", no_driver[0],
                              container=started.group(0).strip()[:100]))
-    elif NO_DRIVER.search(message) and not CONTAINER.search(message):
+    elif no_driver and not CONTAINER.search(message):
         # No libcuda at all: a machine without the driver (a container is the container's)
-        found.append(reading(FAMILY, "gpu.no-gpu-on-node", NO_DRIVER.search(message).group(0)))
+        found.append(reading(FAMILY, "gpu.no-gpu-on-node", no_driver[0]))
     elif counted := NONE_COUNTED.search(message):
         found.append(reading(FAMILY, "gpu.no-gpu-on-node", counted.group(0), counted_by=(
             "DeepSpeed's runner, on the node that launches" if "Unable" in counted.group(0)
