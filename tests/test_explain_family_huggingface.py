@@ -363,3 +363,67 @@ def test_offline_mode_refusing_the_hubs_api_is_code_calling_it():
              "snapshot folder for the specified revision on the local disk and outgoing traffic "
              "has been disabled.")
     assert [r.mode for r in huggingface.read(file_)] == ["hf.offline-incomplete-snapshot"]
+
+
+def _hub_client_log(monkeypatch, status: int, headers: dict[str, str]) -> str:
+    """What huggingface_hub's own retry loop (utils/_http.py http_backoff) logs and raises when
+    a loopback server answers every request with `status`: the real client's wording. The
+    suite runs offline (HF_HUB_OFFLINE=1); these requests go to 127.0.0.1 only."""
+    import http.server
+    import io
+    import logging
+    import threading
+
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _http
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(status)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    captured = io.StringIO()
+    handler = logging.StreamHandler(captured)
+    logger = logging.getLogger("huggingface_hub")
+    logger.addHandler(handler)
+    url = f"http://127.0.0.1:{server.server_port}/api/datasets/org/data/tree/main"
+    try:
+        _http.http_backoff("GET", url, max_retries=1, base_wait_time=0.05, max_wait_time=0.1,
+                           retry_on_status_codes=(status,), timeout=5)
+        error = ""
+    except Exception as exc:  # the client's own exception after its last retry
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        logger.removeHandler(handler)
+        server.shutdown()
+        server.server_close()
+    return captured.getvalue() + error
+
+
+def test_the_hub_clients_rate_limit_retry_reads_as_rate_limited_whatever_the_host(monkeypatch):
+    """huggingface_hub logs 'HTTP Error 429 thrown while requesting' and 'Rate limited.
+    Waiting ...' (its retry loop) for a Hub behind any endpoint: the status in that wording and
+    the client's own back-off line name the rate limit (datasets#6488's cause)."""
+    log = _hub_client_log(monkeypatch, 429, {"Retry-After": "0"})
+    assert "HTTP Error 429 thrown while requesting" in log and "Rate limited. Waiting" in log
+    readings = huggingface.read(log)
+    assert [r.mode for r in readings] == ["hf.rate-limited"]
+    assert dict(readings[0].parts)["status"] == "429"
+
+
+def test_another_status_in_the_same_client_wording_is_not_a_rate_limit(monkeypatch):
+    """The twin: a 404 through the same retry loop is no rate limit (no Hub host, no back-off
+    line), so the reading stays away from hf.rate-limited."""
+    log = _hub_client_log(monkeypatch, 404, {})
+    assert "HTTP Error 404 thrown while requesting" in log
+    assert "hf.rate-limited" not in [r.mode for r in huggingface.read(log)]

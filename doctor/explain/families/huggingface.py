@@ -26,8 +26,15 @@ FAMILY = "huggingface"
 # .xethub.hf.co), hf-mirror.com, and raw.githubusercontent.com (datasets' old script loader).
 _HUB_HOST = re.compile(r"(?:^|\.)(?:huggingface\.co|hf\.co|hf-mirror\.com)$")
 _HOST = re.compile(r"host='(?P<pool>[^']+)'|https?://(?P<url>[\w.-]+\.[a-z]{2,})", re.I)
+# The status in each client's wording: requests' "429 Client Error", huggingface_hub's retry
+# warning "HTTP Error 429 thrown while requesting", urllib's "HTTP Error 429:", hf-hub's Rust
+# "HTTP status client error (429 Too Many Requests)".
 _STATUS = re.compile(r"\b(?P<status>[45]\d\d) (?:Client|Server) Error\b|\((?P<status2>[45]\d\d) "
-                     r"Too Many Requests\)|Tunnel connection failed: (?P<status3>\d{3})", re.I)
+                     r"Too Many Requests\)|Tunnel connection failed: (?P<status3>\d{3})"
+                     r"|\bHTTP Error (?P<status4>[45]\d\d)\b"
+                     r"|HTTP status (?:client|server) error \((?P<status5>[45]\d\d)\b", re.I)
+# huggingface_hub's own back-off line (utils/_http.py) on a 429: the Hub client, whatever host.
+_HUB_BACKOFF = re.compile(r"Rate limited\. Waiting [\d.]+s before retry")
 _EXCEPTION = re.compile(r"\b(?P<exc>GatedRepoError|RepositoryNotFoundError|RevisionNotFoundError|"
                         r"EntryNotFoundError|LocalEntryNotFoundError|HfHubHTTPError|"
                         r"OfflineModeIsEnabled|IncompleteSnapshotError|ProxyError|SSLError|"
@@ -351,7 +358,7 @@ def read(message: str) -> list[Reading]:
     if m := _TOKEN_REFUSED.search(message):
         add("hf.token-rejected", m[0], refused="token")
         return found
-    if status == "429" and (hub or "Too Many Requests" in message):
+    if status == "429" and (hub or "Too Many Requests" in message or _HUB_BACKOFF.search(message)):
         add("hf.rate-limited", f"{status} Too Many Requests")
         return found
     if status.startswith("5") and hub:
