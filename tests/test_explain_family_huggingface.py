@@ -419,6 +419,11 @@ def test_the_hub_clients_rate_limit_retry_reads_as_rate_limited_whatever_the_hos
     readings = huggingface.read(log)
     assert [r.mode for r in readings] == ["hf.rate-limited"]
     assert dict(readings[0].parts)["status"] == "429"
+    # the exception the client raises after its last retry, alone (huggingface_hub >= 1.0's words)
+    last = log.strip().splitlines()[-1]
+    assert last.startswith("HfHubHTTPError: 429 ") and "Rate limited" not in last
+    assert [r.mode for r in huggingface.read(last)] == ["hf.rate-limited"]
+    assert dict(huggingface.read(last)[0].parts)["status"] == "429"
 
 
 def test_another_status_in_the_same_client_wording_is_not_a_rate_limit(monkeypatch):

@@ -28,11 +28,13 @@ _HUB_HOST = re.compile(r"(?:^|\.)(?:huggingface\.co|hf\.co|hf-mirror\.com)$")
 _HOST = re.compile(r"host='(?P<pool>[^']+)'|https?://(?P<url>[\w.-]+\.[a-z]{2,})", re.I)
 # The status in each client's wording: requests' "429 Client Error", huggingface_hub's retry
 # warning "HTTP Error 429 thrown while requesting", urllib's "HTTP Error 429:", hf-hub's Rust
-# "HTTP status client error (429 Too Many Requests)".
+# "HTTP status client error (429 Too Many Requests)", huggingface_hub >= 1.0's "429 Too Many
+# Requests for url:" and httpx's "Client error '429 Too Many Requests' for url".
 _STATUS = re.compile(r"\b(?P<status>[45]\d\d) (?:Client|Server) Error\b|\((?P<status2>[45]\d\d) "
                      r"Too Many Requests\)|Tunnel connection failed: (?P<status3>\d{3})"
                      r"|\bHTTP Error (?P<status4>[45]\d\d)\b"
-                     r"|HTTP status (?:client|server) error \((?P<status5>[45]\d\d)\b", re.I)
+                     r"|HTTP status (?:client|server) error \((?P<status5>[45]\d\d)\b"
+                     r"|\b(?P<status6>[45]\d\d) [A-Z][A-Za-z -]{1,40}'? for url\b", re.I)
 # huggingface_hub's own back-off line (utils/_http.py) on a 429: the Hub client, whatever host.
 _HUB_BACKOFF = re.compile(r"Rate limited\. Waiting [\d.]+s before retry")
 _EXCEPTION = re.compile(r"\b(?P<exc>GatedRepoError|RepositoryNotFoundError|RevisionNotFoundError|"
