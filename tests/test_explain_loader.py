@@ -192,12 +192,23 @@ def test_here_in_a_container_says_nothing_of_host_binds_for_a_library_the_image_
     ("ImportError: /y/mpi4py/MPI.cpython-310-x86_64-linux-gnu.so: undefined symbol: "
      "ompi_mpi_errors_return", "mpi.mpi4py-other-mpi"),
     ("/usr/bin/ld: cannot find -laio", "deepspeed.async-io-no-libaio"),
+    # the same link step in LLVM lld's words (lld/ELF/DriverUtils.cpp) and Apple ld64's
+    ("ld.lld: error: unable to find library -laio", "deepspeed.async-io-no-libaio"),
+    ("ld: library not found for -laio", "deepspeed.async-io-no-libaio"),
 ])
 def test_a_finding_leads_to_the_catalogue_mode_and_its_check(text, mode):
     from dsenv.doctor.explain import rank
     best = rank.confident(rank.rank(text))
     assert best[0].id == mode and best[0].mode.check
     assert any(m.id.startswith("loader.") for m in best)
+
+
+def test_each_linkers_wording_names_the_library_and_no_other_words_do():
+    for text in ("ld.lld: error: unable to find library -lcudart",
+                 "ld: library not found for -lcudart", "/usr/bin/ld: cannot find -lcudart"):
+        finding, = loader.parse(text)
+        assert (finding.kind, finding.library) == ("link", "libcudart.so"), text
+    assert loader.parse("error: unable to find library for target x86_64") == []
 
 
 def test_every_linked_mode_exists():

@@ -30,4 +30,8 @@ NOT_DEFINED = re.compile(
 VERSION = re.compile(
     r"(?:(?P<lib>\S*" + LIB + r"):\s*)?version [`'‘]?(?P<ver>(?:GLIBCXX|GLIBC|CXXABI|CUDA|"
     r"libcublas|NCCL|IBVERBS|MPI)[\w.]*)['’] not found(?: \(required by (?P<by>[^)]+)\))?")
-LINK = re.compile(r"cannot find -l(?P<name>[\w+.-]+?)(?=[:\s]|$)")
+# The link step's "no such library" in each linker's words: GNU ld's and gold's "cannot find
+# -lX", LLVM lld's "unable to find library -lX" (ROCm's and clang's builds), Apple ld64's
+# "library not found for -lX".
+LINK = re.compile(r"(?:cannot find|unable to find library|library not found for) "
+                  r"-l(?P<name>[\w+.-]+?)(?=[:\s'\"]|$)")

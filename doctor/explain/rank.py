@@ -42,7 +42,7 @@ COMPONENTS = (
     ("nccl", re.compile(r"NCCL (?:WARN|INFO)|RCCL|\bnccl[A-Z]\w*|NCCL error|/dev/shm/nccl"),
      {"comm", "system", "container", "gpu", "launch", "rocm"}),
     ("loader", re.compile(r"cannot open shared object|error while loading shared libraries"
-                          r"|undefined symbol|cannot find -l|version [`'][\w.]+' not found"
+                          r"|undefined symbol|cannot find -l|unable to find library -l|version [`'][\w.]+' not found"
                           r"|collect2|\bld: ", re.I),
      {"toolkit", "torch", "comm", "deepspeed", "gpu", "container", "mpi", "system", "loader",
       "rocm", "env"}),
