@@ -25,7 +25,10 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               "container.newuidmap-no-privilege",
               # kubelet's sandbox events in CRI-O's and dockershim's words, and gVisor's boot refusal
               "container.k8s-runtimeclass-not-applicable",
-              "container.gvisor-nvproxy-unsupported-driver"}
+              "container.gvisor-nvproxy-unsupported-driver",
+              # Go's resolver and net/http timeout on a registry, the NGC entrypoint's banner
+              "container.registry-dns-lookup-failed", "container.docker-daemon-proxy-not-set",
+              "container.ngc-image-predates-gpu"}
 
 
 def row(url_tail: str) -> dict:

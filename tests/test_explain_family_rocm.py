@@ -25,7 +25,9 @@ def parts(text: str) -> list[tuple[str, dict[str, str]]]:
 # which rank.py reads in the line and in the lines around it.
 CATALOGUE_ONLY = {"rocm.igpu-selected", "rocm.clang-libstdcxx-headers-missing",
                   # GNU c++ refusing HIP flags: the compiler's words, read by the pattern
-                  "rocm.hip-flags-to-gnu-compiler"}
+                  "rocm.hip-flags-to-gnu-compiler",
+                  # clang's device-library ABI words and torch's amdsmi NameError: the words
+                  "rocm.device-libs-abi-version-too-new", "rocm.amdsmi-python-missing"}
 
 
 @pytest.mark.parametrize("symptom", [r for r in ROWS if r["mode"] not in CATALOGUE_ONLY],
@@ -355,3 +357,14 @@ def test_lazy_tensile_library_under_a_path_with_spaces():
             "TensileLibrary_lazy_gfx1103.dat\n\nrocBLAS error: Could not initialize Tensile library")
     mode, got = parts(text)[0]
     assert (mode, got["gfx"]) == ("gpu.rocm-gfx-unsupported", "gfx1103")
+
+
+def test_hips_own_no_code_object_line_names_the_gpus_target():
+    """hip_fatbin.cpp's log line (before the segfault of an app that never checks the error)
+    carries the target the build lacks, in its older and its ROCm 7 wording."""
+    mode, got = parts(row("ggml-org/llama.cpp/issues/19949")["text"])[0]
+    assert (mode, got["gfx"]) == ("gpu.rocm-gfx-unsupported", "gfx1152")
+    newer = ("No compatible code objects with HIP_FORCE_SPIRV_CODEOBJECT: 0. Rebuild the "
+             "application with option --offload-arch=gfx1201")
+    assert parts(newer)[0][1]["gfx"] == "gfx1201"
+    assert parts("No compatible code objects found for: %s, value of HIP_FORCE_SPIRV") == []

@@ -33,7 +33,10 @@ NO_CODE_OBJECT = re.compile(
     r"|hipErrorInvalidDeviceFunction|hipErrorNoBinaryForGpu"
     r"|Unable to find code object for all current devices|Cou?l?dn.t find binary for current "
     r"devices|HSA_STATUS_ERROR_INVALID_ISA|HIP error: no kernel image is available for "
-    r"execution on the device|HIP error: device kernel image is invalid|hipErrorInvalidImage", IC)
+    r"execution on the device|HIP error: device kernel image is invalid|hipErrorInvalidImage"
+    # HIP's own log line for it (hip_fatbin.cpp, AMD_LOG_LEVEL >= 1), naming the GPU's target
+    r"|No compatible code objects (?:found for: |with HIP_FORCE_SPIRV_CODEOBJECT: \d+\. "
+    r"Rebuild the application with option --offload-arch=)(?P<gfx>gfx[0-9a-f]{3,4}[\w:+-]*)", IC)
 # rocBLAS's form: no Tensile library for the GPU's arch where rocBLAS looks (the errno text
 # varies: ENOENT, or ESPIPE "Illegal seek" from the merged library; releases before ROCm 6 do
 # not name the arch), or hipBLASLt/rocBLAS's lazy-loading form naming the per-arch file it
@@ -123,7 +126,9 @@ HSA_INIT_FAILED = re.compile(r"hsa_init Failed|HSA_STATUS_ERROR_OUT_OF_RESOURCES
 # A ROCm extension's setup.py (flash-attn's CK backend, aiter) rejecting a target not in its
 # allow-list of gfx archs.
 ARCH_LIST = re.compile(r"One of GPU archs of \[(?P<archs>[^\]\n]*)\] is invalid or not supported"
-                       r"|(?P<gfx>gfx\w+)\s+is invalid or not supported by Flash-Attention", IC)
+                       r"|(?P<gfx>gfx\w+)\s+is invalid or not supported by Flash-Attention"
+                       # the same allow-list checked at run time (csrc's TORCH_CHECK on the gfx)
+                       r"|(?P<runtime>FlashAttention only supports AMD MI200 GPUs or newer)", IC)
 
 # The perl hipcc/hipconfig exec'ing a compiler under the ROCm path they assumed (ROCM_PATH,
 # HIP_CLANG_PATH, HCC_HOME default to /opt/rocm) where there is none.
@@ -293,7 +298,7 @@ def read(message: str, around: str = "") -> list[Reading]:
     archs = ARCH_LIST.search(message)
     if archs:  # the extension's setup allows only the gfx targets it lists
         found.append(reading(FAMILY, "rocm.flash-attn-arch-list", archs.group(0),
-                             archs=archs["archs"] or archs["gfx"]))
+                             archs=archs["archs"] or archs["gfx"] or "gfx90x, gfx94x (MI200, MI300)"))
     hip_exec = HIP_EXEC.search(message)
     if hip_exec:  # hipcc/hipconfig assumed a ROCm path the install is not at
         found.append(reading(FAMILY, "rocm.hip-env-not-loaded", hip_exec.group(0),
