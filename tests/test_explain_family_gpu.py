@@ -499,3 +499,15 @@ def test_cudas_unknown_error_in_other_programs_words_is_the_same_kind(text):
     assert [m for m, _ in parts(text)][:1] == ["gpu.cuda-unknown-error-driver"]
     assert "gpu.cuda-unknown-error-driver" not in [
         m for m, _ in parts("cudaGetDeviceCount returned 3\n-> initialization error")]
+
+
+@pytest.mark.parametrize("text", [
+    "RuntimeError: CUDA error: the launch timed out and was terminated",
+    "numba.cuda.cudadrv.driver.CudaAPIError: Call to cuMemFree results in CUDA_ERROR_LAUNCH_TIMEOUT",
+    "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=383 error=702",
+])
+def test_a_kernel_the_display_watchdog_ended_is_read_in_each_form(text):
+    """cudaErrorLaunchTimeout in the runtime's text, the driver's enum, and its number (702
+    since CUDA 10.1; the older 6 changed meaning, so it is left to the text)."""
+    assert [r.mode for r in gpu.read(text)] == ["gpu.display-watchdog-timeout"]
+    assert gpu.read("THCudaCheck FAIL file=x.cpp line=1 error=6") == []

@@ -41,6 +41,9 @@ KINDS = (
      r"|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"),
     # The toolkit's stub libcuda.so (for linking only) loaded instead of the driver's.
     ("stub", r"CUDA driver is a stub library|cudaErrorStubLibrary|CUDA_ERROR_STUB_LIBRARY"),
+    # The display driver's watchdog (Windows TDR, X's) ended a kernel that ran too long
+    ("launch-timeout", r"the launch timed out and was terminated|cudaErrorLaunchTimeout"
+     r"|CUDA_ERROR_LAUNCH_TIMEOUT"),
     ("unknown", r"CUDA unknown error|cudaErrorUnknown|CUDA_ERROR_UNKNOWN"
      r"|error=\d+ : unknown error|cuda runtime error \(\d+\) : unknown error"
      # Caffe's check, deviceQuery, ollama's cudart probe (30 is "unknown" before CUDA 10.1)
@@ -52,6 +55,7 @@ KIND_TEXT = [(kind, re.compile(pattern, IC)) for kind, pattern in KINDS]
 # Numbers whose meaning changed in the renumbering (10, 30, 38, 39, 48) are left to the text.
 CODES = {35: "insufficient-driver", 46: "devices-unavailable", 98: "no-kernel-image",
          100: "no-device", 101: "invalid-device", 209: "no-kernel-image", 214: "ecc", 222: "ptx",
+         702: "launch-timeout",
          711: "too-many-peers", 802: "system-not-ready", 803: "driver-mismatch", 804: "compat",
          999: "unknown"}
 # A number is read only inside a frame that says it is a CUDA error code.

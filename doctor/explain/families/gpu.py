@@ -184,7 +184,7 @@ SIMPLE = {"insufficient-driver": "gpu.driver-too-old",
           "compat": "gpu.forward-compat-unsupported",
           "driver-mismatch": "gpu.compat-libcuda-mismatch",
           "unknown": "gpu.cuda-unknown-error-driver", "stub": "gpu.libcuda-stub-loaded",
-          "too-many-peers": "gpu.p2p-peer-limit"}
+          "too-many-peers": "gpu.p2p-peer-limit", "launch-timeout": "gpu.display-watchdog-timeout"}
 
 
 def _arch_reading(message: str, text: str, error: str, around: str = "") -> Reading | None:
