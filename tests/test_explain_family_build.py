@@ -444,3 +444,21 @@ def test_a_name_missing_from_transformers_says_which_release_problem(name, mode)
     text = f"ImportError: cannot import name '{name}' from 'transformers' (/env/lib/python3.10/" \
            "site-packages/transformers/__init__.py)"
     assert [r.mode for r in build.read(text)][:1] == [mode]
+
+
+def test_transformers_refusing_torch_load_names_the_torch_it_requires(monkeypatch):
+    """transformers' own refusal (utils/import_utils.py check_torch_load_is_safe, raised for a
+    torch below 2.6 here by patching its version test): the package and the floor it names."""
+    from transformers.utils import import_utils
+
+    monkeypatch.setattr(import_utils, "is_torch_greater_or_equal", lambda *a, **k: False)
+    with pytest.raises(ValueError) as refused:
+        import_utils.check_torch_load_is_safe()
+    readings = build.read(f"ValueError: {refused.value}")
+    assert [(r.mode, dict(r.parts).get("requires")) for r in readings] == [
+        ("env.package-version-mismatch", "torch>=2.6")]
+    # the twin: the same words about another floor are read with that floor, and a
+    # "require ... to upgrade" sentence about no package of the stack names nothing
+    assert dict(build.read("we now require users to upgrade accelerate to at least v1.1.0")[0]
+                .parts)["requires"] == "accelerate>=1.1.0"
+    assert build.read("we now require users to upgrade the firmware to at least v2.6") == []

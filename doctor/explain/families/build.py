@@ -122,6 +122,10 @@ REQUIRED = re.compile(r"(?P<req>[A-Za-z][\w.-]*\s*(?:[<>=!~]=?\s*[\w.*+-]+\s*,?\
 # `accelerate>=0.20.1`".
 FEATURE = re.compile(r"requires `(?P<req>(?:accelerate|peft|bitsandbytes|torch|transformers|"
                      r"datasets|deepspeed)\s*[<>=!~]=?\s*[\w.]+)`")
+# A package refusing a call below the release it requires of another: transformers (>= 4.50)
+# refusing torch.load under torch < 2.6 (CVE-2025-32434).
+UPGRADE = re.compile(r"require(?:s)? (?:users )?to upgrade (?P<pkg>torch|transformers|accelerate|"
+                     r"peft|datasets|deepspeed|huggingface_hub) to at least v?(?P<ver>\d+(?:\.\d+)+)")
 CIRCULAR = re.compile(r"partially initialized module|circular import", FLAGS)
 # (a module of the stack that moved or went, transformers.deepspeed or torch._six, is read by
 # the python family: moved_module)
@@ -324,6 +328,9 @@ def _deepspeed_readings(message: str) -> list[Reading]:
                              "env.package-missing" if model["fw"] else
                              "hf.transformers-too-old-for-model", name.group(0),
                              name=name.group(1), module=name.group(2)))
+    if upgrade := UPGRADE.search(message):
+        found.append(reading(FAMILY, "env.package-version-mismatch", upgrade.group(0),
+                             requires=f"{upgrade['pkg']}>={upgrade['ver']}"))
     need = REQUIRED.search(message) or FEATURE.search(message)
     if need:  # the release one package requires of another, and the one it found
         found.append(reading(FAMILY, "env.package-version-mismatch", need.group(0),
