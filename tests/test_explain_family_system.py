@@ -189,3 +189,13 @@ def test_the_shells_killed_line_is_memory_run_out_and_a_slurm_script_says_whose_
     log = ("ImportError: libcudart.so.12: cannot open shared object file: No such file or "
            "directory\nKilled")
     assert "system.host-oom-killed" not in _sure(log)[:1]
+
+
+def test_a_library_mapping_refused_for_memory_is_the_address_space_limit_not_noexec():
+    """glibc appends why the mapping failed: ENOMEM (an RLIMIT_AS / h_vmem limit, libc itself
+    unmappable) is the address-space limit; the same words for a generated .so in /tmp without
+    the errno stay the noexec mount."""
+    for r in (r for r in ROWS if r["mode"] == "system.address-space-limit"):
+        assert _sure(r["text"])[:1] == ["system.address-space-limit"], r["url"]
+    noexec = "ImportError: /tmp/torchinductor_u/ab/cuda_utils.so: failed to map segment from shared object"
+    assert _sure(noexec)[:1] == ["system.tmp-noexec"]
