@@ -31,13 +31,14 @@ from functools import cache
 from dsenv.data import load_table
 from dsenv.doctor import catalogue
 from dsenv.doctor.explain import rank
-from dsenv.doctor.explain.families import build_compile, cuda_errors, rocm
+from dsenv.doctor.explain.families import build_compile, cuda_errors, gpu, rocm
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 # Words a family parser already knows, named in the table by "@name" rather than copied: every
 # wording of one error, kept in one place.
 FAMILY_WORDS = {"@rocm.no-code-object": rocm.NO_CODE_OBJECT.pattern,
-                "@build.cuda-release": build_compile.CUDA_RELEASE_SEEN.pattern}
+                "@build.cuda-release": build_compile.CUDA_RELEASE_SEEN.pattern,
+                "@gpu.own-kernel-error": gpu.OWN_KERNEL_ERROR.pattern}
 ALSO = "@also"  # a tell that is the member's own `also` evidence in the catalogue
 
 
@@ -71,7 +72,7 @@ def groups() -> tuple[Group, ...]:
     return tuple(Group(r["id"], r["what"], tuple(FAMILY_WORDS.get(w, w) for w in r["words"]),
                        tuple(r["modes"]),
                        {k: tuple(p for x in v for p in (
-                           catalogue.mode(k).also if x == ALSO else (x,)))
+                           catalogue.mode(k).also if x == ALSO else (FAMILY_WORDS.get(x, x),)))
                         for k, v in r.get("tells", {}).items()},
                        tuple(FAMILY_WORDS.get(d, d) for d in r.get("decided", ())), r["which"], tuple(r["sources"]),
                        tuple(r.get("cuda_errors", ())), bool(r.get("unranked", False)),

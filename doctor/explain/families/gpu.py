@@ -148,9 +148,14 @@ LIGHTNING_GPUS = re.compile(r"You requested (?:gpu|GPUs?|cuda): (?P<asked>\[[0-9
 DEEPSPEED = re.compile(r"deepspeed|op_builder|fused_adam|DS_BUILD", IC)
 # A compiled extension in the traceback: its build flags, its ops folder, a *_cuda/_ext/_C
 # module that is not torch's own, or a package known to ship its own CUDA kernels.
+# A project's own .cu code printing the CUDA error of its kernel (DCN's and Deformable-DETR's
+# "error in <kernel>:", pointnet2's "CUDA kernel failed :" and "at L:N in x.cu"): torch's never do
+OWN_KERNEL_ERROR = re.compile(r"\berror in \w+:\s*(?:no kernel image is available|invalid device "
+                              r"function)|\bCUDA kernel failed\s*:\s*(?:no kernel image is available"
+                              r"|invalid device function)|\bat L:\d+ in \S+\.cu\b", IC)
 EXTENSION = re.compile(r"TORCH_CUDA_ARCH_LIST|cpp_extension|-gencode|ext_module|\b_ext\b|/ops/"
                        r"|\b\w+_cuda\.\w+\(|(?<!torch)\._C\.\w+\(|flash_attn|xformers"
-                       r"|\bapex\b|mmcv|detectron2", IC)
+                       r"|\bapex\b|mmcv|detectron2|" + OWN_KERNEL_ERROR.pattern, IC)
 CONTAINER = re.compile(r"singularity|apptainer|docker|podman|enroot|\.sif\b", IC)
 # ... started without the GPU: NVIDIA's images say so at start, or the docker run line shows it
 NO_GPU_CONTAINER = re.compile(r"The NVIDIA Driver was not detected\.\s+GPU functionality will not "
