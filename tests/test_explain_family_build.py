@@ -462,3 +462,22 @@ def test_transformers_refusing_torch_load_names_the_torch_it_requires(monkeypatc
     assert dict(build.read("we now require users to upgrade accelerate to at least v1.1.0")[0]
                 .parts)["requires"] == "accelerate>=1.1.0"
     assert build.read("we now require users to upgrade the firmware to at least v2.6") == []
+
+
+def test_torchs_no_gpu_words_inside_an_extension_build_are_the_build_without_an_arch():
+    """A Dockerfile RUN of pip or pip's "Building wheel ... (setup.py)" before torch's "Found no
+    NVIDIA driver" (torch 1.3-1.7 probed the GPU's arch in the build): the build sees no GPU,
+    not the node; the same words without a build step stay the node's."""
+    for url in ("rusty1s/pytorch_scatter/pull/79", "facebookresearch/detectron2/issues/56"):
+        text = symptoms.text(symptoms.rows("build"), url)
+        assert [r.mode for r in build.read(text)] == ["toolkit.no-gpu-for-arch-list"], url
+        _, _, sure, _ = explain_text(text)
+        assert sure[0].id == "toolkit.no-gpu-for-arch-list", url
+    bare = "RuntimeError: Found no NVIDIA driver on your system. Please check that you have a GPU"
+    assert build.read(bare) == []
+    _, _, sure, _ = explain_text(bare)
+    assert sure[0].id == "gpu.no-gpu-on-node"
+    # the build step in the lines above the error, the words in the error
+    step = dict(build.read("AssertionError: Found no NVIDIA driver on your system.",
+                           "Step 7/9 : RUN pip install -e /detectron2_repo")[0].parts)
+    assert step["build step"].startswith(": RUN pip install")

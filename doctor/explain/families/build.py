@@ -33,8 +33,9 @@ NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V\d|/cuda-(\d+\.\d+)\b", FLAGS)
 NVCC_PATH = re.compile(r"No such file or directory: '([^'\n]*)/bin/nvcc'"
                        r"|unable to execute '([^'\n]*)/bin/nvcc'"
                        r"|(:/[^\s:'\"]*)/bin/nvcc: not found", FLAGS)
+# (DCNv2-style setup.py files print torch's CUDA_HOME before refusing: "CUDA_HOME:None")
 CUDA_HOME_UNSET = re.compile(r"CUDA_HOME does not exist|CUDA_HOME environment variable is "
-                             r"not set", FLAGS)
+                             r"not set|\bCUDA_HOME\s*[:=]\s*None\b", FLAGS)
 # setup.py files' own checks for nvcc: apex's "--cuda_ext was requested, but nvcc was not found"
 # (and the packages that copied it), the locate_cuda() helper many CUDA extensions carry
 NVCC_NOT_FOUND = re.compile(r"\S+ was requested, but nvcc was not found|The nvcc binary could "
@@ -171,6 +172,14 @@ TORCH_CPU = re.compile(r"Torch not compiled with CUDA enabled|torch version \.+ 
 NO_ARCH = re.compile(r"arch_list\[-1\] \+= '\+PTX'(?=[\s\S]{0,600}?IndexError: list index out of "
                      r"range)", FLAGS)
 NO_RUNTIME = re.compile(r"No CUDA runtime is found, using CUDA_HOME='([^'\n]*)'", FLAGS)
+# An extension build (a Dockerfile RUN of pip/setup.py, pip building a wheel from setup.py,
+# torch's extension builder) where torch finds no GPU: `docker build` never sees one, and torch
+# 1.3-1.7 probed the GPU's arch there and raised the driver's words (newer torch: NO_ARCH).
+EXT_BUILD_STEP = re.compile(r"(?:^|: )RUN\b[^\n]*\b(?:pip3? install|setup\.py|make\.sh)\b"
+                            r"|Building wheel for \S+ \(setup\.py\)|_get_cuda_arch_flags"
+                            r"|\bcpp_extension\.py\b", FLAGS)
+NO_GPU_SEEN = re.compile(r"Found no NVIDIA driver on your system|no CUDA-capable device is "
+                         r"detected|No CUDA GPUs are available", FLAGS)
 CPU_ROOT = re.compile(r"torch_extensions/py\d+_cpu\b", FLAGS)
 
 # Messages whose one pattern names the mode; the groups become the parts.
@@ -382,9 +391,10 @@ def _jit_readings(message: str) -> list[Reading]:
     return found
 
 
-def _no_gpu_readings(message: str) -> list[Reading]:
+def _no_gpu_readings(message: str, around: str = "") -> list[Reading]:
     """A build where torch saw no GPU: DeepSpeed building its CPU accelerator's ops, or
-    torch's extension builder left without an arch to compile for."""
+    torch's extension builder left without an arch to compile for (the build step may be in
+    the lines above the error)."""
     found = []
     ccl = CCL_OP.search(message)
     picked = DS_CPU_PICKED.search(message)
@@ -400,7 +410,19 @@ def _no_gpu_readings(message: str) -> list[Reading]:
                              else "no CUDA (a CPU-only torch)",
                              cuda_home=runtime.group(1) if runtime else "",
                              torch_build="cpu" if CPU_ROOT.search(message) else ""))
+    elif built := ext_build_without_gpu(message, around):
+        found.append(reading(FAMILY, "toolkit.no-gpu-for-arch-list", built[0],
+                             build_step=built[1]))
     return found
+
+
+def ext_build_without_gpu(message: str, around: str = "") -> tuple[str, str] | None:
+    """(torch's no-GPU words, the build step) when torch found no GPU in an extension build:
+    the words in the line or the lines around it, the step anywhere there. The gpu family asks
+    it too, so that such a build is not read as a node without GPUs."""
+    none = NO_GPU_SEEN.search(message) or NO_GPU_SEEN.search(around)
+    step = none and EXT_BUILD_STEP.search(f"{around}\n{message}")
+    return (none.group(0), step.group(0).strip()[:80]) if step else None
 
 
 # DeepSpeed's batch check with world_size 1 where the job has more GPUs, beside DeepSpeed 0.9.0
@@ -431,4 +453,4 @@ def read(message: str, around: str = "") -> list[Reading]:
             parts = {n: g or "" for n, g in zip(names, hit.groups(), strict=True)}
             found.append(reading(FAMILY, mode, hit.group(0), **parts))
     return found + compile_readings(message) + _deepspeed_readings(message) + \
-        _jit_readings(message) + _no_gpu_readings(message)
+        _jit_readings(message) + _no_gpu_readings(message, around)

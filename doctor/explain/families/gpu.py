@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from dsenv.doctor.explain.families import Reading, reading
+from dsenv.doctor.explain.families.build import ext_build_without_gpu
 from dsenv.doctor.explain.families.cuda_errors import first_error
 
 FAMILY = "gpu"
@@ -146,13 +147,14 @@ LIGHTNING_GPUS = re.compile(r"You requested (?:gpu|GPUs?|cuda): (?P<asked>\[[0-9
 
 # Who else may own the same words.
 DEEPSPEED = re.compile(r"deepspeed|op_builder|fused_adam|DS_BUILD", IC)
-# A compiled extension in the traceback: its build flags, its ops folder, a *_cuda/_ext/_C
-# module that is not torch's own, or a package known to ship its own CUDA kernels.
 # A project's own .cu code printing the CUDA error of its kernel (DCN's and Deformable-DETR's
 # "error in <kernel>:", pointnet2's "CUDA kernel failed :" and "at L:N in x.cu"): torch's never do
 OWN_KERNEL_ERROR = re.compile(r"\berror in \w+:\s*(?:no kernel image is available|invalid device "
                               r"function)|\bCUDA kernel failed\s*:\s*(?:no kernel image is available"
                               r"|invalid device function)|\bat L:\d+ in \S+\.cu\b", IC)
+# A compiled extension in the traceback: its build flags, its ops folder, a *_cuda/_ext/_C
+# module that is not torch's own, a package known to ship its own CUDA kernels, or its own
+# kernels' error words.
 EXTENSION = re.compile(r"TORCH_CUDA_ARCH_LIST|cpp_extension|-gencode|ext_module|\b_ext\b|/ops/"
                        r"|\b\w+_cuda\.\w+\(|(?<!torch)\._C\.\w+\(|flash_attn|xformers"
                        r"|\bapex\b|mmcv|detectron2|" + OWN_KERNEL_ERROR.pattern, IC)
@@ -388,7 +390,7 @@ def read(message: str, around: str = "") -> list[Reading]:
     if no_driver and (started := NO_GPU_CONTAINER.search(both)):
         found.append(reading(FAMILY, "container.no-gpu-runtime", no_driver[0],
                              container=started.group(0).strip()[:100]))
-    elif no_driver and not CONTAINER.search(message):
+    elif no_driver and not CONTAINER.search(message) and not ext_build_without_gpu(message, around):
         # No libcuda at all: a machine without the driver (a container is the container's)
         found.append(reading(FAMILY, "gpu.no-gpu-on-node", no_driver[0]))
     elif counted := NONE_COUNTED.search(message):
