@@ -61,7 +61,7 @@ NO_DRIVER = re.compile(r"Found no NVIDIA driver on your system", IC)
 NONE_COUNTED = re.compile(r"Unable to proceed, no GPU resources available|ProcessGroupNCCL is "
                           r"only supported with GPUs, no GPUs found", IC)
 NVML_MISMATCH = re.compile(r"Driver/library version mismatch(?:[\s\S]{0,40}?NVML library "
-                           r"version: (?P<lib>[\d.]+))?", IC)
+                           r"version: (?P<lib>[\d.]+))?|NVRM: API mismatch: the client", IC)
 SMI_NO_DRIVER = re.compile(r"couldn.t communicate with the NVIDIA driver", IC)
 XID = re.compile(r"Xid \(PCI:(?P<bus>[^)]*)\): (?P<xid>\d+)", IC)
 # NVML's words for the same state (NVML_ERROR_GPU_IS_LOST, 15: the kernel driver marked the GPU

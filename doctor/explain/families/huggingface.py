@@ -216,6 +216,12 @@ def read(message: str) -> list[Reading]:
         hit = unknown or key
         add("hf.transformers-too-old-for-model", hit.group(0)[-120:], model_type=hit["type"])
         return found
+    # a quantization method the checkpoint's config names that this release has no quantizer
+    # for (DeepSeek-V3's fp8 before 4.49); a dtype there is a config mistake, not the release
+    if m := re.search(r"Unknown quantization type, got (?!(?:bf16|fp16|float16|bfloat16|fp32|"
+                      r"float32|none)\b)(?P<method>[\w-]+) - supported types are", message):
+        add("hf.transformers-too-old-for-model", m[0], quantization=m["method"])
+        return found
     # trust_remote_code's module is named after the model folder: a '.' in the folder's name
     # cuts it (Qwen1.5-7B -> transformers_modules.Qwen1); only with that folder in the text
     if (m := re.search(r"No module named [`'‘]?transformers_modules\.(?P<name>[\w-]+)", message)) \
