@@ -56,7 +56,9 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
         "env.triton-missing-for-inductor", "env.pyarrow-mixed-install",
         "env.te-torch-extension-missing", "hf.not-a-safetensors-file",
         "hf.remote-code-older-than-transformers", "hf.lfs-quota-exceeded",
-        "env.windows-long-paths-disabled", "env.ext-built-without-cuda"}
+        "env.windows-long-paths-disabled", "env.ext-built-without-cuda",
+        "env.wheel-package-missing", "env.triton-no-wheel-for-platform",
+        "env.requirements-frozen-conda-build-paths", "env.pip-site-packages-not-writable"}
     missed = {r["url"]: first_cause(r["text"]) for r in ROWS
               if first_cause(r["text"]) != r["mode"]}
     assert not missed, missed
