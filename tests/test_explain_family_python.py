@@ -58,7 +58,8 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
         "hf.remote-code-older-than-transformers", "hf.lfs-quota-exceeded",
         "env.windows-long-paths-disabled", "env.ext-built-without-cuda",
         "env.wheel-package-missing", "env.triton-no-wheel-for-platform",
-        "env.requirements-frozen-conda-build-paths", "env.pip-site-packages-not-writable"}
+        "env.requirements-frozen-conda-build-paths", "env.pip-site-packages-not-writable",
+        "env.ffmpeg-shared-libs-missing"}
     missed = {r["url"]: first_cause(r["text"]) for r in ROWS
               if first_cause(r["text"]) != r["mode"]}
     assert not missed, missed
