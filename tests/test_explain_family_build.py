@@ -481,3 +481,15 @@ def test_torchs_no_gpu_words_inside_an_extension_build_are_the_build_without_an_
     step = dict(build.read("AssertionError: Found no NVIDIA driver on your system.",
                            "Step 7/9 : RUN pip install -e /detectron2_repo")[0].parts)
     assert step["build step"].startswith(": RUN pip install")
+
+
+def test_cmake_without_a_cuda_compiler_is_cuda_home_but_a_compiler_that_ran_is_not():
+    """CMake's "Failed to detect a default CUDA architecture" with an empty compiler output
+    ran no nvcc (the toolkit missing); with the compiler's own errors after it, nvcc ran and
+    the errors say why (the host gcc's headers): not the missing toolkit."""
+    ran_none = "CMake Error at x.cmake:633 (message):\n  Failed to detect a default CUDA architecture.\n\n  Compiler output:\n\nCall Stack (most recent call first):"
+    assert [r.mode for r in build.read(ran_none)] == ["jit.cuda-home-missing"]
+    ran = ("  Failed to detect a default CUDA architecture.\n\n  Compiler output:\n"
+           "/usr/include/c++/14/bits/c++config.h(2668): error: user-defined literal operator not found")
+    assert [r.mode for r in build.read(ran)] == ["jit.gcc-too-new-for-nvcc"]
+    assert dict(build.read(ran)[0].parts)["gcc"] == "14"

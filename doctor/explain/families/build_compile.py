@@ -97,12 +97,40 @@ def _toolkit_readings(message: str, where: dict) -> list[Reading]:
     return found
 
 
+# The toolchain the build looked for, in CMake's, nvcc's and setuptools' words: (words, mode,
+# names of what the words' groups carry).
+TOOLCHAIN = (
+    # CMake found no nvcc (CUDA_HOME/PATH/CUDACXX), or ran none: no compiler output at all
+    (re.compile(r"No CMAKE_CUDA_COMPILER could be found|CMAKE_CUDA_COMPILER:\s+\S*nvcc(?:\.exe)?\s+"
+                r"is not a full path and was not found in the PATH|Could not find compiler set in "
+                r"environment variable CUDACXX|Failed to detect a default CUDA architecture\.\s*"
+                r"(?:Compiler output:\s*)?(?:Call Stack|\Z)", FLAGS), "jit.cuda-home-missing", ()),
+    # Visual Studio generators compile CUDA through the toolkit's MSBuild integration
+    (re.compile(r"No CUDA toolset found", FLAGS), "toolkit.cuda-vs-integration-missing", ()),
+    (re.compile(r"nvcc fatal\s*:\s*Cannot find compiler [`'\u2018]?(cl\.exe)['\u2019]? in PATH"
+                r"|error: command '(?:[^'\n]*[\\/])?(cl(?:\.exe)?)' failed: No such file or "
+                r"directory", FLAGS), "toolkit.cxx-compiler-missing", ("compiler", "compiler")),
+    # torch's FindCUDA (select_compute_arch.cmake) on an arch name it has no table entry for
+    (re.compile(r"Unknown CUDA Architecture Name (\S+) in CUDA_SELECT_NVCC_ARCH_FLAGS", FLAGS),
+     "toolkit.arch-unknown-to-torch", ("arch",)),
+    # nvcc's front end on a newer gcc's own headers (its version check bypassed)
+    (re.compile(r"/include/c\+\+/(\d+)[\w.]*/[\w./+-]+(?:\(\d+\))?: error:\s+(?:identifier\s+"
+                r"\"(?:__\w+|char(?:8|16|32)_t|false_type|true_type)\"\s+is\s+undefined|user-defined"
+                r"\s+literal\s+operator\s+not\s+found|__bool_constant\s+is\s+not\s+a\s+template)",
+                FLAGS), "jit.gcc-too-new-for-nvcc", ("gcc",)),
+)
+
+
 def compile_readings(message: str) -> list[Reading]:
     # Which op was being built (ninja's "Error building extension") and which object failed
     # ("FAILED: x.o"): said with whatever first error the build printed.
     op, failed = EXTENSION.search(message), FAILED_OBJECT.search(message)
     where = {"op": op.group(1) if op else "", "file": failed.group(1) if failed else ""}
     found = []
+    for words, mode, names in TOOLCHAIN:
+        if hit := words.search(message):
+            parts = {n: g for n, g in zip(names, hit.groups(), strict=True) if g}
+            found.append(reading(FAMILY, mode, hit.group(0)[:160], **parts, **where))
     header = HEADER.search(message)
     if header:
         path = header.group(1)
