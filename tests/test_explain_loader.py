@@ -486,3 +486,17 @@ def test_ctranslate2s_wording_of_a_library_it_could_not_load():
     assert [(f.kind, f.library, f.version) for f in found] == [
         ("missing", "libcublas.so.11", "11")]
     assert "cuBLAS" in found[0].row["name"]
+
+
+@pytest.mark.parametrize("dll, soname", [
+    ("cublas64_12.dll", "libcublas.so.12"), ("cudart64_110.dll", "libcudart.so.11.0"),
+    ("cudnn_ops_infer64_8.dll", "libcudnn_ops_infer.so.8"), ("zlibwapi.dll", "zlibwapi.dll"),
+])
+def test_a_windows_cuda_dll_is_read_as_its_linux_soname(dll, soname):
+    """cuDNN's, CTranslate2's and TensorFlow's Windows wordings name <lib>64_<major>.dll: the
+    same library and major as the soname, so the same table row and modes answer."""
+    from dsenv.doctor.explain.loader_words import linux_name
+    assert linux_name(dll) == soname
+    if dll.startswith("cu"):
+        finding, = loader.parse(f"RuntimeError: Library {dll} is not found or cannot be loaded")
+        assert (finding.kind, finding.library) == ("missing", soname)

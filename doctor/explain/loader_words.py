@@ -7,6 +7,9 @@ from __future__ import annotations
 import re
 
 LIB = r"(lib[\w+.-]*?\.so(?:\.[\w.]+)?)"
+# Windows names the same libraries <name>64_<major>.dll (cublas64_12.dll, cudart64_110.dll,
+# cudnn_ops_infer64_8.dll): read as their Linux soname (linux_name), so one table row serves both
+WIN_DLL = r"((?:cu\w+?|nvrtc\w*?|nccl)64_\d+\.dll)"
 MISSING = re.compile(
     r"(?:(?P<path>/\S*/)|\b)" + LIB + r"(?:'|\"|:|,)?\s*(?:: )?cannot open shared object file"
     r"|Could not load dynamic library '" + LIB + "'"
@@ -17,7 +20,20 @@ MISSING = re.compile(
       r"library:? '?" + LIB
     # CTranslate2 (faster-whisper, whisperX): "Library libcublas.so.12 is not found or cannot be
     # loaded" (SYSTRAN/faster-whisper#47, OpenNMT/CTranslate2#1250)
-    + r"|\bLibrary " + LIB + r" is not found or cannot be loaded", re.IGNORECASE)
+    + r"|\bLibrary " + LIB + r" is not found or cannot be loaded"
+    # the same on Windows: CTranslate2's words, cuDNN 8's own loader, TensorFlow's
+    + r"|\bLibrary " + WIN_DLL + r" is not found or cannot be loaded|Could not (?:locate|load "
+      r"library|load dynamic library) '?" + WIN_DLL, re.IGNORECASE)
+
+
+def linux_name(library: str) -> str:
+    """A Windows CUDA DLL's name as its Linux soname (cudart64_110.dll -> libcudart.so.11.0,
+    cublas64_12.dll -> libcublas.so.12); any other name unchanged."""
+    m = re.fullmatch(r"(\w+?)64_(\d+)\.dll", library, re.IGNORECASE)
+    if not m:
+        return library
+    major = m[2] if len(m[2]) < 3 else f"{m[2][:-1]}.{m[2][-1]}"  # 110: CUDA 11.0's runtime
+    return f"lib{m[1]}.so.{major}"
 UNDEFINED = re.compile(
     r"(?:(?P<by>[^\s`'\"]+\.so[\w.]*):\s*)?undefined\s+symbol:\s*[\"'`]?(?P<sym>[\w@.$]+)[\"'`]?"
     r"(?:,\s*version\s+(?P<ver>[\w.+-]+))?")
