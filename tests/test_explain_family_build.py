@@ -493,3 +493,13 @@ def test_cmake_without_a_cuda_compiler_is_cuda_home_but_a_compiler_that_ran_is_n
            "/usr/include/c++/14/bits/c++config.h(2668): error: user-defined literal operator not found")
     assert [r.mode for r in build.read(ran)] == ["jit.gcc-too-new-for-nvcc"]
     assert dict(build.read(ran)[0].parts)["gcc"] == "14"
+
+
+def test_an_arch_name_torchs_findcuda_lacks_is_read_but_a_projects_own_list_form_is_not():
+    """9.0a (torch's fallback list without a GPU) and a cut "8" are the environment's arch
+    list; the "X.Y(Z.W)" form is a project's own CMake list (its code)."""
+    for name in ("9.0a", "8"):
+        text = f"Unknown CUDA Architecture Name {name} in CUDA_SELECT_NVCC_ARCH_FLAGS"
+        assert [(r.mode, dict(r.parts)["arch"]) for r in build.read(text)] == [
+            ("toolkit.arch-unknown-to-torch", name)]
+    assert build.read("Unknown CUDA Architecture Name 2.1(2.0) in CUDA_SELECT_NVCC_ARCH_FLAGS") == []

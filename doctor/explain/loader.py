@@ -33,8 +33,15 @@ from functools import cache
 from pathlib import Path
 
 from dsenv.data import load_table
-from dsenv.doctor.explain.loader_words import (LIB, LINK, MISSING, NOT_DEFINED, UNDEFINED, VERSION,
-                                                 linux_name)
+from dsenv.doctor.explain.loader_words import (
+    LIB,
+    LINK,
+    MISSING,
+    NOT_DEFINED,
+    UNDEFINED,
+    VERSION,
+    linux_name,
+)
 from dsenv.facts.python import sharedlibs, target_env, torch_info, torch_symbols
 
 

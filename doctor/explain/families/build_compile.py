@@ -111,7 +111,10 @@ TOOLCHAIN = (
                 r"|error: command '(?:[^'\n]*[\\/])?(cl(?:\.exe)?)' failed: No such file or "
                 r"directory", FLAGS), "toolkit.cxx-compiler-missing", ("compiler", "compiler")),
     # torch's FindCUDA (select_compute_arch.cmake) on an arch name it has no table entry for
-    (re.compile(r"Unknown CUDA Architecture Name (\S+) in CUDA_SELECT_NVCC_ARCH_FLAGS", FLAGS),
+    # (9.0a from torch's own fallback list, a cut "8"); the "X.Y(Z.W)" form comes from a
+    # project's own arch list (old lua-torch scripts, k2), its code, not the environment
+    (re.compile(r"Unknown CUDA Architecture Name (\d+(?:\.\d+)?a?) in CUDA_SELECT_NVCC_ARCH_FLAGS",
+                FLAGS),
      "toolkit.arch-unknown-to-torch", ("arch",)),
     # nvcc's front end on a newer gcc's own headers (its version check bypassed)
     (re.compile(r"/include/c\+\+/(\d+)[\w.]*/[\w./+-]+(?:\(\d+\))?: error:\s+(?:identifier\s+"
