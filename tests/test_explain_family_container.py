@@ -28,7 +28,10 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               "container.gvisor-nvproxy-unsupported-driver",
               # Go's resolver and net/http timeout on a registry, the NGC entrypoint's banner
               "container.registry-dns-lookup-failed", "container.docker-daemon-proxy-not-set",
-              "container.ngc-image-predates-gpu"}
+              "container.ngc-image-predates-gpu",
+              # Apptainer's cache race, Singularity 2's SIF refusal, a registry's TLS re-signed
+              "container.apptainer-cache-concurrent-pull", "container.singularity2-cannot-read-sif",
+              "container.registry-tls-intercepted"}
 
 
 def row(url_tail: str) -> dict:

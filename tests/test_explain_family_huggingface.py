@@ -432,3 +432,22 @@ def test_another_status_in_the_same_client_wording_is_not_a_rate_limit(monkeypat
     log = _hub_client_log(monkeypatch, 404, {})
     assert "HTTP Error 404 thrown while requesting" in log
     assert "hf.rate-limited" not in [r.mode for r in huggingface.read(log)]
+
+
+def test_a_resume_past_the_end_is_the_stale_incomplete_file_but_xets_own_416_is_not():
+    """requests'/huggingface_hub's raised 416 on a /resolve/ URL: a blobs/<etag>.incomplete
+    that already holds the file; hf_xet walks segments until the server answers 416 and logs
+    it as the end of a download (xet-core#939), which names nothing."""
+    raised = ("huggingface_hub.utils._errors.HfHubHTTPError: 416 Client Error: Range Not "
+              "Satisfiable for url: https://huggingface.co/org/repo/resolve/abc/model.bin")
+    assert [r.mode for r in huggingface.read(raised)] == ["cache.hub-stale-incomplete-file"]
+    xet = ("INFO api call failed: status 416 Range Not Satisfiable for url "
+           "https://cas-bridge.xethub.hf.co/xorbs/default/abc")
+    assert "cache.hub-stale-incomplete-file" not in [r.mode for r in huggingface.read(xet)]
+
+
+def test_tokenizers_reading_a_cut_tokenizer_json_is_a_truncated_download():
+    cut = "Exception: EOF while parsing a value at line 156568 column 3"
+    assert [r.mode for r in huggingface.read(cut)] == ["cache.hf-truncated-download"]
+    # serde's words for a JSON the program itself built are not a download's
+    assert huggingface.read("error: EOF while parsing a value at line 1 column 0") == []

@@ -35,6 +35,10 @@ _STATUS = re.compile(r"\b(?P<status>[45]\d\d) (?:Client|Server) Error\b|\((?P<st
                      r"|\bHTTP Error (?P<status4>[45]\d\d)\b"
                      r"|HTTP status (?:client|server) error \((?P<status5>[45]\d\d)\b"
                      r"|\b(?P<status6>[45]\d\d) [A-Z][A-Za-z -]{1,40}'? for url\b", re.I)
+_RANGE_PAST_END = re.compile(r"416 Client Error: (?:Requested )?Range Not Satisfiable")
+# tokenizers (Rust serde_json) reading a tokenizer.json cut short or empty
+_TOKENIZER_EOF = re.compile(r"(?:^|\n)\s*(?:Exception: |failed to load tokenizer: )EOF while parsing "
+                            r"(?:a value|an object|a string|a list) at line \d+ column \d+")
 # huggingface_hub's own back-off line (utils/_http.py) on a 429: the Hub client, whatever host.
 _HUB_BACKOFF = re.compile(r"Rate limited\. Waiting [\d.]+s before retry")
 _EXCEPTION = re.compile(r"\b(?P<exc>GatedRepoError|RepositoryNotFoundError|RevisionNotFoundError|"
@@ -344,6 +348,9 @@ def read(message: str) -> list[Reading]:
                       r"directory", message):
         add("cache.hf-truncated-download", m[0], reader="torch.load (zip format)")
         return found
+    if m := _TOKENIZER_EOF.search(message):
+        add("cache.hf-truncated-download", m[0].strip(), reader="tokenizers (tokenizer.json)")
+        return found
     # tokenizer.model is no SentencePiece model: cut short, a pointer or an error page, or a
     # tiktoken file (Llama 3 and later) loaded by code written for Llama 2.
     if m := _SPM_UNREADABLE.search(message):
@@ -368,6 +375,11 @@ def read(message: str) -> list[Reading]:
         return found
     if status == "429" and (hub or "Too Many Requests" in message or _HUB_BACKOFF.search(message)):
         add("hf.rate-limited", f"{status} Too Many Requests")
+        return found
+    # a resumed download asking past the end: a blobs/<etag>.incomplete that already holds the
+    # whole file (huggingface_hub < 0.25; hf_xet's own 416 log lines are its normal end)
+    if status == "416" and (m := _RANGE_PAST_END.search(message)):
+        add("cache.hub-stale-incomplete-file", m[0])
         return found
     if status.startswith("5") and hub:
         add("hf.hub-transient-outage", f"{status} Server Error")
