@@ -503,3 +503,25 @@ def test_an_arch_name_torchs_findcuda_lacks_is_read_but_a_projects_own_list_form
         assert [(r.mode, dict(r.parts)["arch"]) for r in build.read(text)] == [
             ("toolkit.arch-unknown-to-torch", name)]
     assert build.read("Unknown CUDA Architecture Name 2.1(2.0) in CUDA_SELECT_NVCC_ARCH_FLAGS") == []
+
+
+def test_torchs_own_compiler_check_names_the_compiler_and_the_cuda_it_exceeds(tmp_path, monkeypatch):
+    """torch.utils.cpp_extension._check_cuda_version, run for real against an nvcc that says
+    CUDA 12.4 and a g++ 14.1: torch's own refusal reads as the host compiler too new."""
+    import torch
+    from torch.utils import cpp_extension
+
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(cpp_extension, "_is_binary_build", lambda: True)
+    with pytest.raises(RuntimeError) as refused:
+        cpp_extension._check_cuda_version("g++", cpp_extension.TorchVersion("14.1.0"))
+    readings = build.read(f"RuntimeError: {refused.value}")
+    assert [(r.mode, dict(r.parts)["compiler version"], dict(r.parts)["cuda"]) for r in readings] \
+        == [("jit.gcc-too-new-for-nvcc", "14.1.0", "12.4")]
+    # the twin: a compiler inside the bounds passes torch's check, and its words are absent
+    cpp_extension._check_cuda_version("g++", cpp_extension.TorchVersion("12.3.0"))

@@ -116,6 +116,10 @@ TOOLCHAIN = (
     (re.compile(r"Unknown CUDA Architecture Name (\d+(?:\.\d+)?a?) in CUDA_SELECT_NVCC_ARCH_FLAGS",
                 FLAGS),
      "toolkit.arch-unknown-to-torch", ("arch",)),
+    # torch's own compiler check before a CUDA extension build (cpp_extension._check_cuda_version)
+    (re.compile(r"The current installed version of ([\w+]+) \(([\d.]+)\) is greater than the "
+                r"maximum required version by CUDA (\d+(?:\.\d+)*)", FLAGS), "jit.gcc-too-new-for-nvcc",
+     ("compiler", "compiler_version", "cuda")),
     # nvcc's front end on a newer gcc's own headers (its version check bypassed)
     (re.compile(r"/include/c\+\+/(\d+)[\w.]*/[\w./+-]+(?:\(\d+\))?: error:\s+(?:identifier\s+"
                 r"\"(?:__\w+|char(?:8|16|32)_t|false_type|true_type)\"\s+is\s+undefined|user-defined"
