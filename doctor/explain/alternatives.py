@@ -31,7 +31,7 @@ from functools import cache
 from dsenv.data import load_table
 from dsenv.doctor import catalogue
 from dsenv.doctor.explain import rank
-from dsenv.doctor.explain.families import build, build_compile, cuda_errors, gpu, rocm
+from dsenv.doctor.explain.families import build, build_compile, cuda_errors, rocm
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 # Words a family parser already knows, named in the table by "@name" rather than copied: every
@@ -39,7 +39,7 @@ FLAGS = re.IGNORECASE | re.MULTILINE
 FAMILY_WORDS = {"@rocm.no-code-object": rocm.NO_CODE_OBJECT.pattern,
                 "@build.cuda-release": build_compile.CUDA_RELEASE_SEEN.pattern,
                 "@build.cuda-home-unset": build.CUDA_HOME_UNSET.pattern,
-                "@gpu.own-kernel-error": gpu.OWN_KERNEL_ERROR.pattern}
+                "@cuda.own-kernel-error": cuda_errors.OWN_KERNEL_ERROR.pattern}
 ALSO = "@also"  # a tell that is the member's own `also` evidence in the catalogue
 
 

@@ -33,15 +33,8 @@ from functools import cache
 from pathlib import Path
 
 from dsenv.data import load_table
-from dsenv.doctor.explain.loader_words import (
-    LIB,
-    LINK,
-    MISSING,
-    NOT_DEFINED,
-    UNDEFINED,
-    VERSION,
-    linux_name,
-)
+from dsenv.doctor.explain import loader_words
+from dsenv.doctor.explain.loader_words import LIB, LINK, MISSING, NOT_DEFINED, UNDEFINED, VERSION
 from dsenv.facts.python import sharedlibs, target_env, torch_info, torch_symbols
 
 
@@ -315,7 +308,7 @@ def parse(text: str, around: str = "") -> list[Finding]:
     """The loader and linker errors in ``text``, each library once."""
     found: dict[tuple[str, str], Finding] = {}
     for m in MISSING.finditer(text):
-        lib = linux_name(next(g for g in m.groups()[1:] if g).rstrip("."))
+        lib = loader_words.linux_name(next(g for g in m.groups()[1:] if g).rstrip("."))
         if _loads_what_is_missing(text, m, lib):
             continue
         shape, program = _missing_shape(text, m.start(), lib, around)

@@ -9,7 +9,12 @@ from __future__ import annotations
 import re
 
 from dsenv.doctor.explain.families import Reading, reading
-from dsenv.doctor.explain.families.build_compile import FAMILY, FLAGS, compile_readings
+from dsenv.doctor.explain.families.build_compile import (
+    FAMILY,
+    FLAGS,
+    compile_readings,
+    ext_build_without_gpu,
+)
 
 # The CUDA release whose nvcc first builds each compute capability, and the last one that
 # still does (NVIDIA's release notes; `nvcc --list-gpu-arch` per release). An arch refused by
@@ -172,14 +177,6 @@ TORCH_CPU = re.compile(r"Torch not compiled with CUDA enabled|torch version \.+ 
 NO_ARCH = re.compile(r"arch_list\[-1\] \+= '\+PTX'(?=[\s\S]{0,600}?IndexError: list index out of "
                      r"range)", FLAGS)
 NO_RUNTIME = re.compile(r"No CUDA runtime is found, using CUDA_HOME='([^'\n]*)'", FLAGS)
-# An extension build (a Dockerfile RUN of pip/setup.py, pip building a wheel from setup.py,
-# torch's extension builder) where torch finds no GPU: `docker build` never sees one, and torch
-# 1.3-1.7 probed the GPU's arch there and raised the driver's words (newer torch: NO_ARCH).
-EXT_BUILD_STEP = re.compile(r"(?:^|: )RUN\b[^\n]*\b(?:pip3? install|setup\.py|make\.sh)\b"
-                            r"|Building wheel for \S+ \(setup\.py\)|_get_cuda_arch_flags"
-                            r"|\bcpp_extension\.py\b", FLAGS)
-NO_GPU_SEEN = re.compile(r"Found no NVIDIA driver on your system|no CUDA-capable device is "
-                         r"detected|No CUDA GPUs are available", FLAGS)
 CPU_ROOT = re.compile(r"torch_extensions/py\d+_cpu\b", FLAGS)
 
 # Messages whose one pattern names the mode; the groups become the parts.
@@ -415,14 +412,6 @@ def _no_gpu_readings(message: str, around: str = "") -> list[Reading]:
                              build_step=built[1]))
     return found
 
-
-def ext_build_without_gpu(message: str, around: str = "") -> tuple[str, str] | None:
-    """(torch's no-GPU words, the build step) when torch found no GPU in an extension build:
-    the words in the line or the lines around it, the step anywhere there. The gpu family asks
-    it too, so that such a build is not read as a node without GPUs."""
-    none = NO_GPU_SEEN.search(message) or NO_GPU_SEEN.search(around)
-    step = none and EXT_BUILD_STEP.search(f"{around}\n{message}")
-    return (none.group(0), step.group(0).strip()[:80]) if step else None
 
 
 # DeepSpeed's batch check with world_size 1 where the job has more GPUs, beside DeepSpeed 0.9.0

@@ -1,7 +1,8 @@
 """What a failed compile says: the header it could not find (and the package that lacks its
 development files), a compiler the OOM killer stopped, a compiler that is not there or refuses
-an x86-only flag, DeepSpeed's Linux-only link probes on Windows; with the op being built and
-the object that failed. Part of the build family (build.py)."""
+an x86-only flag, DeepSpeed's Linux-only link probes on Windows, the toolchain CMake/nvcc
+looked for, torch finding no GPU inside an extension build; with the op being built and the
+object that failed. Part of the build family (build.py; the gpu family asks the last too)."""
 
 from __future__ import annotations
 
@@ -126,6 +127,23 @@ TOOLCHAIN = (
                 r"\s+literal\s+operator\s+not\s+found|__bool_constant\s+is\s+not\s+a\s+template)",
                 FLAGS), "jit.gcc-too-new-for-nvcc", ("gcc",)),
 )
+
+
+# An extension build (a Dockerfile RUN of pip/setup.py, pip building a wheel from setup.py,
+# torch's extension builder) where torch finds no GPU: `docker build` never sees one, and torch
+# 1.3-1.7 probed the GPU's arch there and raised the driver's words (newer torch: NO_ARCH).
+EXT_BUILD_STEP = re.compile(r"(?:^|: )RUN\b[^\n]*\b(?:pip3? install|setup\.py|make\.sh)\b"
+                            r"|Building wheel for \S+ \(setup\.py\)|_get_cuda_arch_flags"
+                            r"|\bcpp_extension\.py\b", FLAGS)
+NO_GPU_SEEN = re.compile(r"Found no NVIDIA driver on your system|no CUDA-capable device is "
+                         r"detected|No CUDA GPUs are available", FLAGS)
+def ext_build_without_gpu(message: str, around: str = "") -> tuple[str, str] | None:
+    """(torch's no-GPU words, the build step) when torch found no GPU in an extension build:
+    the words in the line or the lines around it, the step anywhere there. The gpu family asks
+    it too, so that such a build is not read as a node without GPUs."""
+    none = NO_GPU_SEEN.search(message) or NO_GPU_SEEN.search(around)
+    step = none and EXT_BUILD_STEP.search(f"{around}\n{message}")
+    return (none.group(0), step.group(0).strip()[:80]) if step else None
 
 
 def compile_readings(message: str) -> list[Reading]:

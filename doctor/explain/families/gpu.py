@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 
 from dsenv.doctor.explain.families import Reading, reading
-from dsenv.doctor.explain.families.build import ext_build_without_gpu
-from dsenv.doctor.explain.families.cuda_errors import first_error
+from dsenv.doctor.explain.families.build_compile import ext_build_without_gpu
+from dsenv.doctor.explain.families.cuda_errors import OWN_KERNEL_ERROR, first_error
 
 FAMILY = "gpu"
 IC = re.IGNORECASE
@@ -147,11 +147,6 @@ LIGHTNING_GPUS = re.compile(r"You requested (?:gpu|GPUs?|cuda): (?P<asked>\[[0-9
 
 # Who else may own the same words.
 DEEPSPEED = re.compile(r"deepspeed|op_builder|fused_adam|DS_BUILD", IC)
-# A project's own .cu code printing the CUDA error of its kernel (DCN's and Deformable-DETR's
-# "error in <kernel>:", pointnet2's "CUDA kernel failed :" and "at L:N in x.cu"): torch's never do
-OWN_KERNEL_ERROR = re.compile(r"\berror in \w+:\s*(?:no kernel image is available|invalid device "
-                              r"function)|\bCUDA kernel failed\s*:\s*(?:no kernel image is available"
-                              r"|invalid device function)|\bat L:\d+ in \S+\.cu\b", IC)
 # A compiled extension in the traceback: its build flags, its ops folder, a *_cuda/_ext/_C
 # module that is not torch's own, a package known to ship its own CUDA kernels, or its own
 # kernels' error words.
