@@ -31,6 +31,7 @@ from functools import cache
 from dsenv.data import load_table
 from dsenv.doctor import catalogue
 from dsenv.doctor.explain import families, loader
+from dsenv.doctor.explain.loader_words import LINK
 
 BAR = 3.0
 SPECIFIC, GENERIC, STRUCTURE = 3.0, 1.0, 3.5
@@ -42,8 +43,8 @@ COMPONENTS = (
     ("nccl", re.compile(r"NCCL (?:WARN|INFO)|RCCL|\bnccl[A-Z]\w*|NCCL error|/dev/shm/nccl"),
      {"comm", "system", "container", "gpu", "launch", "rocm"}),
     ("loader", re.compile(r"cannot open shared object|error while loading shared libraries"
-                          r"|undefined symbol|cannot find -l|unable to find library -l|version [`'][\w.]+' not found"
-                          r"|collect2|\bld: ", re.I),
+                          r"|undefined symbol|version [`'][\w.]+' not found|" + LINK.pattern
+                          + r"|collect2|\bld: ", re.I),
      {"toolkit", "torch", "comm", "deepspeed", "gpu", "container", "mpi", "system", "loader",
       "rocm", "env"}),
     ("slurm", re.compile(r"^(?:srun|slurmstepd|sbatch|salloc): ", re.M),

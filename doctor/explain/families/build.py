@@ -413,7 +413,6 @@ def _no_gpu_readings(message: str, around: str = "") -> list[Reading]:
     return found
 
 
-
 # DeepSpeed's batch check with world_size 1 where the job has more GPUs, beside DeepSpeed 0.9.0
 # or accelerate 0.17/0.18: the pairing that counted one process (DeepSpeed#3228; the fix is
 # deepspeed 0.8.3 or a newer accelerate), not a wrong GPU count.

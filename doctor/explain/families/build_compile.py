@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from dsenv.doctor.explain.families import Reading, reading
+from dsenv.doctor.explain.families.cuda_errors import KINDS, NO_DRIVER
 
 FAMILY = "build"  # build.py's family: its readings are the build family's
 FLAGS = re.IGNORECASE | re.MULTILINE
@@ -135,8 +136,9 @@ TOOLCHAIN = (
 EXT_BUILD_STEP = re.compile(r"(?:^|: )RUN\b[^\n]*\b(?:pip3? install|setup\.py|make\.sh)\b"
                             r"|Building wheel for \S+ \(setup\.py\)|_get_cuda_arch_flags"
                             r"|\bcpp_extension\.py\b", FLAGS)
-NO_GPU_SEEN = re.compile(r"Found no NVIDIA driver on your system|no CUDA-capable device is "
-                         r"detected|No CUDA GPUs are available", FLAGS)
+NO_GPU_SEEN = re.compile(NO_DRIVER.pattern + "|" + dict(KINDS)["no-device"], FLAGS)
+
+
 def ext_build_without_gpu(message: str, around: str = "") -> tuple[str, str] | None:
     """(torch's no-GPU words, the build step) when torch found no GPU in an extension build:
     the words in the line or the lines around it, the step anywhere there. The gpu family asks

@@ -74,11 +74,14 @@ DRIVER_CODES = {34: "stub"}
 # when the first one is not a kind read here, later CUDA errors are its consequences.
 QUOTED = re.compile(r"Cuda failure\s+'(?P<q>[^'\n]+)'|CUDA error:\s*(?P<c>[^\n]+)", IC)
 
+# torch's words for a process that finds no libcuda/driver at all (torch/cuda/__init__.py)
+NO_DRIVER = re.compile(r"Found no NVIDIA driver on your system", IC)
 # A project's own .cu code printing the CUDA error of its kernel (DCN's and Deformable-DETR's
 # "error in <kernel>:", pointnet2's "CUDA kernel failed :" and "at L:N in x.cu"): torch's never do
 OWN_KERNEL_ERROR = re.compile(r"\berror in \w+:\s*(?:no kernel image is available|invalid device "
                               r"function)|\bCUDA kernel failed\s*:\s*(?:no kernel image is available"
                               r"|invalid device function)|\bat L:\d+ in \S+\.cu\b", IC)
+
 
 def first_error(message: str) -> tuple[str, str, str] | None:
     """(kind, the text that says it, the number) of the first CUDA error in ``message``."""

@@ -14,7 +14,8 @@ import re
 
 from dsenv.doctor.explain.families import Reading, reading
 from dsenv.doctor.explain.families.build_compile import ext_build_without_gpu
-from dsenv.doctor.explain.families.cuda_errors import OWN_KERNEL_ERROR, first_error
+from dsenv.doctor.explain.families.container import NGC_NO_DRIVER
+from dsenv.doctor.explain.families.cuda_errors import NO_DRIVER, OWN_KERNEL_ERROR, first_error
 
 FAMILY = "gpu"
 IC = re.IGNORECASE
@@ -54,7 +55,6 @@ RANGE = re.compile(r"Found GPU\d+ (?P<gpu>[^\n]+?) which is of cuda capability (
                    r"\.?\s+Minimum and Maximum cuda capability supported by this version of "
                    r"PyTorch is\s+\((?P<lo>\d+\.\d+)\)\s*-\s*\((?P<hi>\d+\.\d+)\)", IC)
 DRIVER_OLD = re.compile(r"NVIDIA driver on your system is too old \(found version (?P<v>\d+)\)", IC)
-NO_DRIVER = re.compile(r"Found no NVIDIA driver on your system", IC)
 # Counted no GPU: DeepSpeed's runner on the node that launches (before any rank starts), or
 # torch's NCCL process group in a rank (whose words launch.ds-env-not-forwarded shares:
 # alternatives.toml no-gpu-seen).
@@ -155,8 +155,7 @@ EXTENSION = re.compile(r"TORCH_CUDA_ARCH_LIST|cpp_extension|-gencode|ext_module|
                        r"|\bapex\b|mmcv|detectron2|" + OWN_KERNEL_ERROR.pattern, IC)
 CONTAINER = re.compile(r"singularity|apptainer|docker|podman|enroot|\.sif\b", IC)
 # ... started without the GPU: NVIDIA's images say so at start, or the docker run line shows it
-NO_GPU_CONTAINER = re.compile(r"The NVIDIA Driver was not detected\.\s+GPU functionality will not "
-                              r"be available|^[^\n]*\bdocker run\b(?![^\n]*(?:--gpus|--runtime[= ]?"
+NO_GPU_CONTAINER = re.compile(NGC_NO_DRIVER.pattern + r"|^[^\n]*\bdocker run\b(?![^\n]*(?:--gpus|--runtime[= ]?"
                               r"nvidia|--device[= ]?nvidia))[^\n]*$", re.MULTILINE)
 # A kernel without code for the GPU in a binary that is not torch's: HIP's builds (ROCm torch
 # and ggml print CUDA's words there too; the rocm family reads them) and ggml's own CUDA build.
