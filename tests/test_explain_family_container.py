@@ -13,6 +13,9 @@ from tests.harness import symptoms
 ROWS = symptoms.rows("container")
 # Modes the catalogue's own patterns name (no structure to read beyond the words).
 BY_PATTERN = {"container.ldcache-missing-driver-libs",
+              # text-embeddings-inference's own refusal: both numbers are in its one wording
+              "container.tei-image-for-other-gpu", "container.tei-no-image-for-gpu",
+              "container.tei-release-lacks-arch",
               # modes read by their catalogue patterns alone: one wording each
               "container.hook-refused-in-csv-or-cdi-mode", "container.enroot-manifest-not-found",
               "container.driver-init-timeout-no-persistence",

@@ -31,7 +31,7 @@ LAST_CUDA = {"2.0": "8.0", "2.1": "8.0", "3.0": "10.2", "3.2": "10.2", "3.5": "1
 # (a two-digit number at least: a "compute_1." is an older DeepSpeed's op builder cutting a
 # two-digit major such as 12.0 to "1.", not an arch nvcc dropped or does not know yet)
 ARCH = re.compile(r"Unsupported gpu architecture [`'‘\"]?compute_(\d{2,})([a-z]?)(?![\d.])"
-                  r"|Value [`'‘]?sm_(\d+)([a-z]?)['’] is not defined for option", FLAGS)
+                  r"|Value [`'‘]?(?:sm|compute)_(\d+)([a-z]?)['’] is not defined for option", FLAGS)
 TRITON_PTXAS = re.compile(r"Internal Triton PTX codegen error|PTXASError|triton/backends/nvidia/bin/"
                           r"ptxas", FLAGS)
 NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V\d|/cuda-(\d+\.\d+)\b", FLAGS)
@@ -42,9 +42,12 @@ NVCC_PATH = re.compile(r"No such file or directory: '([^'\n]*)/bin/nvcc'"
 CUDA_HOME_UNSET = re.compile(r"CUDA_HOME does not exist|CUDA_HOME environment variable is "
                              r"not set|\bCUDA_HOME\s*[:=]\s*None\b", FLAGS)
 # setup.py files' own checks for nvcc: apex's "--cuda_ext was requested, but nvcc was not found"
-# (and the packages that copied it), the locate_cuda() helper many CUDA extensions carry
+# (and the packages that copied it), the locate_cuda() helper many CUDA extensions carry, and
+# flash-attn's setup.py and its copies (causal-conv1d, mamba-ssm), which skip reading nvcc's
+# version when torch found no toolkit, then use the name they never bound
 NVCC_NOT_FOUND = re.compile(r"\S+ was requested, but nvcc was not found|The nvcc binary could "
-                            r"not be located in your \$PATH", FLAGS)
+                            r"not be located in your \$PATH|NameError: name 'bare_metal_"
+                            r"(?:version|major|minor)' is not defined", FLAGS)
 # A setup.py joining torch.utils.cpp_extension.CUDA_HOME with "/bin/nvcc" (apex, Megatron's
 # and gpt-neox's fused kernels): CUDA_HOME is None when torch found no toolkit, and the join
 # fails. The frame's source line, shown above the TypeError, says what was joined.
@@ -189,8 +192,9 @@ APEX_MISMATCH = re.compile(r"Cuda extensions are being compiled with a version o
 
 # A source tree built without its git submodules: the build's own hint, or CMake's
 # add_subdirectory of an empty third-party folder
-SUBMODULES = re.compile(r"[Tt]ry running '?(git submodule update)|does not contain a "
-                        r"CMakeLists\.txt file", FLAGS)
+# (xformers' setup.py: "CUTLASS submodule not found. Did you forget to run `git submodule ...")
+SUBMODULES = re.compile(r"(?:[Tt]ry running|Did you forget to run) [`']?(git submodule update)"
+                        r"|does not contain a CMakeLists\.txt file", FLAGS)
 SIMPLE = (
     (SUBMODULES, "toolkit.source-submodules-missing", ("hint",)),
     (FLASH_CUDA_MIN, "toolkit.nvcc-too-old-for-torch", ("flash_attn_needs_cuda",)),

@@ -111,7 +111,10 @@ TOOLCHAIN = (
     (re.compile(r"No CUDA toolset found", FLAGS), "toolkit.cuda-vs-integration-missing", ()),
     (re.compile(r"nvcc fatal\s*:\s*Cannot find compiler [`'\u2018]?(cl\.exe)['\u2019]? in PATH"
                 r"|error: command '(?:[^'\n]*[\\/])?(cl(?:\.exe)?)' failed: No such file or "
-                r"directory", FLAGS), "toolkit.cxx-compiler-missing", ("compiler", "compiler")),
+                r"directory"
+                # setuptools' words for no MSVC at all (its _augment_exception), older and newer
+                r"|(Microsoft Visual C\+\+) 1\d\.\d (?:or greater )?is required", FLAGS),
+     "toolkit.cxx-compiler-missing", ("compiler", "compiler", "compiler")),
     # torch's FindCUDA (select_compute_arch.cmake) on an arch name it has no table entry for
     # (9.0a from torch's own fallback list, a cut "8"); the "X.Y(Z.W)" form comes from a
     # project's own arch list (old lua-torch scripts, k2), its code, not the environment

@@ -54,7 +54,9 @@ STACK = frozenset({
     "trl", "safetensors", "huggingface_hub", "sentencepiece", "google", "flash_attn",
     "bitsandbytes", "xformers", "triton", "evaluate", "einops", "torchvision", "torchaudio",
     "apex", "mamba_ssm", "causal_conv1d", "liger_kernel", "megatron", "tensorboard"})
-# A package setup.py that imports torch, built where pip or uv isolate the build.
+# What a CUDA package's setup.py imports before it builds (flash-attn, causal-conv1d and
+# mamba-ssm import packaging first, then torch), built where pip or uv isolate the build.
+BUILD_IMPORTS = frozenset({"torch", "packaging"})
 ISOLATED_BUILD = re.compile(r"pip-(?:install|build-env)-\w+|get_requires_for_build_wheel|Getting "
                             r"requirements to build wheel|doesn't declare it as a build dependency")
 # bitsandbytes' loader: the library it could not load (its own binary, or the CUDA runtime
@@ -337,9 +339,9 @@ def read(message: str, around: str = "") -> list[Reading]:
     found: list[Reading] = []
     absent = BACKEND.search(message)
     module = NO_MODULE.search(message)
-    if module and module["name"] == "torch" and ISOLATED_BUILD.search(message):
+    if module and module["name"] in BUILD_IMPORTS and ISOLATED_BUILD.search(f"{message}\n{around}"):
         found.append(reading(FAMILY, "env.build-without-torch", module.group(0),
-                             package="torch", built_in="an isolated build environment"))
+                             package=module["name"], built_in="an isolated build environment"))
     elif moved := moved_module(message, STACK):
         found.append(moved)
     elif absent or (module and module["name"] in STACK):
