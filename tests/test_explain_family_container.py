@@ -16,6 +16,9 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               # text-embeddings-inference's own refusal: both numbers are in its one wording
               "container.tei-image-for-other-gpu", "container.tei-no-image-for-gpu",
               "container.tei-release-lacks-arch",
+              # Apptainer's image-format and action-script words, and EROFS on the image's own folders
+              "container.image-file-not-an-image", "container.apptainer-image-has-no-sh",
+              "container.image-read-only",
               # modes read by their catalogue patterns alone: one wording each
               "container.hook-refused-in-csv-or-cdi-mode", "container.enroot-manifest-not-found",
               "container.driver-init-timeout-no-persistence",
