@@ -33,7 +33,10 @@ KILLED = re.compile(r"Killed signal terminated program ([\w+]+)|'([\w+]+)' died 
 NO_COMPILER = re.compile(
     r"error: command '(?:[\w./+-]*/)?((?:[\w-]*-)?(?:g\+\+|gcc|c\+\+|cc))' failed: No such file"
     r"|^(?:make: )?(g\+\+|gcc|c\+\+|cc): No such file or directory"
-    r"|error trying to exec '(cc1plus)'|Command '\['which', '(c\+\+)'\]' returned non-zero"
+    # gcc without its C++ front end, in gcc 4's, older and current words (not a cc1plus that
+    # exists but may not be run: "execvp: Permission denied")
+    r"|(?:error trying to exec|installation problem, cannot exec|cannot execute) [‘'\"`](cc1plus)"
+    r"[’'\"](?!: execvp: Permission denied)|Command '\['which', '(c\+\+)'\]' returned non-zero"
     # Triton's launcher build (triton/runtime/build.py) finding no $CC, cc, gcc or clang.
     r"|Failed to find (C) compiler\. Please specify via CC environment variable"
     # gcc's collect2 without the linker it runs (binutils' ld off PATH, or the gold/mold a
@@ -125,6 +128,30 @@ TOOLCHAIN = (
     (re.compile(r"The current installed version of ([\w+]+) \(([\d.]+)\) is greater than the "
                 r"maximum required version by CUDA (\d+(?:\.\d+)*)", FLAGS), "jit.gcc-too-new-for-nvcc",
      ("compiler", "compiler_version", "cuda")),
+    # An extension's source written against torch APIs later removed: the TH/THC headers (gone
+    # in torch 1.11) and their macros, AT_CHECK (gone in 1.5)
+    (re.compile(r"(?:fatal error: |^)[`'\"‘]?(THC?/TH[A-Za-z]*\.(?:h|cuh))[`'\"’]?(?:: | file not "
+                r"found)|[`'\"‘](AT_CHECK|THCudaCheck|THCState|THCudaMalloc|THCudaFree|THCCeilDiv|"
+                r"THCNumberBlocks|THCState_getCurrentStream)[`'\"’] (?:was not declared in this "
+                r"scope|is undefined)|identifier \"(AT_CHECK|THC\w+)\" is undefined", FLAGS),
+     "toolkit.ext-source-older-than-torch", ("removed", "removed", "removed")),
+    # torch's own headers refusing the standard the project's flags pin (-std=c++14 and the like)
+    (re.compile(r"You need C\+\+(1[47]) to compile PyTorch|C\+\+(1[47]) or later compatible "
+                r"compiler is required to use PyTorch", FLAGS),
+     "toolkit.ext-forces-old-cxx-std", ("standard", "standard")),
+    # MSVC without the Windows SDK: the C runtime's and Windows' own headers, the resource compiler
+    (re.compile(r"C1083[:\s][^\n]*?[\"'“‘`]((?:io|stddef|stdio|stdlib|string|crtdbg|corecrt|ctype|"
+                r"float|math|wchar|time|errno|assert|malloc|windows|basetsd|winsock2|winapifamily|"
+                r"sdkddkver|windef)\.h)[\"'”’`]|LNK1158: cannot run [`'\"‘]?(rc\.exe)", FLAGS),
+     "toolkit.windows-sdk-missing", ("missing", "missing")),
+    # Apple's clang (or any clang without libomp) asked for OpenMP
+    (re.compile(r"clang(?:\+\+)?: error: unsupported option [`'\"‘](-fopenmp)|fatal error: [`'\"‘]"
+                r"(omp\.h)[`'\"’] file not found|ld: library (?:not found for -l(g?omp|iomp5)\b|"
+                r"[`'\"‘](g?omp|iomp5)[`'\"’] not found)", FLAGS),
+     "toolkit.clang-without-openmp", ("needs", "needs", "needs", "needs")),
+    # ggml's CMake refusing the CUDA option names llama.cpp and whisper.cpp used before GGML_CUDA
+    (re.compile(r"\b((?:LLAMA|WHISPER)_[A-Z0-9_]+) is deprecated and will be removed in the future",
+                re.MULTILINE), "toolkit.ggml-cuda-option-renamed", ("option",)),
     # nvcc's front end on a newer gcc's own headers (its version check bypassed)
     (re.compile(r"/include/c\+\+/(\d+)[\w.]*/[\w./+-]+(?:\(\d+\))?: error:\s+(?:identifier\s+"
                 r"\"(?:__\w+|char(?:8|16|32)_t|false_type|true_type)\"\s+is\s+undefined|user-defined"
