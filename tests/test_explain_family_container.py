@@ -19,6 +19,11 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               # Apptainer's image-format and action-script words, and EROFS on the image's own folders
               "container.image-file-not-an-image", "container.apptainer-image-has-no-sh",
               "container.image-read-only",
+              # dockerd's, Docker clients' and the runtimes' own words, and the WSL driver store's notice
+              "container.dockerd-option-in-flag-and-daemon-json",
+              "container.docker-socket-permission-denied",
+              "container.wsl-ldconfig-libcuda-not-symlink-benign",
+              "container.driver-capabilities-lack-video",
               # modes read by their catalogue patterns alone: one wording each
               "container.hook-refused-in-csv-or-cdi-mode", "container.enroot-manifest-not-found",
               "container.driver-init-timeout-no-persistence",

@@ -135,8 +135,10 @@ UVM = re.compile(r"Kernel module nvidia_uvm is not loaded|/dev/nvidia-uvm\S*: no
                  r"directory|Could not load UVM kernel module", IC)
 # nvidia-docker 1 names the driver's volume after its version; a container (or a plugin not
 # restarted) from before a driver change asks for the old one (nvidia-docker#493, #416).
+# (or a CDI spec generated for the previous driver: crun stats a file of that driver's version)
 OLD_DRIVER_VOLUME = re.compile(r"no such volume: ?(?P<volume>nvidia_driver_(?P<version>[0-9.]+"
-                               r"\d))", IC)
+                               r"\d))|(?:cannot stat|error stat'ing file) `?/\S*?(?:nvidia|libcuda)"
+                               r"\S*?\.so\.(?P<cdi>\d+(?:\.\d+)+)`?: No such file or directory", IC)
 # The hook after the driver was replaced under a running dockerd (nvidia-docker#1068)
 DRIVER_PROCFS_GONE = re.compile(r"mount error: mount operation failed: \S*?/proc/driver/nvidia/"
                                 r"(?P<file>[\w/]+): no such file or directory", IC)
@@ -323,7 +325,7 @@ def read(message: str, around: str = "") -> list[Reading]:
                              missing=f"/proc/driver/nvidia/{gone['file']}"))
     elif old := OLD_DRIVER_VOLUME.search(message):
         found.append(reading(FAMILY, "container.stale-after-driver-change", old.group(0),
-                             volume=old["volume"], driver=old["version"]))
+                             volume=old["volume"] or "a CDI spec", driver=old["version"] or old["cdi"]))
     daemon = NO_GPU_DRIVER.search(message)
     if daemon and (mac := MAC.search(f"{message}\n{around}")):
         found.append(reading(FAMILY, "gpu.no-gpu-on-node", daemon.group(0), platform=mac.group(0)))
