@@ -17,14 +17,16 @@ Q = r"[`'‘’]"
 # torch attributes by the release that added them (PyTorch's release notes); a package of the
 # stack calling one under an older torch. Names torch removed (torch._six) are the other
 # direction, read by the catalogue's own patterns.
-TORCH_SINCE = {"scaled_dot_product_attention": "2.0", "compiler": "2.1", "float8_e4m3fn": "2.1",
+TORCH_SINCE = {"scaled_dot_product_attention": "2.0", "compile": "2.0", "compiler": "2.1",
+               "float8_e4m3fn": "2.1",
                "float8_e5m2": "2.1", "float8_e4m3fnuz": "2.2", "float8_e5m2fnuz": "2.2",
                "register_pytree_node": "2.2", "device_mesh": "2.2", "uint16": "2.3",
                "uint32": "2.3", "uint64": "2.3", "GradScaler": "2.3",
-               "get_default_device": "2.3", "RMSNorm": "2.4"}
+               "get_default_device": "2.3", "RMSNorm": "2.4", "xpu": "2.3",
+               "is_compiling": "2.3", "custom_fwd": "2.4", "custom_bwd": "2.4", "Buffer": "2.5"}
 # "partially initialized module" is a circular import or a file shadowing the package instead
 TORCH_NAME = re.compile(rf"(?<!partially initialized )module {Q}(?P<module>torch(?:\.nn(?:\."
-                        rf"functional)?|\.utils\._pytree|\.amp|\.distributed)?){Q} has no "
+                        rf"functional)?|\.utils\._pytree|\.amp|\.distributed|\.compiler)?){Q} has no "
                         rf"attribute {Q}(?P<name>{'|'.join(TORCH_SINCE)}){Q}")
 # transformers' Cache classes lost get_max_length (4.49) and seen_tokens/key_cache/value_cache
 # (4.56): model code under transformers_modules or an older library still calls them
