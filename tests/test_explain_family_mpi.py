@@ -20,7 +20,10 @@ ROWS = symptoms.rows("mpi")
 # which carry no program prefix: the family reads them when the daemon's name leads them).
 UNSTRUCTURED = {"https://github.com/Crompulence/cpl-library/issues/6",
                 "https://github.com/NVIDIA/deepops/issues/1195",
-                "https://github.com/NVIDIA/deepops/issues/1102"}
+                "https://github.com/NVIDIA/deepops/issues/1102",
+                # munge's own client and a workflow tool's log of squeue's words: no Slurm program
+                "https://github.com/dun/munge/issues/109",
+                "https://github.com/DataBiosphere/toil/issues/4853"}
 # Notices of healthy runs (benign modes): the catalogue's patterns name them, no parser reads them.
 NOTICES = {"mpi.pmix-no-compression-benign", "mpi.ucx-unused-env-benign"}
 

@@ -423,6 +423,11 @@ def read(message: str) -> list[Reading]:
             or why == "ProxyError":
         add("hf.proxy-required", "ProxyError", cause="proxy")
         return found
+    # ... or something else answered in the Hub's place: huggingface_hub found none of the
+    # Hub's own headers on the answer (a firewall's page, a proxy or mirror that drops them)
+    if m := re.search(r"Distant resource does not seem to be on huggingface\.co", message):
+        add("hf.proxy-required", m[0], cause="an answer without the Hub's headers")
+        return found
     # ... or TLS failed: a certificate for another host means something other than the Hub
     # answered (a firewall redirect where only the proxy may go out); a self-signed or unknown
     # issuer in the chain is a TLS-inspecting proxy re-signing the Hub's certificate.

@@ -68,6 +68,12 @@ _REASONS = (
     (r"Invalid qos specification", "slurm.invalid-qos"),
     # slurmctld itself does not answer: every client command fails the same way.
     (r"Unable to contact slurm controller", "slurm.controller-unreachable"),
+    # ... or answers a request to it (a submission, an allocation) too slowly: a controller
+    # swamped by bursts of submissions and polls (a task launch timing out names a node instead)
+    (r"^Socket timed out on send/recv operation", "slurm.controller-busy"),
+    # The client cannot sign its request: no munged socket at the standard path on this host
+    (r"Failed to access \"/(?:var/)?run/munge/munge\.socket\.\d+\": No such file|If munged is up, "
+     r"restart with --num-threads", "slurm.munged-not-running"),
     # Two memory requests (options, or SLURM_MEM_PER_* a step inherits from its job).
     (r"(?:SLURM_MEM_PER_\w+|--mem\b).*mutually exclusive", "slurm.mem-options-exclusive"),
     # A limit of the QOS/association (the line before names it: QOSMaxSubmitJobPerUserLimit).
