@@ -27,7 +27,9 @@ CATALOGUE_ONLY = {"rocm.igpu-selected", "rocm.clang-libstdcxx-headers-missing",
                   # GNU c++ refusing HIP flags: the compiler's words, read by the pattern
                   "rocm.hip-flags-to-gnu-compiler",
                   # clang's device-library ABI words and torch's amdsmi NameError: the words
-                  "rocm.device-libs-abi-version-too-new", "rocm.amdsmi-python-missing"}
+                  "rocm.device-libs-abi-version-too-new", "rocm.amdsmi-python-missing",
+                  # torch's own warning when it falls back to hipBLAS: a notice, read by the pattern
+                  "rocm.hipblaslt-arch-fallback-benign"}
 
 
 @pytest.mark.parametrize("symptom", [r for r in ROWS if r["mode"] not in CATALOGUE_ONLY],
