@@ -16,9 +16,8 @@ A GPU container fails at one of three places, and each says which in its own for
   openable (no /dev/infiniband passed in), and NCCL's sockets failing on Docker's default
   bridge network (the line's host is the container id, or the peer's address is a bridge
   address).
-Each is read into its parts (the stage, the library, the required CUDA, the path, the flag)
-and the parts name the cause.
-"""
+Each is read into its parts (the stage, the library, the CUDA, the path, the flag): they name
+the cause."""
 
 from __future__ import annotations
 
@@ -129,20 +128,19 @@ HUB_WITH_HOST = re.compile(r"registry-1\.docker\.io/v2/(?P<registry>[a-z0-9-]+(?
 BIND_DEST = re.compile(r"destination (?P<dest>\S+) doesn't exist in container|Skipping user bind, "
                        r"non existent bind point (?:\(\w+\) )?in container: '?(?P<point>[^'\s]+)"
                        r"|(?P<libs>Library bind directory) not present in container", IC)
-# The node's nvidia_uvm module (and so /dev/nvidia-uvm) is absent: unprivileged runtimes
-# cannot load it.
+# The node's nvidia_uvm module (and so /dev/nvidia-uvm) is absent: runtimes cannot load it.
 UVM = re.compile(r"Kernel module nvidia_uvm is not loaded|/dev/nvidia-uvm\S*: no such file or "
                  r"directory|Could not load UVM kernel module", IC)
 # nvidia-docker 1 names the driver's volume after its version; a container (or a plugin not
-# restarted) from before a driver change asks for the old one (nvidia-docker#493, #416).
-# (or a CDI spec generated for the previous driver: crun stats a file of that driver's version)
+# restarted) from before a driver change asks for the old one (nvidia-docker#493, #416), as
+# a CDI spec generated for the previous driver makes crun stat that driver's files.
 OLD_DRIVER_VOLUME = re.compile(r"no such volume: ?(?P<volume>nvidia_driver_(?P<version>[0-9.]+"
                                r"\d))|(?:cannot stat|error stat'ing file) `?/\S*?(?:nvidia|libcuda)"
                                r"\S*?\.so\.(?P<cdi>\d+(?:\.\d+)+)`?: No such file or directory", IC)
 # The hook after the driver was replaced under a running dockerd (nvidia-docker#1068)
 DRIVER_PROCFS_GONE = re.compile(r"mount error: mount operation failed: \S*?/proc/driver/nvidia/"
                                 r"(?P<file>[\w/]+): no such file or directory", IC)
-# Inside the container.
+# Inside the container:
 NVML = re.compile(r"Failed to initialize NVML: (?P<why>Unknown Error|Insufficient Permissions)",
                   IC)
 # NVIDIA's Kubernetes device plugin started by the default runtime (runc): no driver libraries

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from dsenv.doctor.explain.families import Reading, reading
+from dsenv.doctor.explain.families.stack_api import HUB_KWARG, HUB_KWARG_RELEASE
 
 FAMILY = "huggingface"
 
@@ -52,15 +53,6 @@ _REPO = re.compile(r"Access to model (?P<repo>[\w.-]+/[\w.-]+)|cached snapshot f
 # cached_download is huggingface_hub's own name: a paste without "from ..." is the same import
 _REMOVED = re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<module>huggingface_hub[\w.]*)'"
                       r"|cannot import name '(?P<own>cached_download)'")
-# The hub's own functions refusing a keyword (every public one is wrapped by its validators'
-# _inner_fn): the keyword's release, from the wheels' signatures (0.8.1 ... 1.0.0)
-_HUB_KWARG = re.compile(r"\b(?P<fn>hf_hub_download|snapshot_download|cached_download|hf_hub_url|"
-                        r"upload_file|upload_folder|create_repo)\(\) got an unexpected keyword "
-                        r"argument [`'‘’](?P<kw>\w+)")
-_KWARG_RELEASE = {"allow_patterns": "added in 0.9", "ignore_patterns": "added in 0.9",
-                  "token": "added in 0.11", "local_dir": "added in 0.13",
-                  "local_dir_use_symlinks": "added in 0.13", "allow_regex": "removed in 0.12",
-                  "ignore_regex": "removed in 0.12", "use_auth_token": "refused from 1.0"}
 _FLOCK = re.compile(r"flock\(.*?\[Errno (?P<errno>\d+)\] (?P<why>[\w /]+)", re.S)
 _LOCK_DENIED = re.compile(r"Permission denied: '(?P<path>[^']*(?:\.lock|/\.locks/[^']*|"
                           r"/(?:hub|huggingface)/(?:models|datasets)--[^']*))'")
@@ -269,9 +261,9 @@ def read(message: str) -> list[Reading]:
         add("hf.hub-version-api-removed", m[0], name=m["name"] or m["own"],
             module=m["module"] or "huggingface_hub")
         return found
-    if (m := _HUB_KWARG.search(message)) and m["kw"] in _KWARG_RELEASE:
+    if (m := HUB_KWARG.search(message)) and m["kw"] in HUB_KWARG_RELEASE:
         add("hf.hub-version-api-removed", m[0], name=f"{m['fn']}({m['kw']}=...)",
-            module="huggingface_hub", keyword=_KWARG_RELEASE[m["kw"]])
+            module="huggingface_hub", keyword=HUB_KWARG_RELEASE[m["kw"]])
         return found
     # datasets >= 4 refuses loading scripts outright.
     if m := re.search(r"Dataset scripts are no longer supported", message):

@@ -45,6 +45,17 @@ PEFT_KEY = re.compile(r"\b(?P<object>(?:Lora|LoHa|LoKr|AdaLora|IA3|Prefix\w*|Pro
                       r"|Oft|Vera)Config)\.__init__\(\) got an unexpected keyword argument "
                       rf"{Q}(?P<name>\w+){Q}")
 
+# huggingface_hub's own functions refusing a keyword (every public one is wrapped by its
+# validators' _inner_fn): the keyword's release, from the wheels' signatures (0.8.1 ... 1.0.0).
+# The huggingface family reads it (its mode is the hub's version, hf.hub-version-api-removed).
+HUB_KWARG = re.compile(r"\b(?P<fn>hf_hub_download|snapshot_download|cached_download|hf_hub_url|"
+                       r"upload_file|upload_folder|create_repo)\(\) got an unexpected keyword "
+                       r"argument [`'‘’](?P<kw>\w+)")
+HUB_KWARG_RELEASE = {"allow_patterns": "added in 0.9", "ignore_patterns": "added in 0.9",
+                     "token": "added in 0.11", "local_dir": "added in 0.13",
+                     "local_dir_use_symlinks": "added in 0.13", "allow_regex": "removed in 0.12",
+                     "ignore_regex": "removed in 0.12", "use_auth_token": "refused from 1.0"}
+
 # pydantic 2 removed the v1 API a package of the v1 era calls (DeepSpeed <= 0.10.0's config
 # classes among them); the v2-only names a newer package imports from a pydantic 1
 PYDANTIC_V1_API = re.compile(rf"{Q}FieldInfo{Q} object has no attribute {Q}(?P<name>required|"
