@@ -149,6 +149,14 @@ TOOLCHAIN = (
                 r"(omp\.h)[`'\"’] file not found|ld: library (?:not found for -l(g?omp|iomp5)\b|"
                 r"[`'\"‘](g?omp|iomp5)[`'\"’] not found)", FLAGS),
      "toolkit.clang-without-openmp", ("needs", "needs", "needs", "needs")),
+    # a host compiler's flag handed to nvcc without -Xcompiler (the build files' CFLAGS, a
+    # CMake target's options for every language): nvcc quotes it, with or without its dash
+    (re.compile(r"nvcc fatal\s*:\s*[Uu]nknown option [`'‘](-{0,2}(?:f(?!mad\b|tz\b|template-|"
+                r"device-|orward-|atbin\b)[a-z][\w+=.-]*|W(?:all|extra|pedantic|missing-(?:"
+                r"declarations|noreturn|prototypes)|shadow[\w=-]*|format[\w=-]*|sign-[\w-]+|"
+                r"unused[\w-]*|conversion|cast-qual|pointer-arith)|m(?:arch|tune|cpu|fpu|avx\w*|"
+                r"sse\w*|fma|f16c)\b[\w=.+-]*|pthread|openmp[\w:]*|Qunused-arguments))['’]", FLAGS),
+     "toolkit.host-flag-to-nvcc", ("flag",)),
     # ggml's CMake refusing the CUDA option names llama.cpp and whisper.cpp used before GGML_CUDA
     (re.compile(r"\b((?:LLAMA|WHISPER)_[A-Z0-9_]+) is deprecated and will be removed in the future",
                 re.MULTILINE), "toolkit.ggml-cuda-option-renamed", ("option",)),
