@@ -525,3 +525,20 @@ def test_torchs_own_compiler_check_names_the_compiler_and_the_cuda_it_exceeds(tm
         == [("jit.gcc-too-new-for-nvcc", "14.1.0", "12.4")]
     # the twin: a compiler inside the bounds passes torch's check, and its words are absent
     cpp_extension._check_cuda_version("g++", cpp_extension.TorchVersion("12.3.0"))
+
+
+def test_a_transformers_name_missing_at_import_says_which_way():
+    # transformers' own wheels date the name: removed (the importer is older: trl's core.py
+    # under transformers 4.40, huggingface/trl#1409) or added (the installed transformers is
+    # older: LLaVA's EncoderDecoderCache, haotian-liu/LLaVA#1794)
+    _, got = next(p for p in parts(row("huggingface/trl/issues/1409")["text"])
+                  if p[0] == "env.package-version-mismatch")
+    assert got["transformers"] == "removed in 4.39" and "pin transformers<4.39" in got["direction"]
+    _, got = next(p for p in parts(row("haotian-liu/LLaVA/issues/1794")["text"])
+                  if p[0] == "env.package-version-mismatch")
+    assert got["transformers"] == "added in 4.43" and ">= 4.43" in got["direction"]
+    # a name no release table knows keeps the undirected reading
+    _, got = next(p for p in parts("ImportError: cannot import name 'LlamaFlashAttention2' "
+                                         "from 'transformers.models.llama.modeling_llama'")
+                  if p[0] == "env.package-version-mismatch")
+    assert "direction" not in got and got["name"] == "LlamaFlashAttention2"

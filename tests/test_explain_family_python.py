@@ -58,7 +58,7 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
         "hf.remote-code-older-than-transformers", "hf.lfs-quota-exceeded",
         "env.windows-long-paths-disabled", "env.ext-built-without-cuda",
         "env.windows-ansi-codepage-default-encoding", "env.module-unknown",
-        "env.flash-attn-csrc-ext-missing",
+        "env.flash-attn-csrc-ext-missing", "env.module-prerequisite-not-loaded",
         "env.wheel-package-missing", "env.triton-no-wheel-for-platform",
         "env.requirements-frozen-conda-build-paths", "env.pip-site-packages-not-writable",
         "env.ffmpeg-shared-libs-missing", "hf.hf-hub-rust-relative-redirect"}

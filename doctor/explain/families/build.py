@@ -15,6 +15,7 @@ from dsenv.doctor.explain.families.build_compile import (
     compile_readings,
     ext_build_without_gpu,
 )
+from dsenv.doctor.explain.families.stack_api import transformers_change
 
 # The CUDA release whose nvcc first builds each compute capability, and the last one that
 # still does (NVIDIA's release notes; `nvcc --list-gpu-arch` per release). An arch refused by
@@ -337,7 +338,8 @@ def _deepspeed_readings(message: str) -> list[Reading]:
         found.append(reading(FAMILY, "env.package-version-mismatch" if not model else
                              "env.package-missing" if model["fw"] else
                              "hf.transformers-too-old-for-model", name.group(0),
-                             name=name.group(1), module=name.group(2)))
+                             name=name.group(1), module=name.group(2),
+                             **transformers_change(name.group(2), name.group(1))))
     if upgrade := UPGRADE.search(message):
         found.append(reading(FAMILY, "env.package-version-mismatch", upgrade.group(0),
                              requires=f"{upgrade['pkg']}>={upgrade['ver']}"))

@@ -56,6 +56,26 @@ HUB_KWARG_RELEASE = {"allow_patterns": "added in 0.9", "ignore_patterns": "added
                      "local_dir_use_symlinks": "added in 0.13", "allow_regex": "removed in 0.12",
                      "ignore_regex": "removed in 0.12", "use_auth_token": "refused from 1.0"}
 
+# transformers names by the release that removed or added them (read from its wheels, 4.38.2
+# to 4.52.0): which way "cannot import name X from transformers" points.
+TRANSFORMERS_NAMES = {"top_k_top_p_filtering": "removed in 4.39", "shard_checkpoint": "removed in 4.47",
+                      "is_torch_tpu_available": "removed in 4.51", "is_torch_xla_available":
+                      "added in 4.39", "EncoderDecoderCache": "added in 4.43",
+                      "isin_mps_friendly": "added in 4.43"}
+
+
+def transformers_change(module: str, name: str) -> dict[str, str]:
+    """Which way a transformers name missing at import points, where its release is known (the
+    build family reads the import: "cannot import name X from transformers")."""
+    change = TRANSFORMERS_NAMES.get(name, "") if module.startswith("transformers") else ""
+    if not change:
+        return {}
+    release = change.split()[-1]
+    return {"transformers": change, "direction": (
+        f"the importer is older than the installed transformers: upgrade it, or pin transformers"
+        f"<{release}" if change.startswith("removed") else
+        f"the installed transformers is older: upgrade it to >= {release}")}
+
 # pydantic 2 removed the v1 API a package of the v1 era calls (DeepSpeed <= 0.10.0's config
 # classes among them); the v2-only names a newer package imports from a pydantic 1
 PYDANTIC_V1_API = re.compile(rf"{Q}FieldInfo{Q} object has no attribute {Q}(?P<name>required|"
