@@ -53,6 +53,9 @@ LISTED_ARCH = re.compile(r"TensileLibrary_(?:lazy_)?(gfx\w+?)\.dat", IC)
 TENSILE_NOT_THERE = re.compile(
     r"directory iterator cannot open directory: No such file or directory \[[^\]\n]*"
     r"|No paths matched [^\n]*?Make sure that ROCBLAS_TENSILE_LIBPATH is set correctly", IC)
+# The file named bare, without a folder: the library path was empty (a bundle or wheel without
+# the hipBLASLt/rocBLAS library, Windows builds that looked in the working directory: TheRock#580)
+TENSILE_BARE = re.compile(r"Cannot read \"?TensileLibrary\w*\.dat\"?:", IC)
 GFX = re.compile(r"\bgfx(?P<target>[0-9a-f]{3,4})\b(?P<features>(?::[\w+-]+)*)", IC)
 OVERRIDE = re.compile(r"HSA_OVERRIDE_GFX_VERSION=?(?P<value>[0-9.]*)", IC)
 
@@ -180,7 +183,8 @@ def _tensile(message: str, around: str) -> Reading | None:
     if not error:
         return None
     text = f"{message}\n{around}"
-    listing, missing = TENSILE_LIST.search(text), TENSILE_NOT_THERE.search(text)
+    listing = TENSILE_LIST.search(text)
+    missing = TENSILE_NOT_THERE.search(text) or TENSILE_BARE.search(text)
     # an empty list is one rocBLAS went on from (a paste cut after the header says nothing)
     empty = listing and not LISTED_ARCH.search(listing["files"]) and text[listing.end():].strip()
     if missing or empty:
