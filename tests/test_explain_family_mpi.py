@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dsenv.doctor.explain.command import explain_text
-from dsenv.doctor.explain.families import mpi
+from dsenv.doctor.explain.families import mpi, programs
 from tests.harness import symptoms
 
 SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
@@ -26,6 +26,8 @@ UNSTRUCTURED = {"https://github.com/Crompulence/cpl-library/issues/6",
                 "https://github.com/DataBiosphere/toil/issues/4853"}
 # Notices of healthy runs (benign modes): the catalogue's patterns name them, no parser reads them.
 NOTICES = {"mpi.pmix-no-compression-benign", "mpi.ucx-unused-env-benign"}
+# Slurm's client commands missing from PATH: the programs family reads them (programs.toml).
+BY_PROGRAMS = {"slurm.client-commands-missing"}
 
 
 def first_cause(text: str) -> str:
@@ -42,7 +44,7 @@ def parts(text: str) -> list[tuple[str, dict[str, str]]]:
 
 
 @pytest.mark.parametrize("symptom", [r for r in ROWS if r["url"] not in UNSTRUCTURED
-                                     and r["mode"] not in NOTICES],
+                                     and r["mode"] not in NOTICES | BY_PROGRAMS],
                          ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
 def test_each_symptom_reads_as_its_mode(symptom):
     readings = mpi.read(symptom["text"])
@@ -347,3 +349,17 @@ def test_mpichs_own_host_name_and_cuda_ipc_refusals_read_their_parts():
             got["mpi.smcuda-cuda-ipc-unusable"]["code"]) == ("cuIpcGetMemHandle", "1")
     assert "mpi.own-hostname-unresolvable" not in [r.mode for r in mpi.read(
         "[proxy:0:1@node2] HYDU_sock_connect: unable to get host address for node1 (1)")]
+
+
+@pytest.mark.parametrize("symptom", [r for r in ROWS if r["mode"] in BY_PROGRAMS],
+                         ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
+def test_slurm_clients_missing_are_named(symptom):
+    assert first_cause(symptom["text"]) == symptom["mode"]
+
+
+def test_slurm_clients_missing_in_the_shells_words_are_read_by_the_programs_family():
+    # subprocess's "[Errno 2] ... 'scontrol'" and bash's "sinfo: command not found": the
+    # program table names the mode (a quoted or bare "No such file ..." is the catalogue's)
+    for tail in ("submitit/issues/1601", "trinity/issues/390"):
+        readings = programs.read(row(tail)["text"])
+        assert readings and readings[0].mode == "slurm.client-commands-missing", tail

@@ -29,7 +29,9 @@ CATALOGUE_ONLY = {"rocm.igpu-selected", "rocm.clang-libstdcxx-headers-missing",
                   # clang's device-library ABI words and torch's amdsmi NameError: the words
                   "rocm.device-libs-abi-version-too-new", "rocm.amdsmi-python-missing",
                   # torch's own warning when it falls back to hipBLAS: a notice, read by the pattern
-                  "rocm.hipblaslt-arch-fallback-benign"}
+                  "rocm.hipblaslt-arch-fallback-benign", "rocm.ollama-amdgpu-version-missing-benign",
+                  # the HSA runtime's own refusal of an older kernel driver: one wording
+                  "rocm.userspace-newer-than-kfd"}
 
 
 @pytest.mark.parametrize("symptom", [r for r in ROWS if r["mode"] not in CATALOGUE_ONLY],

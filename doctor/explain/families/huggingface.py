@@ -190,7 +190,7 @@ UPSTREAM_TYPES = (r"llama\d*|mistral\d*|mixtral|qwen[23](?:_5)?(?:_moe|_vl|_audi
                   r"|idefics\d*|paligemma")
 
 
-def read(message: str) -> list[Reading]:
+def read(message: str, around: str = "") -> list[Reading]:
     if not message.strip():
         return []
     hosts = _hosts(message)
@@ -230,7 +230,8 @@ def read(message: str) -> list[Reading]:
     # trust_remote_code's module is named after the model folder: a '.' in the folder's name
     # cuts it (Qwen1.5-7B -> transformers_modules.Qwen1); only with that folder in the text
     if (m := re.search(r"No module named [`'‘]?transformers_modules\.(?P<name>[\w-]+)", message)) \
-            and (folder := re.search(rf"(?<![\w-]){re.escape(m['name'])}\.[\w.-]+", message)):
+            and (folder := re.search(rf"(?<![\w-]){re.escape(m['name'])}\.[\w.-]+",
+                                     f"{message}\n{around}")):
         add("hf.remote-code-dir-name-has-dot", m.group(0), module=f"transformers_modules."
             f"{m['name']}", folder=folder.group(0))
         return found

@@ -71,6 +71,12 @@ _SSH_HOSTKEY = re.compile(r"Host key verification failed|REMOTE HOST IDENTIFICAT
                           r"|No \S+ host key is known for (\S+)", FLAGS)
 _SSH_PUBKEY = re.compile(r"(\S+@\S+: )?Permission denied \((publickey[\w,-]*)\)"
                          r"|Permission denied, please try again", FLAGS)
+# ssh refusing its own files (owner, mode), on the client or in the server's log
+_SSH_FILE_MODES = re.compile(r"Bad owner or permissions on (\S+)|Authentication refused: bad "
+                             r"ownership or modes for (?:file|directory) (\S+)", FLAGS)
+# sshd started by hand in a container that never prepared it: no host keys, no privsep folder
+_SSHD_UNPREPARED = re.compile(r"sshd: no hostkeys available|Could not load host key: (\S+)"
+                              r"|Missing privilege separation directory: ([^\s'\\]+)", FLAGS)
 _SSH_CHECK = re.compile(r"host=(\S+) was not reachable via ssh"
                         r"|Command '\[?'?ssh (?:-o \S+ )*(\S+) hostname(?: -I)?'?\]?' returned "
                         r"non-zero exit status 255", FLAGS)
@@ -219,7 +225,12 @@ def _read_ssh(message: str, add) -> None:
             loaded=openssl_release(m.group(2)))
         return
     # The most specific ssh failure wins; pdsh's "exit code 255" only says ssh failed.
-    if m := _SSH_HOSTKEY.search(message):
+    if m := _SSH_FILE_MODES.search(message):
+        add("launch.ssh-file-modes", m, path=m.group(1) or m.group(2))
+    elif m := _SSHD_UNPREPARED.search(message):
+        add("launch.sshd-unprepared-in-container", m, missing=m.group(1) or m.group(2)
+            or "host keys")
+    elif m := _SSH_HOSTKEY.search(message):
         add("launch.ssh-host-key", m, host=m.group(1) or "")
     elif m := _SSH_PUBKEY.search(message):
         add("launch.ssh-publickey", m, methods=m.group(2) or "password")

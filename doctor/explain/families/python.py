@@ -82,11 +82,14 @@ NUMPY2_REMOVED = frozenset({
     "float_", "complex_", "string_", "unicode_", "round_", "NaN", "Inf", "Infinity", "NINF",
     "PINF", "NZERO", "PZERO", "infty", "product", "cumproduct", "alltrue", "sometrue", "asfarray",
     "find_common_type", "msort", "longfloat", "singlecomplex", "cfloat", "longcomplex",
-    "clongfloat", "int0", "uint0", "bool8", "object0", "mat"})
+    "clongfloat", "int0", "uint0", "bool8", "object0", "mat", "BUFSIZE"})
+# NumPy 2.4 expired more 2.0 deprecations (its release notes)
+NUMPY24_REMOVED = frozenset({"in1d", "trapz"})
 # (quotes as a forum or a terminal rendered them: typographic quotes, `np.int` made a link)
 NUMPY_GONE = re.compile(r"`\[?np\.(?P<name>\w+)(?:\]\([^)\s]*\))?` (?:was a deprecated alias|was "
                         r"removed in the NumPy (?P<release>2\.0) release)|module ['‘]numpy['’] has no "
-                        r"attribute ['‘](?P<attr>\w+)['’]")
+                        r"attribute ['‘](?P<attr>\w+)['’]|cannot import name ['‘](?P<imp>\w+)['’] "
+                        r"from ['‘]numpy['’]")
 # NumPy's own check at an extension's import: the C API the binary was compiled against is
 # newer than the installed NumPy's (NumPy 2's ABI break has its own words: env.numpy2-abi).
 NUMPY_API = re.compile(r"compiled against (?:the )?API version (?:0x)?(?P<built>[0-9a-fA-F]+) but "
@@ -107,9 +110,11 @@ IMPORTING_FRAME = re.compile(r'File "(?P<file>[^"]+)", line \d+[^\n]*\n\s*(?:fro
 def _numpy_name(message: str) -> tuple[str, str] | None:
     """The removed NumPy name and the release that removed it."""
     for m in NUMPY_GONE.finditer(message):
-        name = m["name"] or m["attr"]
+        name = m["name"] or m["attr"] or m["imp"]
         if m["release"] or name in NUMPY2_REMOVED:
             return m.group(0), f"np.{name} (removed in NumPy 2.0)"
+        if name in NUMPY24_REMOVED:
+            return m.group(0), f"np.{name} (removed in NumPy 2.4)"
         if name in NUMPY_ALIASES:
             return m.group(0), f"np.{name} (removed in NumPy 1.24)"
     return None
