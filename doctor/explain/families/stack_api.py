@@ -18,12 +18,11 @@ Q = r"[`'‘’]"
 # stack calling one under an older torch. Names torch removed (torch._six) are the other
 # direction, read by the catalogue's own patterns.
 TORCH_SINCE = {"scaled_dot_product_attention": "2.0", "compile": "2.0", "compiler": "2.1",
-               "float8_e4m3fn": "2.1",
-               "float8_e5m2": "2.1", "float8_e4m3fnuz": "2.2", "float8_e5m2fnuz": "2.2",
-               "register_pytree_node": "2.2", "device_mesh": "2.2", "uint16": "2.3",
-               "uint32": "2.3", "uint64": "2.3", "GradScaler": "2.3",
-               "get_default_device": "2.3", "RMSNorm": "2.4", "xpu": "2.3",
-               "is_compiling": "2.3", "custom_fwd": "2.4", "custom_bwd": "2.4", "Buffer": "2.5"}
+               "float8_e4m3fn": "2.1", "float8_e5m2": "2.1", "float8_e4m3fnuz": "2.2",
+               "float8_e5m2fnuz": "2.2", "register_pytree_node": "2.2", "device_mesh": "2.2",
+               "uint16": "2.3", "uint32": "2.3", "uint64": "2.3", "GradScaler": "2.3",
+               "get_default_device": "2.3", "xpu": "2.3", "is_compiling": "2.3",
+               "RMSNorm": "2.4", "custom_fwd": "2.4", "custom_bwd": "2.4", "Buffer": "2.5"}
 # "partially initialized module" is a circular import or a file shadowing the package instead
 TORCH_NAME = re.compile(rf"(?<!partially initialized )module {Q}(?P<module>torch(?:\.nn(?:\."
                         rf"functional)?|\.utils\._pytree|\.amp|\.distributed|\.compiler)?){Q} has no "
@@ -58,10 +57,11 @@ HUB_KWARG_RELEASE = {"allow_patterns": "added in 0.9", "ignore_patterns": "added
 
 # transformers names by the release that removed or added them (read from its wheels, 4.38.2
 # to 4.52.0): which way "cannot import name X from transformers" points.
-TRANSFORMERS_NAMES = {"top_k_top_p_filtering": "removed in 4.39", "shard_checkpoint": "removed in 4.47",
-                      "is_torch_tpu_available": "removed in 4.51", "is_torch_xla_available":
-                      "added in 4.39", "EncoderDecoderCache": "added in 4.43",
-                      "isin_mps_friendly": "added in 4.43"}
+TRANSFORMERS_NAMES = {"top_k_top_p_filtering": "removed in 4.39",
+                      "shard_checkpoint": "removed in 4.47",
+                      "is_torch_tpu_available": "removed in 4.51",
+                      "is_torch_xla_available": "added in 4.39",
+                      "EncoderDecoderCache": "added in 4.43"}
 
 
 def transformers_change(module: str, name: str) -> dict[str, str]:
