@@ -282,9 +282,11 @@ def read_lines(read, root) -> list[str]:
 
 
 def para(label: str, text: str) -> str:
-    """One labelled paragraph of an answer, wrapped at 96 columns."""
+    """One labelled paragraph of an answer, wrapped at 96 columns (never inside a word: mode
+    ids, paths and URLs stay whole, to be searched for and copied)."""
     return textwrap.fill(text, width=96, initial_indent=f"  {label:<8}",
-                         subsequent_indent=" " * 10)
+                         subsequent_indent=" " * 10, break_on_hyphens=False,
+                         break_long_words=False)
 
 
 def _look_here(matches, args) -> dict[int, list[str]]:
