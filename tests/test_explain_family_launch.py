@@ -88,6 +88,11 @@ def test_ssh_failures_are_told_apart():
     # pdsh's exit code 255 only says that ssh failed; the publickey line says why
     modes = [r.mode for r in launch.read(_text("deepspeedai/DeepSpeed/issues/5709"))]
     assert modes == ["launch.ssh-publickey"]
+    # sshd reset the connection before the key exchange: past MaxStartups, not an unreachable host
+    dropped = ("pdsh@node0: node7: kex_exchange_identification: read: Connection reset by peer\n"
+               "pdsh@node0: node7: ssh exited with exit code 255")
+    assert [r.mode for r in launch.read(dropped)] == ["launch.sshd-maxstartups"]
+    assert not launch.read("ConnectionResetError: [Errno 104] Connection reset by peer")
 
 
 def test_the_deepspeed_runner_lines():

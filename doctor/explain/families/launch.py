@@ -77,6 +77,11 @@ _SSH_FILE_MODES = re.compile(r"Bad owner or permissions on (\S+)|Authentication 
 # sshd started by hand in a container that never prepared it: no host keys, no privsep folder
 _SSHD_UNPREPARED = re.compile(r"sshd: no hostkeys available|Could not load host key: (\S+)"
                               r"|Missing privilege separation directory: ([^\s'\\]+)", FLAGS)
+# sshd drops unauthenticated connections past MaxStartups before the key exchange: a launcher
+# that fans out (pdsh -f 1024) loses some hosts at random
+_SSHD_MAXSTARTUPS = re.compile(r"Exceeded MaxStartups|past MaxStartups|(kex|ssh)_exchange_"
+                               r"identification: (?:read: Connection reset by peer|Connection "
+                               r"closed by remote host)", FLAGS)
 _SSH_CHECK = re.compile(r"host=(\S+) was not reachable via ssh"
                         r"|Command '\[?'?ssh (?:-o \S+ )*(\S+) hostname(?: -I)?'?\]?' returned "
                         r"non-zero exit status 255", FLAGS)
@@ -236,6 +241,8 @@ def _read_ssh(message: str, add) -> None:
         add("launch.ssh-publickey", m, methods=m.group(2) or "password")
     elif m := _SSH_RESOLVE.search(message):
         add("launch.host-unreachable", m, host=m.group(1), error="does not resolve")
+    elif m := _SSHD_MAXSTARTUPS.search(message):
+        add("launch.sshd-maxstartups", m, stage="before the key exchange")
     elif m := _SSH_CONNECT.search(message):
         refused = m.group(3).strip().lower() == "connection refused"
         add("launch.sshd-refused" if refused else "launch.host-unreachable", m,
