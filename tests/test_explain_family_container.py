@@ -19,6 +19,8 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               # Apptainer's image-format and action-script words, and EROFS on the image's own folders
               "container.image-file-not-an-image", "container.apptainer-image-has-no-sh",
               "container.image-read-only",
+              # Docker Desktop's placeholder for docker in a WSL distro: one wording, its WSL version
+              "container.wsl-docker-desktop-integration-inactive",
               # dockerd's, Docker clients' and the runtimes' own words, and the WSL driver store's notice
               "container.dockerd-option-in-flag-and-daemon-json",
               "container.docker-socket-permission-denied",
