@@ -21,6 +21,8 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               "container.image-read-only",
               # Docker Desktop's placeholder for docker in a WSL distro: one wording, its WSL version
               "container.wsl-docker-desktop-integration-inactive",
+              # the Kubernetes API server's refusal of a Kubeflow job kind or its CRD's version
+              "container.k8s-kubeflow-job-crd-version",
               # dockerd's, Docker clients' and the runtimes' own words, and the WSL driver store's notice
               "container.dockerd-option-in-flag-and-daemon-json",
               "container.docker-socket-permission-denied",
