@@ -66,6 +66,8 @@ _REASONS = (
     (r"Invalid account or account/partition combination", "slurm.invalid-account"),
     (r"invalid partition (?:name )?specified", "slurm.invalid-partition"),
     (r"Invalid qos specification", "slurm.invalid-qos"),
+    # --constraint names a node feature no node of this cluster defines (slurm.conf Features)
+    (r"Invalid feature specification", "slurm.invalid-constraint"),
     # slurmctld itself does not answer: every client command fails the same way.
     (r"Unable to contact slurm controller", "slurm.controller-unreachable"),
     # ... or answers a request to it (a submission, an allocation) too slowly: a controller
