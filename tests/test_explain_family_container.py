@@ -23,6 +23,9 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               "container.wsl-docker-desktop-integration-inactive",
               # the Kubernetes API server's refusal of a Kubeflow job kind or its CRD's version
               "container.k8s-kubeflow-job-crd-version",
+              # NGC's registry answering 401 in docker's, BuildKit's and enroot's words; enroot's
+              # mkdir of an admin-set data/cache path in pyxis' log
+              "container.nvcr-login-required", "container.enroot-configured-path-not-creatable",
               # dockerd's, Docker clients' and the runtimes' own words, and the WSL driver store's notice
               "container.dockerd-option-in-flag-and-daemon-json",
               "container.docker-socket-permission-denied",

@@ -19,6 +19,8 @@ ROWS = symptoms.rows("mpi")
 # "Attempting to use an MPI routine before initializing MPICH"; lines of slurmd's log file,
 # which carry no program prefix: the family reads them when the daemon's name leads them).
 UNSTRUCTURED = {"https://github.com/Crompulence/cpl-library/issues/6",
+                # slurmd's own log lines ("[time] error: plugin_load_from_file"): no program prefix
+                "https://github.com/NVIDIA/pyxis/issues/35",
                 "https://github.com/NVIDIA/deepops/issues/1195",
                 "https://github.com/NVIDIA/deepops/issues/1102",
                 # munge's own client and a workflow tool's log of squeue's words: no Slurm program

@@ -66,6 +66,12 @@ _REASONS = (
     (r"Invalid account or account/partition combination", "slurm.invalid-account"),
     (r"invalid partition (?:name )?specified", "slurm.invalid-partition"),
     (r"Invalid qos specification", "slurm.invalid-qos"),
+    # a SPANK plugin (pyxis, x11) compiled against another Slurm's spank.h/libslurm
+    (r"undefined symbol: slurm_spank_\w+|Incompatible Slurm plugin \S+ version"
+     r"|spank: \S+\.so: Dlopen of plugin file failed", "slurm.spank-plugin-built-for-other-slurm"),
+    # the site's Prolog/PrologSlurmctld failed: the job never ran, the node is drained
+    (r"(?:Job|job) prolog failed\b|Prolog failure on node|PrologSlurmctld failed|prolog failed "
+     r"status=\d+:\d+|Prolog hung on node", "slurm.prolog-failed-node-drained"),
     # --constraint names a node feature no node of this cluster defines (slurm.conf Features)
     (r"Invalid feature specification", "slurm.invalid-constraint"),
     # slurmctld itself does not answer: every client command fails the same way.
