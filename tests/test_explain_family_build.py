@@ -542,3 +542,33 @@ def test_a_transformers_name_missing_at_import_says_which_way():
                                          "from 'transformers.models.llama.modeling_llama'")
                   if p[0] == "env.package-version-mismatch")
     assert "direction" not in got and got["name"] == "LlamaFlashAttention2"
+
+
+def _parts_of(text: str, mode: str) -> dict[str, str]:
+    return symptoms.parts(build, text, mode)
+
+
+def test_host_compilers_nvcc_refuses_are_told_apart_by_whose_check_it_was():
+    """nvcc's range check on clang (its version, Apple's encoding) is the too-new gcc's cause;
+    a clang 2.9 (20900) in the same words is too old, and no reading; MSVC refused by nvcc or
+    nvcc refused by MSVC's STL is the Visual Studio/CUDA pair, with the CUDA each names."""
+    rows = symptoms.rows("build")
+    apple = symptoms.text(rows, "apache/mxnet/issues/1212")
+    assert _parts_of(apple, "jit.gcc-too-new-for-nvcc")["clang"] == "70002"
+    old = "nvcc fatal : The version ('20900') of the host compiler ('clang') is not supported"
+    assert "jit.gcc-too-new-for-nvcc" not in [r.mode for r in build.read(old)]
+    msvc = symptoms.text(rows, "Jimver/cuda-toolkit/issues/352")
+    assert _parts_of(msvc, "toolkit.msvc-cuda-version-mismatch")["cuda"] == "12.1"
+    stl = "yvals_core.h(531): fatal error C1189: #error:  STL1002: Unexpected compiler version, " \
+          "expected CUDA 10.1 Update 2 or newer"
+    assert _parts_of(stl, "toolkit.msvc-cuda-version-mismatch")["needs cuda"] == "10.1 Update 2"
+    assert [r.mode for r in build.read(msvc)].count("jit.gcc-too-new-for-nvcc") == 0
+
+
+def test_glibcs_math_declarations_against_old_cuda_headers_name_the_function():
+    text = symptoms.text(symptoms.rows("build"), "xmrig/xmrig-cuda/issues/214")
+    assert _parts_of(text, "toolkit.glibc-too-new-for-cuda-headers")["function"] == "sinpi"
+    assert not [r for r in build.read("error: exception specification is incompatible with "
+                                      "that of previous function \"foo\" (declared at line 3 of "
+                                      "src/foo.h)")
+                if r.mode == "toolkit.glibc-too-new-for-cuda-headers"]

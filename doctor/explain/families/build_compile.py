@@ -160,6 +160,23 @@ TOOLCHAIN = (
     # ggml's CMake refusing the CUDA option names llama.cpp and whisper.cpp used before GGML_CUDA
     (re.compile(r"\b((?:LLAMA|WHISPER)_[A-Z0-9_]+) is deprecated and will be removed in the future",
                 re.MULTILINE), "toolkit.ggml-cuda-option-renamed", ("option",)),
+    # nvcc's host_config.h on a clang past its range, and nvcc's own refusal of (Apple) clang by
+    # its encoded version (a clang 2.x below 30000 is the other way: too old, not this)
+    (re.compile(r"unsupported clang version! clang version must be less than (\d+)|The version "
+                r"\('(?![12]\d{4}'\))(\d+)(?:\.\d+)*'\) of the host compiler \('(?:Apple )?clang'\) "
+                r"is not supported", FLAGS), "jit.gcc-too-new-for-nvcc", ("below", "clang")),
+    # Visual Studio updated past the CUDA toolkit: nvcc's host_config.h refuses the MSVC, or the
+    # MSVC STL's yvals_core.h refuses the nvcc (STL1002 names the CUDA it needs)
+    (re.compile(r"CUDA[\\/]v(\d+\.\d+)[\\/]include[\\/]crt[\\/]host_config\.h[^\n]*\n?[^\n]*?"
+                r"unsupported Microsoft Visual Studio version|unsupported Microsoft Visual Studio "
+                r"version|STL1002: Unexpected compiler version, expected CUDA (\d+\.\d+(?: Update \d)?)",
+                FLAGS), "toolkit.msvc-cuda-version-mismatch", ("cuda", "needs_cuda")),
+    # glibc 2.41's C23 math declarations (noexcept) against CUDA <= 12.9's crt/math_functions.h
+    (re.compile(r"exception\s+specification\s+is\s+incompatible\s+with\s+that\s+of\s+previous"
+                r"\s+function\s+\"((?:cospi|sinpi|rsqrt)f?)\"|exception\s+specification\s+is\s+"
+                r"incompatible\s+with\s+that\s+of\s+previous\s+function\s+\"\w+\"\s*\(declared"
+                r"\s+at\s+line\s+\d+\s+of\s+[^)]*crt/math_functions\.h\)", FLAGS),
+     "toolkit.glibc-too-new-for-cuda-headers", ("function",)),
     # nvcc's front end on a newer gcc's own headers (its version check bypassed)
     (re.compile(r"/include/c\+\+/(\d+)[\w.]*/[\w./+-]+(?:\(\d+\))?: error:\s+(?:identifier\s+"
                 r"\"(?:__\w+|char(?:8|16|32)_t|false_type|true_type)\"\s+is\s+undefined|user-defined"
