@@ -192,6 +192,13 @@ _OMPI = (
      "mpi.openib-warning"),
     # vader's single copy (process_vm_readv) refused with EPERM (errno 1): a container's seccomp.
     (re.compile(r"Read -1, expected (?P<n>\d+), errno = 1\b"), "mpi.vader-cma-container"),
+    # ... and through UCX (pml ucx): its CMA copy refused (EPERM), or its posix transport's open
+    # of a peer's /proc/<pid>/fd refused (EACCES); "Bad address" or ENOENT are other causes
+    (re.compile(r"process_vm_readv\(pid=\d+ [^)]*\) returned -1: Operation not permitted"
+                r"|process_vm_readv delivered \d+ instead of (?P<n>\d+), error message Operation not "
+                r"permitted|UCX\s+ERROR\s+(?:open\(file_name=/proc/\d+/fd/\d+ flags=0x0\) failed|"
+                r"Error returned from open in attach)[.:] Permission denied"),
+     "mpi.vader-cma-container"),
     # The ssh/rsh launcher component found neither program: an image without an ssh client.
     (re.compile(r"could not be found:? plm_rsh_agent: (?P<agent>.+?)(?= Please|$)"
                 r"|FORCE-TERMINATE AT Not found:-13 - error plm_rsh_component\.c"), "mpi.no-rsh-agent"),
