@@ -572,3 +572,34 @@ def test_glibcs_math_declarations_against_old_cuda_headers_name_the_function():
                                       "that of previous function \"foo\" (declared at line 3 of "
                                       "src/foo.h)")
                 if r.mode == "toolkit.glibc-too-new-for-cuda-headers"]
+
+
+
+
+@pytest.mark.parametrize("words", [
+    "src/x.cpp:7:10: fatal error: {h}: No such file or directory",
+    "src/x.cpp:7:10: fatal error: '{h}' file not found",
+    "x.cu(7): fatal error C1083: Cannot open include file: '{h}': No such file or directory",
+])
+def test_each_librarys_header_in_each_compilers_words_names_its_package(words):
+    """headers.toml's rows read back: every row's example header, in gcc's, clang's and MSVC's
+    words, is named toolkit.library-headers-missing by explain (the catalogue's words and the
+    table agree) with the row's apt package; a project's own header is no reading."""
+    from dsenv.doctor.explain.families import build_compile
+    for _, row in build_compile.library_headers():
+        text = words.format(h=row["example"])
+        _, _, sure, _ = explain_text(text)
+        assert sure and sure[0].id == "toolkit.library-headers-missing", (row["example"], sure)
+        parts = _parts_of(text, "toolkit.library-headers-missing")
+        assert parts["apt"] == row["apt"] and parts["header"] == row["example"]
+    own = words.format(h="utils/common.h")
+    assert "toolkit.library-headers-missing" not in [r.mode for r in build.read(own)]
+
+
+def test_a_header_an_existing_mode_owns_is_not_a_librarys():
+    for text, mode in (("fatal error: Python.h: No such file or directory",
+                        "toolkit.python-headers-missing"),
+                       ("fatal error: libaio.h: No such file or directory",
+                        "deepspeed.async-io-no-libaio")):
+        modes = [r.mode for r in build.read(text)]
+        assert mode in modes and "toolkit.library-headers-missing" not in modes

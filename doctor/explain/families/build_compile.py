@@ -7,7 +7,9 @@ object that failed. Part of the build family (build.py; the gpu family asks the 
 from __future__ import annotations
 
 import re
+from functools import cache
 
+from dsenv.data import load_table
 from dsenv.doctor.explain.families import Reading, reading
 from dsenv.doctor.explain.families.cuda_errors import KINDS, NO_DRIVER
 
@@ -17,6 +19,13 @@ FLAGS = re.IGNORECASE | re.MULTILINE
 # gcc's wording, and clang's ("fatal error: 'crypt.h' file not found")
 HEADER = re.compile(r"fatal error: '?([\w/.+-]+\.(?:h|hpp|cuh))(?:: No such file or directory"
                     r"|' file not found)", FLAGS)
+# Any header a compiler could not open, with or without an extension (Eigen/Core), in gcc's
+# words whatever the language after them, clang's, MSVC's and uv's hint; ../headers.toml says
+# which third-party library it belongs to (a header no row matches is the project's own)
+ANY_HEADER = re.compile(r"fatal error\s*[:：]\s*[<'\"‘]?([\w.+-]+(?:/[\w.+-]+)*)[>'\"’]?"
+                        r"(?:\s*[:：]|\s*$| file not found)"
+                        r"|C1083: Cannot open include file: ['\"]([^'\"\n]+)['\"]"
+                        r"|install a library that provides \"([^\"\n]+)\" for", FLAGS)
 # CUDA headers of types newer toolkits added (cuda_bf16.h in 11.0, cuda_fp8.h in 11.8, cuda_fp4.h and
 # cuda_fp6.h in 12.8: NVIDIA's CUDA Math API release notes), and the toolkit release a log names
 CUDA_HEADER_SINCE = {"cuda_bf16.h": (11, 0), "cuda_fp8.h": (11, 8), "cuda_fp4.h": (12, 8),
@@ -203,6 +212,24 @@ def ext_build_without_gpu(message: str, around: str = "") -> tuple[str, str] | N
     return (none.group(0), step.group(0).strip()[:80]) if step else None
 
 
+@cache
+def library_headers() -> tuple[tuple[re.Pattern, dict], ...]:
+    """(the include path's pattern, its row of headers.toml) for each third-party library."""
+    rows = load_table("dsenv.doctor.explain", "headers.toml")["header"]
+    return tuple((re.compile(row["match"]), row) for row in rows)
+
+
+def library_header(message: str) -> tuple[str, str, dict] | None:
+    """(the compiler's words, the include path, the library's row) of the first header the
+    build could not open that a third-party library ships."""
+    for m in ANY_HEADER.finditer(message):
+        path = next(g for g in m.groups() if g)
+        for pattern, row in library_headers():
+            if pattern.search(path):
+                return m.group(0).strip(), path, row
+    return None
+
+
 def compile_readings(message: str) -> list[Reading]:
     # Which op was being built (ninja's "Error building extension") and which object failed
     # ("FAILED: x.o"): said with whatever first error the build printed.
@@ -214,6 +241,7 @@ def compile_readings(message: str) -> list[Reading]:
             parts = {n: g for n, g in zip(names, hit.groups(), strict=True) if g}
             found.append(reading(FAMILY, mode, hit.group(0)[:160], **parts, **where))
     header = HEADER.search(message)
+    mode = ""
     if header:
         path = header.group(1)
         name = path.rsplit("/", 1)[-1]
@@ -236,6 +264,11 @@ def compile_readings(message: str) -> list[Reading]:
             found.append(_newer_cuda_header(message, header.group(0), name, where))
         elif mode:
             found.append(reading(FAMILY, mode, header.group(0), header=name, **where))
+    if not mode and (library := library_header(message)):
+        text, path, row = library
+        found.append(reading(FAMILY, "toolkit.library-headers-missing", text, header=path,
+                             library=row["library"], apt=row["apt"], dnf=row["dnf"],
+                             conda=row["conda"], **where))
     killed = KILLED.search(message)
     if killed:  # signal 9 to a compiler: the OOM killer during a parallel build
         found.append(reading(FAMILY, "jit.build-oom-parallel", killed.group(0),
