@@ -309,6 +309,9 @@ def test_torchruns_summary_and_an_interrupted_traceback_are_not_the_root():
     ("prediction_1  | RuntimeError: Click will abort further execution",
      "RuntimeError: Click will abort further execution"),
     ("web-1  | OSError: libcudart.so.12: cannot open", "OSError: libcudart.so.12: cannot open"),
+    # docker build's plain progress output (scikit-learn-contrib/hdbscan#457)
+    ("#6 0.864 ValueError: numpy.ndarray size changed", "ValueError: numpy.ndarray size changed"),
+    ("#12 5 a note", "#12 5 a note"),  # only "#step seconds " with a decimal point is one
     # pytest's failure lines (rapidsai/cucim#775)
     ("E   ModuleNotFoundError: No module named 'distutils'",
      "ModuleNotFoundError: No module named 'distutils'"),

@@ -23,6 +23,7 @@ _PREFIXES = (
     r"\[\d+,\d+\]<(?:stdout|stderr)>: ?",  # mpirun --tag-output
     r"\d{1,5}: ",  # srun --label
     r"[\w.-]+[-_]\d+\s+\| ",  # docker compose's service prefix: "web_1  | ", "web-1  | "
+    r"#\d+ \d+\.\d+ ",  # docker build's plain progress: "#6 0.864 ValueError: ..."
     r"E {3,}(?=[A-Za-z_])",  # pytest's failure lines: "E   ModuleNotFoundError: ..."
     r"`+(?=[A-Za-z_])",  # a line pasted inside Markdown's inline code: "`AttributeError: ..."
     # pdsh/deepspeed launcher: "worker-1: ..." (a host with a digit; not a library name,
