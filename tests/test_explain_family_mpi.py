@@ -19,6 +19,9 @@ ROWS = symptoms.rows("mpi")
 # "Attempting to use an MPI routine before initializing MPICH"; lines of slurmd's log file,
 # which carry no program prefix: the family reads them when the daemon's name leads them).
 UNSTRUCTURED = {"https://github.com/Crompulence/cpl-library/issues/6",
+                # slurmctld's log and munge's own client (munged key mismatch)
+                "https://github.com/clustervision/trinity/issues/477",
+                "https://github.com/dun/munge/issues/116",
                 # slurmd's own log lines ("[time] error: plugin_load_from_file"): no program prefix
                 "https://github.com/NVIDIA/pyxis/issues/35",
                 "https://github.com/NVIDIA/deepops/issues/1195",

@@ -21,10 +21,10 @@ FAMILY = "mpi"
 
 # A Slurm client or daemon record (slurmd[pid] too): the program, the level, the text up to the
 # next record (a log line may hold several once its continuation lines are joined).
-_SLURM = re.compile(r"\b(?P<program>srun|sbatch|salloc|slurmstepd|slurmd)(?:\.bin|-[\w.-]+)?"
+_SLURM = re.compile(r"\b(?P<program>srun|sbatch|salloc|slurmstepd|slurmd|sinfo|squeue)(?:\.bin|-[\w.-]+)?"
                     r"(?:\[\d+\])?: +"
                     r"(?:(?P=program): +)?(?:(?P<level>error|fatal): +)?(?P<text>.+?)"
-                    r"(?=\s+\S*\b(?:srun|sbatch|salloc|slurmstepd|slurmd)(?:\.bin|-[\w.-]+)?"
+                    r"(?=\s+\S*\b(?:srun|sbatch|salloc|slurmstepd|slurmd|sinfo|squeue)(?:\.bin|-[\w.-]+)?"
                     r"(?:\[\d+\])?: |\n|$)", re.I)
 # What Slurm says failed, before the reason: ``<what>: <reason>``.
 _WHAT = re.compile(r"(?P<what>Batch job submission failed|Unable to allocate resources"
@@ -72,6 +72,16 @@ _REASONS = (
     # the site's Prolog/PrologSlurmctld failed: the job never ran, the node is drained
     (r"(?:Job|job) prolog failed\b|Prolog failure on node|PrologSlurmctld failed|prolog failed "
      r"status=\d+:\d+|Prolog hung on node", "slurm.prolog-failed-node-drained"),
+    # slurmctld could not save the job's script into its StateSaveLocation (its disk)
+    (r"I/O error writing script/environment to file", "slurm.controller-state-save-write-failed"),
+    # the site's job_submit filter: its own message, then Slurm's generic SLURM_ERROR text
+    (r"^Unspecified error$|is not valid for this job|job setup is not valid",
+     "slurm.site-submit-filter-rejected"),
+    # munged on two hosts with different keys: each refuses the other's credentials
+    (r"Munge decode failed: Invalid credential|authentication error: Invalid (?:authentication )?"
+     r"credential", "slurm.munge-key-mismatch"),
+    # the client cannot read slurm.conf at all (not on this host, or not readable by users)
+    (r"s_p_parse_file: unable to (?:status|read) file", "slurm.config-unreadable"),
     # --constraint names a node feature no node of this cluster defines (slurm.conf Features)
     (r"Invalid feature specification", "slurm.invalid-constraint"),
     # slurmctld itself does not answer: every client command fails the same way.
