@@ -16,7 +16,7 @@ from dsenv.verdicts.findings import Finding, FixAction, Status, warn
 # The areas a mode belongs to (the first part of its id); explain's ranking knows which
 # component's lines belong to which areas (doctor/explain/rank.py COMPONENTS).
 AREAS = ("jit", "toolkit", "torch", "deepspeed", "gpu", "comm", "system", "launch", "mpi",
-         "slurm", "cache", "hf", "job", "container", "rocm", "loader", "env")
+         "slurm", "cache", "hf", "job", "container", "rocm", "loader", "env", "cloud")
 
 
 @dataclass(frozen=True)
