@@ -26,6 +26,9 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               # NGC's registry answering 401 in docker's, BuildKit's and enroot's words; enroot's
               # mkdir of an admin-set data/cache path in pyxis' log
               "container.nvcr-login-required", "container.enroot-configured-path-not-creatable",
+              # docker's platform warning, runc's exec format error on a bin/ program, a
+              # manifest list without this platform, QEMU's own crash line
+              "container.image-arch-mismatch", "container.foreign-arch-emulation-crash",
               # dockerd's, Docker clients' and the runtimes' own words, and the WSL driver store's notice
               "container.dockerd-option-in-flag-and-daemon-json",
               "container.docker-socket-permission-denied",
