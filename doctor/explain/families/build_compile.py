@@ -119,6 +119,10 @@ TOOLCHAIN = (
                 r"is not a full path and was not found in the PATH|Could not find compiler set in "
                 r"environment variable CUDACXX|Failed to detect a default CUDA architecture\.\s*"
                 r"(?:Compiler output:\s*)?(?:Call Stack|\Z)", FLAGS), "jit.cuda-home-missing", ()),
+    # a setup.py that drives CMake (its CMakeBuild, dlib's own check) finding no cmake on PATH
+    (re.compile(r"CMake must be installed to build the following extensions: ?(\S*)"
+                r"|(CMake) is not installed on your system!", FLAGS), "toolkit.cmake-missing",
+     ("extension", "extension")),
     # Visual Studio generators compile CUDA through the toolkit's MSBuild integration
     (re.compile(r"No CUDA toolset found", FLAGS), "toolkit.cuda-vs-integration-missing", ()),
     (re.compile(r"nvcc fatal\s*:\s*Cannot find compiler [`'\u2018]?(cl\.exe)['\u2019]? in PATH"
