@@ -95,6 +95,15 @@ def test_ssh_failures_are_told_apart():
     assert not launch.read("ConnectionResetError: [Errno 104] Connection reset by peer")
 
 
+def test_a_missing_launcher_other_than_pdsh_is_not_pdsh_missing():
+    """DeepSpeed's runner says "launcher 'X' not installed" for every backend it looks for;
+    openmpi's is mpirun missing, not pdsh: no pdsh reading."""
+    assert [r.mode for r in launch.read("RuntimeError: launcher 'pdsh' not installed.")] == [
+        "launch.ds-pdsh-missing"]
+    assert not [r for r in launch.read("RuntimeError: launcher 'openmpi' not installed.")
+                if r.mode == "launch.ds-pdsh-missing"]
+
+
 def test_the_deepspeed_runner_lines():
     parts = _parts(_text("deepspeedai/DeepSpeed/issues/1481"), "launch.ds-env-not-forwarded")
     assert parts["exported"] == "PYTHONUNBUFFERED,NCCL_VERSION,PYTHONPATH"

@@ -86,7 +86,11 @@ _SSH_CHECK = re.compile(r"host=(\S+) was not reachable via ssh"
                         r"|Command '\[?'?ssh (?:-o \S+ )*(\S+) hostname(?: -I)?'?\]?' returned "
                         r"non-zero exit status 255", FLAGS)
 _PDSH_EXIT = re.compile(r"pdsh@\S+: (\S+): ssh exited with exit code (\d+)", FLAGS)
-_PDSH_MISSING = re.compile(r"launcher '(\S+)' not installed|(pdsh): command not found", FLAGS)
+# DeepSpeed's runner words every backend it cannot find the same way ("launcher 'openmpi' not
+# installed" is mpirun missing): only pdsh's is this mode, and the runner's own source line
+# (its default launcher is pdsh)
+_PDSH_MISSING = re.compile(r"launcher '(pdsh|\{args\.launcher\})' not installed|(pdsh): command "
+                           r"not found", FLAGS)
 _PDSH_RCMD = re.compile(r"rcmd: socket: Permission denied|(mcmd): xpoll: protocol failure", FLAGS)
 _NO_HOSTFILE = re.compile(r"Unable to find hostfile", FLAGS)
 _REMOTE_PATH = re.compile(r"bash: line 0: cd: (\S+): No such file or directory"
