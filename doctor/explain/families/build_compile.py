@@ -16,12 +16,10 @@ from dsenv.doctor.explain.families.cuda_errors import KINDS, NO_DRIVER
 FAMILY = "build"  # build.py's family: its readings are the build family's
 FLAGS = re.IGNORECASE | re.MULTILINE
 
-# gcc's wording, and clang's ("fatal error: 'crypt.h' file not found")
-HEADER = re.compile(r"fatal error: '?([\w/.+-]+\.(?:h|hpp|cuh))(?:: No such file or directory"
-                    r"|' file not found)", FLAGS)
-# Any header a compiler could not open, with or without an extension (Eigen/Core), in gcc's
-# words whatever the language after them, clang's, MSVC's and uv's hint; ../headers.toml says
-# which third-party library it belongs to (a header no row matches is the project's own)
+# A header a compiler could not open, with or without an extension (Eigen/Core), in gcc's
+# words whatever the language after them, clang's ("fatal error: 'crypt.h' file not found"),
+# MSVC's and uv's hint. The first one names the package: the toolkit's, Python's, or through
+# ../headers.toml a third-party library's (a header no row matches is the project's own)
 ANY_HEADER = re.compile(r"fatal error\s*[:：]\s*[<'\"‘]?([\w.+-]+(?:/[\w.+-]+)*)[>'\"’]?"
                         r"(?:\s*[:：]|\s*$| file not found)"
                         r"|C1083: Cannot open include file: ['\"]([^'\"\n]+)['\"]"
@@ -223,14 +221,19 @@ def library_headers() -> tuple[tuple[re.Pattern, dict], ...]:
     return tuple((re.compile(row["match"]), row) for row in rows)
 
 
-def library_header(message: str) -> tuple[str, str, dict] | None:
-    """(the compiler's words, the include path, the library's row) of the first header the
-    build could not open that a third-party library ships."""
-    for m in ANY_HEADER.finditer(message):
-        path = next(g for g in m.groups() if g)
+def missing_headers(message: str) -> list[tuple[str, str]]:
+    """(the compiler's words, the include path) of each header the build could not open."""
+    return [(m.group(0).strip(), next(g for g in m.groups() if g))
+            for m in ANY_HEADER.finditer(message)]
+
+
+def library_header(missing: list[tuple[str, str]]) -> tuple[str, str, dict] | None:
+    """(the compiler's words, the include path, the library's row) of the first missing header
+    a third-party library ships."""
+    for text, path in missing:
         for pattern, row in library_headers():
             if pattern.search(path):
-                return m.group(0).strip(), path, row
+                return text, path, row
     return None
 
 
@@ -244,13 +247,13 @@ def compile_readings(message: str) -> list[Reading]:
         if hit := words.search(message):
             parts = {n: g for n, g in zip(names, hit.groups(), strict=True) if g}
             found.append(reading(FAMILY, mode, hit.group(0)[:160], **parts, **where))
-    header = HEADER.search(message)
-    mode = ""
-    if header:
-        path = header.group(1)
+    missing = missing_headers(message)
+    owner = ""
+    if missing:
+        text, path = missing[0]
         name = path.rsplit("/", 1)[-1]
         # The header names the package that lacks its development files.
-        mode = ("toolkit.python-headers-missing" if name in ("Python.h", "pyconfig.h")
+        owner = ("toolkit.python-headers-missing" if name in ("Python.h", "pyconfig.h")
                 # hipcc compiling for a gfx target includes no CUDA header once a source is
                 # hipified: a CUDA header asked for there is a source left un-hipified
                 else "" if CUDA_HEADER.match(path) and HIP_COMPILE.search(message)
@@ -263,12 +266,12 @@ def compile_readings(message: str) -> list[Reading]:
                 else "toolkit.crypt-h-missing" if name == "crypt.h" else "")
         if name == "cudnn_frontend.h" or path.startswith("cute/"):
             # headers a source tree carries as git submodules (cudnn-frontend, CUTLASS's cute)
-            mode = "toolkit.source-submodules-missing"
+            owner = "toolkit.source-submodules-missing"
         if name in CUDA_HEADER_SINCE:
-            found.append(_newer_cuda_header(message, header.group(0), name, where))
-        elif mode:
-            found.append(reading(FAMILY, mode, header.group(0), header=name, **where))
-    if not mode and (library := library_header(message)):
+            found.append(_newer_cuda_header(message, text, name, where))
+        elif owner:
+            found.append(reading(FAMILY, owner, text, header=name, **where))
+    if not owner and (library := library_header(missing)):
         text, path, row = library
         found.append(reading(FAMILY, "toolkit.library-headers-missing", text, header=path,
                              library=row["library"], apt=row["apt"], dnf=row["dnf"],
