@@ -21,11 +21,10 @@ FAMILY = "mpi"
 
 # A Slurm client or daemon record (slurmd[pid] too): the program, the level, the text up to the
 # next record (a log line may hold several once its continuation lines are joined).
-_SLURM = re.compile(r"\b(?P<program>srun|sbatch|salloc|slurmstepd|slurmd|sinfo|squeue)(?:\.bin|-[\w.-]+)?"
-                    r"(?:\[\d+\])?: +"
+_PROGRAMS = "srun|sbatch|salloc|slurmstepd|slurmd|sinfo|squeue"
+_SLURM = re.compile(rf"\b(?P<program>{_PROGRAMS})(?:\.bin|-[\w.-]+)?(?:\[\d+\])?: +"
                     r"(?:(?P=program): +)?(?:(?P<level>error|fatal): +)?(?P<text>.+?)"
-                    r"(?=\s+\S*\b(?:srun|sbatch|salloc|slurmstepd|slurmd|sinfo|squeue)(?:\.bin|-[\w.-]+)?"
-                    r"(?:\[\d+\])?: |\n|$)", re.I)
+                    rf"(?=\s+\S*\b(?:{_PROGRAMS})(?:\.bin|-[\w.-]+)?(?:\[\d+\])?: |\n|$)", re.I)
 # What Slurm says failed, before the reason: ``<what>: <reason>``.
 _WHAT = re.compile(r"(?P<what>Batch job submission failed|Unable to allocate resources"
                    r"|Job submit/allocate failed"
