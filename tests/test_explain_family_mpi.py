@@ -31,8 +31,9 @@ UNSTRUCTURED = {"https://github.com/Crompulence/cpl-library/issues/6",
                 "https://github.com/DataBiosphere/toil/issues/4853"}
 # Notices of healthy runs (benign modes): the catalogue's patterns name them, no parser reads them.
 NOTICES = {"mpi.pmix-no-compression-benign", "mpi.ucx-unused-env-benign"}
-# Slurm's client commands missing from PATH: the programs family reads them (programs.toml).
-BY_PROGRAMS = {"slurm.client-commands-missing"}
+# Slurm's client commands or the MPI launcher missing from PATH: the programs family reads them
+# (programs.toml).
+BY_PROGRAMS = {"slurm.client-commands-missing", "mpi.mpirun-not-on-path"}
 
 
 def first_cause(text: str) -> str:

@@ -7,9 +7,11 @@ text give no reading."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +33,8 @@ def first_cause(text: str) -> str:
     ("build", "CCNet/issues/56", "jit.cuda-home-missing", "nvcc"),  # a script run by dash
     ("launch", "DeepSpeed/issues/6565", "launch.numactl-missing", "numactl"),  # subprocess
     ("python", "pytorch-ddp-examples/issues/1", "env.scripts-not-on-path", "torchrun"),  # slurmstepd
+    ("mpi", "mindyolo/issues/274", "mpi.mpirun-not-on-path", "mpirun"),  # bash
+    ("mpi", "bevfusion/issues/21", "mpi.mpirun-not-on-path", "mpirun"),  # dash under torchpack
 ])
 def test_users_texts_name_the_program_and_its_mode(table, url_end, mode, program):
     text = symptoms.text(symptoms.rows(table), url_end)
@@ -117,3 +121,16 @@ def test_every_row_names_a_mode_of_the_catalogue_and_a_public_source():
     for name, row in rows.items():
         assert catalogue.mode(row["mode"]) is not None, (name, row["mode"])
         assert row["source"].startswith("https://"), name
+
+
+def test_a_whole_command_line_given_to_subprocess_is_not_a_missing_program():
+    # the mpiexec of DeepMimic#4 and IMPACT-T#3 was installed: the code passed one string
+    # ("mpiexec -n 8 python3 ...") to subprocess without shell=True (a code bug)
+    lookalikes = Path(__file__).parent / "fixtures" / "explain_lookalikes" / "mpi.jsonl"
+    rows = [json.loads(line) for line in lookalikes.read_text().splitlines() if line.strip()]
+    assert sum(r["not_mode"] == "mpi.mpirun-not-on-path" for r in rows) == 2
+    for row in rows:
+        if row["not_mode"] == "mpi.mpirun-not-on-path":
+            assert not programs.read(row["text"]), row["url"]
+            assert first_cause(row["text"]) != "mpi.mpirun-not-on-path", row["url"]
+
