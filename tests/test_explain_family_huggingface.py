@@ -4,11 +4,12 @@ read into their parts and mode; texts of other families and empty text give no r
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from dsenv.doctor.explain.families import huggingface, python
+from dsenv.doctor.explain.families import hub_repos, huggingface, python
 from tests.harness import symptoms
 
 SYMPTOMS = Path(__file__).parent / "fixtures" / "explain_symptoms"
@@ -31,9 +32,11 @@ def _parts(text: str, mode: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['mode']}@{r['url'][19:]}")
 def test_symptom_reads_into_its_mode(row):
-    """By the Hub family, or for a huggingface_hub module another package still imports
-    (huggingface_hub.utils._errors) by the python one."""
-    readings = huggingface.read(row["text"]) or python.read(row["text"])
+    """By the Hub family (what the Hub says of one repository first: hub_repos.py), or for a
+    huggingface_hub module another package still imports (huggingface_hub.utils._errors) by
+    the python one."""
+    readings = (hub_repos.read(row["text"]) or huggingface.read(row["text"])
+                or python.read(row["text"]))
     assert [r.mode for r in readings] == [row["mode"]]
 
 
@@ -451,3 +454,62 @@ def test_tokenizers_reading_a_cut_tokenizer_json_is_a_truncated_download():
     assert [r.mode for r in huggingface.read(cut)] == ["cache.hf-truncated-download"]
     # serde's words for a JSON the program itself built are not a download's
     assert huggingface.read("error: EOF while parsing a value at line 1 column 0") == []
+
+
+def test_each_withdrawn_repository_is_named_with_its_copy_and_the_catalogue_agrees():
+    # hub_withdrawn.toml and hf.repo-withdrawn's patterns list the same repositories
+    from dsenv.doctor import catalogue
+    mode = catalogue.mode("hf.repo-withdrawn")
+    for repo, row in hub_repos.withdrawn().items():
+        text = (f"OSError: {repo} is not a local folder and is not a valid model identifier "
+                "listed on 'https://huggingface.co/models'")
+        got = symptoms.parts(hub_repos, text, "hf.repo-withdrawn")
+        assert got["repo"] == repo and got["use instead"] == row["instead"], repo
+        assert any(re.search(p, text) for p in mode.match), repo
+        url = f"Repository Not Found for url: https://hf-mirror.com/api/models/{repo}/revision/main."
+        assert [r.mode for r in hub_repos.read(url)] == ["hf.repo-withdrawn"], repo
+        assert any(re.search(p, url) for p in mode.match), repo
+
+
+@pytest.mark.parametrize("repo", ["stabilityai/stable-diffusion-xl-base-1.0",
+                                  "CompVis/stable-diffusion-v1-4", "runwayml/stable-diffusion",
+                                  "huggyllama/llama-7b", "stable-diffusion-v1-5/stable-diffusion-v1-5"])
+def test_a_repository_not_listed_as_withdrawn_is_not_named(repo):
+    # the Hub refuses a typo, a private repository and a deleted one in the same words
+    from dsenv.doctor import catalogue
+    text = (f"OSError: {repo} is not a local folder and is not a valid model identifier "
+            "listed on 'https://huggingface.co/models'")
+    assert hub_repos.read(text) == []
+    assert not any(re.search(p, text) for p in catalogue.mode("hf.repo-withdrawn").match)
+
+
+def test_the_withdrawn_sentence_without_its_exception_is_the_root_error():
+    from dsenv.doctor.explain.command import explain_text
+    text = symptoms.text(ROWS, "HYPIR/issues/49")
+    assert not text.startswith("OSError")
+    _, _, sure, _ = explain_text(text)
+    assert sure and sure[0].id == "hf.repo-withdrawn"
+
+
+def test_a_429_on_an_uploads_commit_is_the_commit_quota_not_the_download_limit():
+    commit = symptoms.text(ROWS, "datasets/issues/6257")
+    got = symptoms.parts(hub_repos, commit, "hf.commit-rate-limited")
+    assert got["repo"] == "yuvalkirstain/pickapic_v2"
+    assert "hf.rate-limited" not in [r.mode for r in huggingface.read(commit)]
+    download = commit.replace("/commit/main", "/revision/main")
+    assert hub_repos.read(download) == []
+    assert [r.mode for r in huggingface.read(download)] == ["hf.rate-limited"]
+    quota = symptoms.text(ROWS, "braindecode/issues/947")
+    assert symptoms.parts(hub_repos, quota, "hf.commit-rate-limited")["limit"] == \
+        "128 commits per hour"
+
+
+def test_a_cli_subcommand_the_installed_hub_lacks_says_which_release():
+    old = symptoms.parts(hub_repos, symptoms.text(ROWS, "huggingface_hub/issues/1105"),
+                         "hf.hub-version-api-removed")
+    assert old["command"] == "huggingface-cli download" and "< 0.17" in old["installed"]
+    gone = symptoms.parts(hub_repos, symptoms.text(ROWS, "platform-docs-public/pull/462"),
+                          "hf.hub-version-api-removed")
+    assert ">= 1.0" in gone["installed"]
+    assert hub_repos.read("huggingface-cli: error: invalid choice: 'lfs-enable'") == []
+    assert hub_repos.read("") == []

@@ -28,7 +28,9 @@ UNSTRUCTURED = {"https://github.com/Crompulence/cpl-library/issues/6",
                 "https://github.com/NVIDIA/deepops/issues/1102",
                 # munge's own client and a workflow tool's log of squeue's words: no Slurm program
                 "https://github.com/dun/munge/issues/109",
-                "https://github.com/DataBiosphere/toil/issues/4853"}
+                "https://github.com/DataBiosphere/toil/issues/4853",
+                # slurmd's dlopen line of a SPANK plugin missing on the node: no program prefix
+                "https://github.com/nebius/soperator/issues/2360"}
 # Notices of healthy runs (benign modes): the catalogue's patterns name them, no parser reads them.
 NOTICES = {"mpi.pmix-no-compression-benign", "mpi.ucx-unused-env-benign"}
 # Slurm's client commands or the MPI launcher missing from PATH: the programs family reads them
@@ -369,3 +371,19 @@ def test_slurm_clients_missing_in_the_shells_words_are_read_by_the_programs_fami
     for tail in ("submitit/issues/1601", "trinity/issues/390"):
         readings = programs.read(row(tail)["text"])
         assert readings and readings[0].mode == "slurm.client-commands-missing", tail
+
+
+def test_a_spank_plugin_missing_from_the_host_is_not_a_plugin_built_for_another_slurm():
+    # dlopen names the plugin's own path as the file it cannot open (soperator#2058), then
+    # Slurm's generic "Dlopen of plugin file failed": the first reading is the missing file
+    text = row("soperator/pull/2058")["text"] + "\nsrun: error: spank: spanknccldebug.so: " \
+        "Dlopen of plugin file failed"
+    got = [r.mode for r in mpi.read(text)]
+    assert got[0] == "slurm.spank-plugin-file-missing", got
+    assert first_cause(text) == "slurm.spank-plugin-file-missing"
+    # the same words with an undefined spank symbol: built for another Slurm
+    other = ("srun: error: plugin_load_from_file: dlopen(/usr/lib64/slurm/spank_pyxis.so): "
+             "/usr/lib64/slurm/spank_pyxis.so: undefined symbol: slurm_spank_log\n"
+             "srun: error: spank: /usr/lib64/slurm/spank_pyxis.so: Dlopen of plugin file failed")
+    assert first_cause(other) == "slurm.spank-plugin-built-for-other-slurm"
+

@@ -55,7 +55,7 @@ COMPONENTS = (
                                      r"|TCPStore|rendezvous|MASTER_ADDR|MASTER_PORT"),
      {"launch", "comm"}),
     ("huggingface", re.compile(r"huggingface|hf_hub|HF_HUB|datasets/|transformers/"),
-     {"cache", "job", "hf", "env"}),
+     {"cache", "job", "hf", "env", "system"}),
     ("deepspeed", re.compile(r"deepspeed|op_builder|ds_accelerator|DS_BUILD", re.I),
      {"deepspeed", "toolkit", "job", "launch", "torch", "gpu", "cache", "env"}),
 )

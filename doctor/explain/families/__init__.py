@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from functools import cache
 
 # The family modules, in the order their readings are listed.
-MODULES = ("nccl", "launch", "mpi", "gpu", "build", "huggingface", "rocm", "container",
-           "python", "system", "programs")
+MODULES = ("nccl", "launch", "mpi", "gpu", "build", "hub_repos", "huggingface", "rocm",
+           "container", "python", "system", "programs")
 
 
 @dataclass(frozen=True)

@@ -83,18 +83,18 @@ NO_HOOK = re.compile(r"(?P<binary>nvidia-container-(?:runtime-hook|runtime|cli))
 # runtime name: nvidia" (3dgrut#71, AirSLAM#113)
 NO_RUNTIME = re.compile(r"(?:Unknown runtime specified|unknown or invalid runtime name:) "
                         r"(?P<runtime>[\w.-]+?)\.?(?:[\s\"']|$)", IC)
-# containerd's CRI: the pod's RuntimeClass names a runtime the config containerd loads lacks
-# (the toolkit never registered it there: gpu-operator#432)
+# containerd's CRI: the RuntimeClass names a runtime its config lacks (gpu-operator#432)
 CRI_NO_RUNTIME = re.compile(r'no runtime for \\?"?(?P<runtime>[\w.-]+?)\\?"? is configured', IC)
-# Apptainer/Singularity.
 NV_NOTHING = re.compile(r"Could not find any (?:nv files|NVIDIA (?:libraries|binaries)) on this "
                         r"host", IC)
 ACTION_NOT_FOUND = re.compile(r"\.singularity\.d/actions/(?P<action>\w+): (?:line )?\d+: exec: "
                               r"(?P<command>\S+): not found", IC)
-# Ubuntu >= 24.04's AppArmor lets the namespace be created but confines it: the starter may
-# not write /proc/PID/setgroups (apptainer#2457, #2691).
+# Apptainer/Singularity (Ubuntu >= 24.04's AppArmor confines the namespace it lets them create:
+# no write to /proc/PID/setgroups, apptainer#2457, #2691), Charliecloud's ch-run.
 USERNS = re.compile(r"Failed to create (?:user|mount) namespace: (?P<why>[^\n]+)"
                     r"|user namespaces? (?:is |are )?(?:disabled|not enabled)"
+                    r"|can't init user\+mount namespaces: (?P<ch>Operation not permitted)"
+                    r"|(?:^|\n)\W*ERROR\s*:\s*Failed to create container namespaces\s*(?:\n|$)"
                     r"|Could not write info to setgroups: (?P<setgroups>Permission denied)", IC)
 # --nv without overlay: a notice of how many binds the underlay took, the GPU is bound.
 UNDERLAY = re.compile(r"underlay of (?P<path>/\S+) required more than \d+ (?:\((?P<count>\d+)\) )?"
@@ -357,7 +357,7 @@ def read(message: str, around: str = "") -> list[Reading]:
     # above 2^31 negative into uid_map (enroot#195); a disabled namespace says EPERM/ENOSPC.
     if userns and not re.match(r"Invalid argument", userns["why"] or "", IC):
         found.append(reading(FAMILY, "container.apptainer-userns-disabled", userns.group(0),
-                             why=(userns["why"] or "").strip() or (
+                             why=(userns["why"] or userns["ch"] or "").strip() or (
                                  "setgroups refused in the new user namespace (AppArmor)"
                                  if userns["setgroups"] else "")))
     enospc = BUILD_ENOSPC.search(message)

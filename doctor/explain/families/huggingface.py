@@ -379,7 +379,9 @@ def read(message: str, around: str = "") -> list[Reading]:
     if m := _TOKEN_REFUSED.search(message):
         add("hf.token-rejected", m[0], refused="token")
         return found
-    if status == "429" and (hub or "Too Many Requests" in message or _HUB_BACKOFF.search(message)):
+    # (an upload's commit refused with 429 is hub_repos.py's reading, hf.commit-rate-limited)
+    if status == "429" and "/commit/" not in message \
+            and (hub or "Too Many Requests" in message or _HUB_BACKOFF.search(message)):
         add("hf.rate-limited", f"{status} Too Many Requests")
         return found
     # a resumed download asking past the end: a blobs/<etag>.incomplete that already holds the

@@ -65,6 +65,10 @@ _REASONS = (
     (r"Invalid account or account/partition combination", "slurm.invalid-account"),
     (r"invalid partition (?:name )?specified", "slurm.invalid-partition"),
     (r"Invalid qos specification", "slurm.invalid-qos"),
+    # a SPANK plugin plugstack.conf names is not on this host: dlopen cannot open the plugin's
+    # own path (another library named there is the plugin's dependency, the loader's reading)
+    (r"dlopen\((?P<p>[^()\s]*?\.so)\): (?P=p): cannot open shared object file",
+     "slurm.spank-plugin-file-missing"),
     # a SPANK plugin (pyxis, x11) compiled against another Slurm's spank.h/libslurm
     (r"undefined symbol: slurm_spank_\w+|Incompatible Slurm plugin \S+ version"
      r"|spank: \S+\.so: Dlopen of plugin file failed", "slurm.spank-plugin-built-for-other-slurm"),
