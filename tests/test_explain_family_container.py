@@ -34,6 +34,11 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               "container.docker-socket-permission-denied",
               "container.wsl-ldconfig-libcuda-not-symlink-benign",
               "container.driver-capabilities-lack-video",
+              # the GPU operator's driver container's own words (no kernel packages, modules in
+              # use), nvidia-ctk's CDI generation errors, a CDI hook binary runc cannot exec
+              "container.gpu-operator-driver-no-kernel-headers",
+              "container.driver-container-module-in-use",
+              "container.cdi-generate-driver-libs-not-found",
               # modes read by their catalogue patterns alone: one wording each
               "container.hook-refused-in-csv-or-cdi-mode", "container.enroot-manifest-not-found",
               "container.driver-init-timeout-no-persistence",

@@ -77,8 +77,8 @@ MAC = re.compile(r"\b(?:mac ?OS|MacBook|Macintosh|Apple (?:Silicon|M[1-9])|M[1-9
 NO_HOOK = re.compile(r"(?P<binary>nvidia-container-(?:runtime-hook|runtime|cli))\W{0,8}: executable "
                      r"file not found in \$PATH|(?:couldn't find binary|Command not found:) "
                      r"(?P<cli>nvidia-container-cli)"
-                     r"|(?:fork/exec|inject NVIDIA hook: stat) \S*/(?P<gone>nvidia-container-"
-                     r"(?:runtime-hook|runtime|toolkit)): no such file or directory", IC)
+                     r"|(?:fork/exec|inject NVIDIA hook: stat) \S*/(?P<gone>nvidia-(?:container-"
+                     r"(?:runtime-hook|runtime|toolkit)|cdi-hook|ctk)): no such file or directory", IC)
 # Docker before 23 says "Unknown runtime specified nvidia", later releases "unknown or invalid
 # runtime name: nvidia" (3dgrut#71, AirSLAM#113)
 NO_RUNTIME = re.compile(r"(?:Unknown runtime specified|unknown or invalid runtime name:) "
