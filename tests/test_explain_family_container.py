@@ -39,6 +39,8 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               "container.gpu-operator-driver-no-kernel-headers",
               "container.driver-container-module-in-use",
               "container.cdi-generate-driver-libs-not-found",
+              # the kernel's EPERM for NUMA memory-policy calls (numactl, hwloc, libnuma users)
+              "container.numa-syscalls-blocked",
               # modes read by their catalogue patterns alone: one wording each
               "container.hook-refused-in-csv-or-cdi-mode", "container.enroot-manifest-not-found",
               "container.driver-init-timeout-no-persistence",

@@ -513,3 +513,17 @@ def test_a_cli_subcommand_the_installed_hub_lacks_says_which_release():
     assert ">= 1.0" in gone["installed"]
     assert hub_repos.read("huggingface-cli: error: invalid choice: 'lfs-enable'") == []
     assert hub_repos.read("") == []
+
+
+@pytest.mark.parametrize("why,mode", [
+    ("certificate is not yet valid", "system.clock-behind-tls"),
+    ("self-signed certificate in certificate chain", "hf.ssl-interception"),
+])
+def test_a_certificate_not_yet_valid_is_the_clock_not_a_proxy(why, mode):
+    from dsenv.doctor.explain.command import explain_text
+    text = ("requests.exceptions.SSLError: HTTPSConnectionPool(host='huggingface.co', port=443): "
+            "Max retries exceeded with url: /api/models/gpt2 (Caused by SSLError("
+            "SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify "
+            f"failed: {why} (_ssl.c:1006)')))")
+    _, _, sure, _ = explain_text(text)
+    assert sure and sure[0].id == mode
