@@ -603,3 +603,24 @@ def test_a_header_an_existing_mode_owns_is_not_a_librarys():
                         "deepspeed.async-io-no-libaio")):
         modes = [r.mode for r in build.read(text)]
         assert mode in modes and "toolkit.library-headers-missing" not in modes
+
+
+@pytest.mark.parametrize("url_end,mode,part,value", [
+    ("apex/issues/1252", "toolkit.nvcc-too-old-for-torch", "option", "threads"),
+    ("flash-attention/issues/1750", "toolkit.nvcc-too-old-for-torch", "option", "compress-mode"),
+    ("llamafile/issues/56", "toolkit.nvcc-too-old-for-torch", "option", "native"),
+    ("colmap/issues/2232", "toolkit.cmake-too-old-for-native-arch", "arch", "compute_native"),
+    ("GPUJPEG/issues/104", "toolkit.cmake-too-old-for-native-arch", "arch", "compute_"),
+    ("folly/issues/797", "toolkit.gcc-too-old-for-torch", "standard", "gnu++14"),
+    ("vcpkg/issues/6556", "toolkit.gcc-too-old-for-torch", "standard", "c++1z"),
+    ("AmpTools/issues/133", "toolkit.gcc-headers-break-nvcc", "header", "/usr/include/stdio.h"),
+    ("pbrt-v4/issues/87", "toolkit.host-flag-to-nvcc", "flag", "arch=native"),
+    ("tiny-cuda-nn/issues/132", "toolkit.source-submodules-missing", "header", "cutlass.h"),
+])
+def test_what_a_toolchain_refused_is_read_with_its_part(url_end, mode, part, value):
+    # an nvcc option newer than this nvcc, CMake < 3.24's "native", GCC 4.x's -std refusal,
+    # glibc 2.34's stdio.h under nvcc 11.4, a gcc flag nvcc took as its own, CUTLASS missing
+    text = symptoms.text(ROWS, url_end)
+    assert symptoms.parts(build, text, mode)[part] == value
+    _, _, sure, _ = explain_text(text)
+    assert sure and sure[0].id == mode

@@ -168,6 +168,28 @@ TOOLCHAIN = (
                 r"unused[\w-]*|conversion|cast-qual|pointer-arith)|m(?:arch|tune|cpu|fpu|avx\w*|"
                 r"sse\w*|fma|f16c)\b[\w=.+-]*|pthread|openmp[\w:]*|Qunused-arguments))['’]", FLAGS),
      "toolkit.host-flag-to-nvcc", ("flag",)),
+    # a gcc -march/-mf16c value reaching nvcc unwrapped: nvcc reads "-march=native" as its own
+    # -arch and refuses the value
+    (re.compile(r"nvcc fatal\s*:\s*[`'‘]((?:arch|tune|cpu)=[\w.+-]+|f16c|fma|avx\w*|sse[\w.]*|"
+                r"bmi2?|popcnt|lzcnt)['’]:\s*expected a number", FLAGS),
+     "toolkit.host-flag-to-nvcc", ("flag",)),
+    # options a newer nvcc has: --threads (11.2), -compress-mode (12.8), -arch=native (11.6)
+    (re.compile(r"nvcc fatal\s*:\s*Unknown option [`'‘]-{0,2}(threads|compress-mode)(?:=\w+)?['’]"
+                r"|nvcc fatal\s*:\s*Value [`'‘](native)['’] is not defined for option "
+                r"[`'‘]?gpu-architecture", FLAGS),
+     "toolkit.nvcc-too-old-for-torch", ("option", "option")),
+    # CMake < 3.24 passes CUDA_ARCHITECTURES=native through as an arch name (or an empty one)
+    (re.compile(r"Unsupported gpu architecture [`'‘\"]?(compute_native)['’\"]?|arch=(compute_native)"
+                r"\b|Id flags:[^\n]*arch=(compute_),code=sm_", FLAGS),
+     "toolkit.cmake-too-old-for-native-arch", ("arch", "arch", "arch")),
+    # a GCC older than the C++ standard the build asks for (GCC 4.x: no -std=c++14/gnu++14/c++1z)
+    (re.compile(r"unrecognized command[- ]line option [`'‘\"]-std=((?:c|gnu)\+\+(?:0x|11|1[47yz]|"
+                r"2[0a]))['’\"]", FLAGS),
+     "toolkit.gcc-too-old-for-torch", ("standard",)),
+    # glibc >= 2.34's stdio.h (__malloc__ with arguments) under an nvcc 11.4/11.5 front end
+    (re.compile(r"(/usr/include/[\w/.+-]+\.h)\(\d+\): error: attribute \"(?:__malloc__|malloc)\" "
+                r"does not take\s+arguments", FLAGS),
+     "toolkit.gcc-headers-break-nvcc", ("header",)),
     # ggml's CMake refusing the CUDA option names llama.cpp and whisper.cpp used before GGML_CUDA
     (re.compile(r"\b((?:LLAMA|WHISPER)_[A-Z0-9_]+) is deprecated and will be removed in the future",
                 re.MULTILINE), "toolkit.ggml-cuda-option-renamed", ("option",)),
@@ -264,8 +286,8 @@ def compile_readings(message: str) -> list[Reading]:
                 # Python.h of 3.7-3.9 includes <crypt.h>, which glibc >= 2.38 and
                 # conda's sysroots no longer ship (libxcrypt's now)
                 else "toolkit.crypt-h-missing" if name == "crypt.h" else "")
-        if name == "cudnn_frontend.h" or path.startswith("cute/"):
-            # headers a source tree carries as git submodules (cudnn-frontend, CUTLASS's cute)
+        if name == "cudnn_frontend.h" or path.startswith(("cute/", "cutlass/")):
+            # headers a source tree carries as git submodules (cudnn-frontend, CUTLASS)
             owner = "toolkit.source-submodules-missing"
         if name in CUDA_HEADER_SINCE:
             found.append(_newer_cuda_header(message, text, name, where))
