@@ -39,6 +39,12 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               "container.gpu-operator-driver-no-kernel-headers",
               "container.driver-container-module-in-use",
               "container.cdi-generate-driver-libs-not-found",
+              # registries' and apt's own words: an nvidia/cuda tag removed from Docker Hub, the
+              # CUDA repository's rotated key, stored credentials refused; mksquashfs without
+              # the compressor; Apptainer's chown refused on a network file system
+              "container.cuda-image-tag-removed", "container.cuda-repo-key-rotated",
+              "container.registry-stale-credentials", "container.mksquashfs-compressor-not-built",
+              "container.apptainer-build-tmpdir-on-network-fs",
               # the kernel's EPERM for NUMA memory-policy calls (numactl, hwloc, libnuma users)
               "container.numa-syscalls-blocked",
               # modes read by their catalogue patterns alone: one wording each

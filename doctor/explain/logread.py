@@ -65,6 +65,8 @@ _FAILURE = re.compile(
     # Open MPI/PRRTE's refusals to start ranks: their help boxes carry no "error" word
     r"|not enough slots available in the system|has detected an attempt to run as root"
     r"|would result in binding more\b"
+    # apt's error lines ("E: Conflicting values set for option Signed-By ...")
+    r"|^E: (?=[A-Z])"
     # pkg_resources' refusal of an installed release (Jupyter prints it without its module)
     r"|^\s*(?:pkg_resources\.)?(?:Contextual)?VersionConflict\b"
     # transformers'/diffusers' refusal of a model id, pasted without its "OSError: " prefix

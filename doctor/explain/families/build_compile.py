@@ -190,6 +190,10 @@ TOOLCHAIN = (
     (re.compile(r"(/usr/include/[\w/.+-]+\.h)\(\d+\): error: attribute \"(?:__malloc__|malloc)\" "
                 r"does not take\s+arguments", FLAGS),
      "toolkit.gcc-headers-break-nvcc", ("header",)),
+    # Triton's own version parse of `ptxas --version`: a CUDA newer than that Triton knows
+    # (12.8 read as below 10.0), not an old one
+    (re.compile(r"Triton only supports? CUDA 10\.0 or higher, but got CUDA version: (\d+\.\d+)",
+                FLAGS), "toolkit.ptxas-newer-than-triton", ("ptxas_cuda",)),
     # ggml's CMake refusing the CUDA option names llama.cpp and whisper.cpp used before GGML_CUDA
     (re.compile(r"\b((?:LLAMA|WHISPER)_[A-Z0-9_]+) is deprecated and will be removed in the future",
                 re.MULTILINE), "toolkit.ggml-cuda-option-renamed", ("option",)),

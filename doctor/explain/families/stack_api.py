@@ -86,6 +86,22 @@ PYDANTIC_V2_NAME = re.compile(rf"cannot import name {Q}(?P<name>field_validator|
                               rf"field_serializer|model_serializer|ConfigDict|computed_field|"
                               rf"TypeAdapter|RootModel){Q} from {Q}pydantic(?![\w.])")
 
+# Storage packages released in lockstep: s3fs/gcsfs/adlfs pin one fsspec release (a name or
+# submodule the installed fsspec lacks), datasets' pickler patches dill's internals (a dill
+# newer or older than the datasets release allows), s3fs pins aiobotocore, which pins botocore.
+STORAGE_PAIR = re.compile(rf"cannot import name {Q}(?P<name>\w+){Q} from {Q}(?P<fsspec>fsspec(?:\.\w+)*)"
+                          rf"{Q}|No module named {Q}(?P<fsmod>fsspec\.\w+){Q}"
+                          # Python < 3.8 names no module: the import statement above does
+                          rf"|from (?P<fsfrom>fsspec(?:\.\w+)*) import [^\n]*\n\s*ImportError: "
+                          rf"cannot import name {Q}(?P<fsname>\w+){Q}"
+                          rf"|module {Q}(?P<dill>dill(?:\._dill)?){Q} has no attribute {Q}(?P<dname>\w+){Q}"
+                          rf"|{Q}(?P<aio>AioClientCreator){Q} object has no attribute {Q}(?P<aname>\w+){Q}"
+                          rf"|module {Q}(?P<aiomod>aiobotocore){Q} has no attribute {Q}(?P<amname>\w+){Q}")
+PAIRED = {"fsspec": "fsspec and s3fs/gcsfs/adlfs (each release pins one fsspec release)",
+          "dill": "dill and datasets (datasets' pickler patches dill's internals)",
+          "aiobotocore": "aiobotocore, botocore and s3fs (each pins the next)"}
+
+
 # DeepSpeed's config classes (a pasted path may be cut: its function names it too)
 DS_CONFIG = re.compile(r"deepspeed[/\\]runtime[/\\]config_utils\.py|config_utils\.py\"?, line "
                        r"\d+, in _deprecated_fields_check")
@@ -124,4 +140,12 @@ def api_readings(message: str) -> list[Reading]:
     if m := PEFT_KEY.search(message):
         add(m, missing=f"{m['object']}({m['name']}=...)", written_by="a newer peft (the "
             "adapter's adapter_config.json)")
+    if m := STORAGE_PAIR.search(message):
+        pkg = ("fsspec" if m["fsspec"] or m["fsmod"] or m["fsfrom"] else "dill" if m["dill"] else "aiobotocore")
+        missing = (f"{m['fsspec']}.{m['name']}" if m["fsspec"] else m["fsmod"] if m["fsmod"]
+                   else f"{m['fsfrom']}.{m['fsname']}" if m["fsfrom"]
+                   else f"{m['dill']}.{m['dname']}" if m["dill"]
+                   else f"AioClientCreator.{m['aname']}" if m["aio"]
+                   else f"aiobotocore.{m['amname']}")
+        add(m, missing=missing, releases_that_go_together=PAIRED[pkg])
     return found + _pydantic(message)
