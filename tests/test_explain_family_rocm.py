@@ -37,7 +37,10 @@ CATALOGUE_ONLY = {"rocm.igpu-selected", "rocm.clang-libstdcxx-headers-missing",
                   "rocm.hip-capture-watchdog-event-query",
                   # CMake's find_package words naming a ROCm component: read by the pattern
                   # (bare "hip" left out: ROCm 2.x/3.x packaging bugs said the same)
-                  "rocm.cmake-package-config-missing"}
+                  "rocm.cmake-package-config-missing",
+                  # Windows' loader words for the AMD driver's HIP runtime (an entry point it
+                  # lacks, an amdhip64_N.dll major not installed): read by the pattern
+                  "rocm.windows-driver-hip-runtime-too-old", "rocm.windows-hip-runtime-major-missing"}
 
 
 @pytest.mark.parametrize("symptom", [r for r in ROWS if r["mode"] not in CATALOGUE_ONLY],

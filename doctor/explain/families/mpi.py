@@ -65,6 +65,10 @@ _REASONS = (
     (r"Invalid account or account/partition combination", "slurm.invalid-account"),
     (r"invalid partition (?:name )?specified", "slurm.invalid-partition"),
     (r"Invalid qos specification", "slurm.invalid-qos"),
+    # a step's CPU binding outside what the step holds: an srun nested in another step's
+    # inherited SLURM_CPU_BIND mask, or per-task binding on a partial CPU set
+    (r"CPU binding outside of job step allocation|Unable to satisfy cpu bind request",
+     "slurm.srun-cpu-bind-outside-step"),
     # a SPANK plugin plugstack.conf names is not on this host: dlopen cannot open the plugin's
     # own path (another library named there is the plugin's dependency, the loader's reading)
     (r"dlopen\((?P<p>[^()\s]*?\.so)\): (?P=p): cannot open shared object file",
