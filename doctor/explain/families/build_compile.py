@@ -190,6 +190,17 @@ TOOLCHAIN = (
     (re.compile(r"(/usr/include/[\w/.+-]+\.h)\(\d+\): error: attribute \"(?:__malloc__|malloc)\" "
                 r"does not take\s+arguments", FLAGS),
      "toolkit.gcc-headers-break-nvcc", ("header",)),
+    # torch 2.6 removed DeprecatedTypeProperties' conversion to ScalarType: AT_DISPATCH over
+    # x.type() in a source written for older torch
+    (re.compile(r"(?:no suitable conversion function from|cannot convert) [\"“‘'`]?const "
+                r"(at::DeprecatedTypeProperties)[\"”’'`]? to [\"“‘'`]?c10::ScalarType", FLAGS),
+     "toolkit.ext-source-older-than-torch", ("removed_api",)),
+    # torch >= 2.9's compiled_autograd.h under MSVC without USE_CUDA: 'std' ambiguous
+    (re.compile(r"(compiled_autograd\.h)\(\d+\): error C2872: [`'‘]std[’'`]: ambiguous symbol",
+                FLAGS), "toolkit.windows-torch-header-std-ambiguous", ("header",)),
+    # torch's extension builder probing for MSVC with `where cl` (Windows' `which c++`)
+    (re.compile(r"Command [`'‘]\[[`'‘]where[’'`], [`'‘](cl(?:\.exe)?)[’'`]\][’'`] returned non-zero "
+                r"exit status", FLAGS), "toolkit.cxx-compiler-missing", ("compiler",)),
     # Triton's own version parse of `ptxas --version`: a CUDA newer than that Triton knows
     # (12.8 read as below 10.0), not an old one
     (re.compile(r"Triton only supports? CUDA 10\.0 or higher, but got CUDA version: (\d+\.\d+)",

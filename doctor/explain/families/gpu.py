@@ -153,6 +153,8 @@ DEEPSPEED = re.compile(r"deepspeed|op_builder|fused_adam|DS_BUILD", IC)
 EXTENSION = re.compile(r"TORCH_CUDA_ARCH_LIST|cpp_extension|-gencode|ext_module|\b_ext\b|/ops/"
                        r"|\b\w+_cuda\.\w+\(|(?<!torch)\._C\.\w+\(|flash_attn|xformers"
                        r"|\bapex\b|mmcv|detectron2|" + OWN_KERNEL_ERROR.pattern, IC)
+# tiny-cuda-nn's own load check: its extension was built for other compute capabilities
+TCNN = re.compile(r"Could not find compatible tinycudann extension for compute capability (\d+)")
 CONTAINER = re.compile(r"singularity|apptainer|docker|podman|enroot|\.sif\b", IC)
 # ... started without the GPU: NVIDIA's images say so at start, or the docker run line shows it
 NO_GPU_CONTAINER = re.compile(NGC_NO_DRIVER.pattern + r"|^[^\n]*\bdocker run\b(?![^\n]*(?:--gpus|--runtime[= ]?"
@@ -283,6 +285,9 @@ def read(message: str, around: str = "") -> list[Reading]:
                 "loader.ext-built-for-other-cuda")
         found.append(reading(FAMILY, mode, built.group(0), extension="xFormers",
                              built_for=f"torch {was}", installed=f"torch {have}"))
+    if tcnn := TCNN.search(message):  # built with TCNN_CUDA_ARCHITECTURES, not torch's list
+        found.append(reading(FAMILY, "torch.arch-list-misses-gpu", tcnn.group(0),
+                             extension="tinycudann", capability=tcnn.group(1)))
     flash = FLASH_AMPERE.search(message)
     if flash:
         found.append(reading(FAMILY, "gpu.flash-attn-needs-ampere", flash.group(0)))
