@@ -571,3 +571,24 @@ def test_pydantics_two_directions_are_read_apart():
     assert not [r for r in python.read("pydantic_core._pydantic_core.ValidationError: 1 validation "
                                        "error for DeepSpeedZeroConfig\nstage\n  Input should be "
                                        "a valid integer") if "pydantic" in r.mode]
+
+
+@pytest.mark.parametrize("url_end,missing,together", [
+    ("s3fs/issues/463", "fsspec.asyn.maybe_sync", "fsspec and s3fs"),
+    ("filesystem_spec/issues/597", "fsspec.asyn.maybe_sync", "fsspec and s3fs"),  # Python 3.6
+    ("s3fs/issues/338", "fsspec.asyn", "fsspec and s3fs"),
+    ("dill/issues/489", "dill._dill.stack", "dill and datasets"),
+    ("aiobotocore/issues/905", "AioClientCreator._register_lazy_block_unknown_fips_pseudo_regions",
+     "aiobotocore, botocore"),
+    ("s3fs/issues/512", "aiobotocore.AioSession", "aiobotocore, botocore"),
+])
+def test_storage_packages_out_of_step_say_what_is_missing(url_end, missing, together):
+    # released in lockstep: a name the installed fsspec/dill/aiobotocore lacks, and the pair
+    text = symptoms.text(symptoms.rows("build"), url_end)
+    got = symptoms.parts(python, text, "env.package-version-mismatch")
+    assert got["missing"] == missing and got["releases that go together"].startswith(together)
+
+
+def test_a_project_importing_its_own_fsspec_like_name_is_not_a_storage_mismatch():
+    assert not [r for r in python.read("ImportError: cannot import name 'maybe_sync' from "
+                                       "'myproject.asyn'") if "fsspec" in r.describe()]
