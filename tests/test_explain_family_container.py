@@ -45,6 +45,11 @@ BY_PATTERN = {"container.ldcache-missing-driver-libs",
               "container.cuda-image-tag-removed", "container.cuda-repo-key-rotated",
               "container.registry-stale-credentials", "container.mksquashfs-compressor-not-built",
               "container.apptainer-build-tmpdir-on-network-fs",
+              # ollama's server refused the registry without the shell's proxy
+              "container.ollama-server-proxy-not-set",
+              # CUDA's start-up "named symbol not found" under Docker on WSL 2 (a toolkit older
+              # than the Windows driver): the words, read by the pattern
+              "container.wsl-toolkit-older-than-windows-driver",
               # the kernel's EPERM for NUMA memory-policy calls (numactl, hwloc, libnuma users)
               "container.numa-syscalls-blocked",
               # modes read by their catalogue patterns alone: one wording each

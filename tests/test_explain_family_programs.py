@@ -35,6 +35,8 @@ def first_cause(text: str) -> str:
     ("python", "pytorch-ddp-examples/issues/1", "env.scripts-not-on-path", "torchrun"),  # slurmstepd
     ("mpi", "mindyolo/issues/274", "mpi.mpirun-not-on-path", "mpirun"),  # bash
     ("mpi", "bevfusion/issues/21", "mpi.mpirun-not-on-path", "mpirun"),  # dash under torchpack
+    ("python", "Retrieval-based-Voice-Conversion-WebUI/issues/104", "env.ffmpeg-binary-missing",
+     "ffmpeg"),  # subprocess's bare name
 ])
 def test_users_texts_name_the_program_and_its_mode(table, url_end, mode, program):
     text = symptoms.text(symptoms.rows(table), url_end)

@@ -59,6 +59,7 @@ def test_every_mode_of_the_table_has_its_symptoms_named():
         "hf.remote-code-older-than-transformers", "hf.lfs-quota-exceeded",
         "env.pip-download-hash-mismatch", "env.notebook-kernel-stale-package",
         "env.datasets-too-old-for-python", "env.duplicate-package-variants",
+        "env.torchaudio-api-removed", "env.ffmpeg-binary-missing",
         "env.windows-long-paths-disabled", "env.ext-built-without-cuda",
         "env.windows-ansi-codepage-default-encoding", "env.module-unknown",
         "env.flash-attn-csrc-ext-missing", "env.module-prerequisite-not-loaded",

@@ -201,6 +201,15 @@ TOOLCHAIN = (
     # torch's extension builder probing for MSVC with `where cl` (Windows' `which c++`)
     (re.compile(r"Command [`'‘]\[[`'‘]where[’'`], [`'‘](cl(?:\.exe)?)[’'`]\][’'`] returned non-zero "
                 r"exit status", FLAGS), "toolkit.cxx-compiler-missing", ("compiler",)),
+    # a serialized TensorRT engine loaded by another TensorRT release, or on a GPU of another
+    # compute capability than the one it was built on: engines are rebuilt, not converted
+    (re.compile(r"The engine plan file is not compatible with this version of TensorRT, expecting "
+                r"library version (\d+\.\d+\.\d+(?:\.\d+)?) got (?!0\.0\.0\b)(\d+\.\d+\.\d+"
+                r"(?:\.\d+)?)|Current Version: (\d+), Serialized Engine Version: (\d+)", FLAGS),
+     "toolkit.tensorrt-engine-version-mismatch", ("runtime", "engine", "runtime", "engine")),
+    (re.compile(r"The engine plan file is generated on an incompatible device, expecting compute "
+                r"(\d+\.\d+) got compute (\d+\.\d+)", FLAGS),
+     "toolkit.tensorrt-engine-built-for-other-gpu", ("device_compute", "engine_compute")),
     # Triton's own version parse of `ptxas --version`: a CUDA newer than that Triton knows
     # (12.8 read as below 10.0), not an old one
     (re.compile(r"Triton only supports? CUDA 10\.0 or higher, but got CUDA version: (\d+\.\d+)",

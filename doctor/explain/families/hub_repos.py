@@ -3,7 +3,7 @@ owner withdrew (../hub_withdrawn.toml: the Hub refuses it in the words of a typo
 repository, so only a listed id is named), an upload whose commits exceed the Hub's hourly
 quota (a 429 on /api/<type>/<org>/<name>/commit/<revision>, not a download's 429), and a
 huggingface-cli subcommand the installed huggingface_hub does not have (`download` came in
-0.17; 1.0 left only a stub that says to use `hf`).
+0.17; 1.0 left only a stub that says to use `hf`), and pyannote's refusal of a gated model.
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ _COMMIT_QUOTA = re.compile(r"exceeded (?:our hourly quotas for action: commit|th
 _CLI_CHOICE = re.compile(r"huggingface-cli: error: (?:argument \{[^}\n]*\}: )?invalid choice: "
                          r"'(?P<command>download|upload)'")
 _CLI_GONE = re.compile(r"`?huggingface-cli`? is deprecated and no longer works")
+# pyannote's own words for a repository the Hub refused (it then returns None): a gated model
+# whose conditions the token's account has not accepted, or no token
+_PYANNOTE_REFUSED = re.compile(r"Could not download '(?P<repo>[^']+)' (?P<kind>pipeline|model)\.\s*"
+                               r"It might be because the (?P=kind) is private or gated")
 
 
 @cache
@@ -56,6 +60,9 @@ def read(message: str) -> list[Reading]:
                 found.append(reading(FAMILY, "hf.repo-withdrawn", m[0], repo=m["repo"],
                                      withdrawn=row["withdrawn"], use_instead=row["instead"]))
                 return found
+    if m := _PYANNOTE_REFUSED.search(message):
+        found.append(reading(FAMILY, "hf.gated-repo-auth", m[0], repo=m["repo"],
+                             refused=f"pyannote {m['kind']} (private or gated)"))
     commit, quota = _COMMIT_URL.search(message), _COMMIT_QUOTA.search(message)
     if commit or quota:
         found.append(reading(FAMILY, "hf.commit-rate-limited", (commit or quota)[0][:200],
