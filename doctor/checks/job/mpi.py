@@ -139,8 +139,9 @@ def launch(ctx: Context):
     install = mpi.mpi_install(ctx)
     if install is None:
         if launcher == "mpirun":
-            return _severe(ctx)("--launcher mpirun but no mpirun on PATH",
-                                "`module load openmpi`, or `dsenv provision openmpi`")
+            return mode_finding(_severe(ctx), "mpi.mpirun-not-on-path",
+                                "--launcher mpirun but no mpirun on PATH",
+                                here="`module load openmpi`, or `dsenv provision openmpi`")
         return skip(f"{mpi.NO_MPI}: srun starts plain processes")
     table = launch_table()
     parsed = mpi.ompi_info(ctx)[0] if install.family == "openmpi" else None
