@@ -27,9 +27,10 @@ _REFUSED = (
     re.compile(rf"(?:401|404) Client Error[^\n]*? for url: https?://[^/\s]+/(?:api/models/)?"
                rf"(?P<repo>{_REPO_ID}?)/(?:resolve|revision|tree)/"),
 )
-# An upload's commit (huggingface_hub's create_commit: upload_file/folder, push_to_hub)
-_COMMIT_URL = re.compile(rf"\b429\b[^\n]*?\n?[^\n]*?https?://[^/\s]+/api/(?P<type>models|datasets|"
-                         rf"spaces)/(?P<repo>{_REPO_ID}?)/commit/(?P<revision>[^\s.]+)")
+# An upload's commit (huggingface_hub's create_commit: upload_file/folder, push_to_hub);
+# huggingface.py reads every other 429 as the download limit
+COMMIT_URL = re.compile(rf"\b429\b[^\n]*?\n?[^\n]*?https?://[^/\s]+/api/(?:models|datasets|"
+                        rf"spaces)/(?P<repo>{_REPO_ID}?)/commit/")
 _COMMIT_QUOTA = re.compile(r"exceeded (?:our hourly quotas for action: commit|the rate limit for "
                            r"repository commits(?: \((?P<limit>\d+) per hour\))?)")
 # argparse's refusal of a subcommand (the choices it lists are the installed release's)
@@ -63,7 +64,7 @@ def read(message: str) -> list[Reading]:
     if m := _PYANNOTE_REFUSED.search(message):
         found.append(reading(FAMILY, "hf.gated-repo-auth", m[0], repo=m["repo"],
                              refused=f"pyannote {m['kind']} (private or gated)"))
-    commit, quota = _COMMIT_URL.search(message), _COMMIT_QUOTA.search(message)
+    commit, quota = COMMIT_URL.search(message), _COMMIT_QUOTA.search(message)
     if commit or quota:
         found.append(reading(FAMILY, "hf.commit-rate-limited", (commit or quota)[0][:200],
                              repo=commit["repo"] if commit else "",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from dsenv.doctor.explain.families import Reading, reading
+from dsenv.doctor.explain.families.hub_repos import COMMIT_URL
 from dsenv.doctor.explain.families.stack_api import HUB_KWARG, HUB_KWARG_RELEASE
 
 FAMILY = "huggingface"
@@ -380,7 +381,7 @@ def read(message: str, around: str = "") -> list[Reading]:
         add("hf.token-rejected", m[0], refused="token")
         return found
     # (an upload's commit refused with 429 is hub_repos.py's reading, hf.commit-rate-limited)
-    if status == "429" and "/commit/" not in message \
+    if status == "429" and not COMMIT_URL.search(message) \
             and (hub or "Too Many Requests" in message or _HUB_BACKOFF.search(message)):
         add("hf.rate-limited", f"{status} Too Many Requests")
         return found
